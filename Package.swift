@@ -1,0 +1,76 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny")
+]
+
+let package = Package(
+    name: "belfry",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .executable(name: "belfry", targets: ["belfry"]),
+        .library(name: "BelfryCore", targets: ["BelfryCore"]),
+        .library(name: "BelfryServer", targets: ["BelfryServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/vapor/vapor.git", from: "4.122.3"),
+        .package(url: "https://github.com/vapor/fluent.git", from: "4.13.0"),
+        .package(url: "https://github.com/vapor/fluent-sqlite-driver.git", from: "4.9.0"),
+        .package(url: "https://github.com/vapor/fluent-postgres-driver.git", from: "2.14.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+    ],
+    targets: [
+        // Foundation-only wire types, workspace config and the preference rule,
+        // shared by the server and the client SDK.
+        .target(name: "BelfryCore", swiftSettings: swiftSettings),
+        .target(
+            name: "BelfryServer",
+            dependencies: [
+                "BelfryCore",
+                .product(name: "Vapor", package: "vapor"),
+                .product(name: "Fluent", package: "fluent"),
+                .product(name: "FluentSQLiteDriver", package: "fluent-sqlite-driver"),
+                .product(name: "FluentPostgresDriver", package: "fluent-postgres-driver"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            resources: [.copy("Resources")],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "belfry",
+            dependencies: ["BelfryServer"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "BelfryTestSupport",
+            dependencies: [
+                "BelfryServer",
+                .product(name: "VaporTesting", package: "vapor"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryCoreTests",
+            dependencies: [
+                "BelfryCore",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            resources: [.copy("Fixtures")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryServerTests",
+            dependencies: [
+                "BelfryServer",
+                "BelfryTestSupport",
+                .product(name: "VaporTesting", package: "vapor"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

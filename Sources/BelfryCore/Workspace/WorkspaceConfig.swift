@@ -1,0 +1,243 @@
+// The workspace: which channels, sections, categories and tenants exist. Loaded
+// from a file at start (see `WorkspaceConfig+Reading.swift`) and served as is by
+// `GET /v1/config`, so clients can decode it with plain `Codable`.
+
+/// Everything a workspace defines: channels, sections, categories and tenants.
+public struct WorkspaceConfig: Codable, Hashable, Sendable {
+    public var channels: [ChannelDefinition]
+    public var sections: [SectionDefinition]
+    public var categories: [CategoryDefinition]
+    public var tenants: [TenantDefinition]
+    /// The tenant used by requests that name none.
+    public var defaultTenant: String
+
+    public init(
+        channels: [ChannelDefinition],
+        sections: [SectionDefinition],
+        categories: [CategoryDefinition],
+        tenants: [TenantDefinition],
+        defaultTenant: String
+    ) {
+        self.channels = channels
+        self.sections = sections
+        self.categories = categories
+        self.tenants = tenants
+        self.defaultTenant = defaultTenant
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case channels, sections, categories, tenants
+        case defaultTenant = "default_tenant"
+    }
+
+    public func channel(_ id: String) -> ChannelDefinition? {
+        channels.first { $0.id == id }
+    }
+
+    public func category(_ id: String) -> CategoryDefinition? {
+        categories.first { $0.id == id }
+    }
+
+    public func tenant(_ id: String) -> TenantDefinition? {
+        tenants.first { $0.id == id }
+    }
+}
+
+/// How a channel delivers.
+public enum ChannelKind: String, Codable, Hashable, Sendable, CaseIterable {
+    case inbox
+    case apns
+    case webPush = "web_push"
+    case webhook
+    case email
+
+    /// Push channels need an active device whose OS authorization allows delivery.
+    public var isPush: Bool {
+        self == .apns || self == .webPush
+    }
+}
+
+public struct ChannelDefinition: Codable, Hashable, Sendable {
+    public var id: String
+    public var kind: ChannelKind
+    public var name: String
+    /// The overall preference a user has before choosing one.
+    public var defaultPreference: ChannelLevelPreferenceOptions
+
+    public init(id: String, kind: ChannelKind, name: String, defaultPreference: ChannelLevelPreferenceOptions = .all) {
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.defaultPreference = defaultPreference
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, kind, name
+        case defaultPreference = "default"
+    }
+}
+
+public struct SectionDefinition: Codable, Hashable, Sendable {
+    public var id: String
+    public var name: String?
+    public var description: String?
+
+    public init(id: String, name: String? = nil, description: String? = nil) {
+        self.id = id
+        self.name = name
+        self.description = description
+    }
+}
+
+/// A notification type.
+public struct CategoryDefinition: Codable, Hashable, Sendable {
+    public var id: String
+    public var name: String
+    public var description: String?
+    /// The section this category is listed under; `nil` lists it without a heading.
+    public var section: String?
+    public var defaultPreference: PreferenceOptions
+    /// `false` for categories users cannot turn off, such as security alerts.
+    public var isEditable: Bool
+    public var channels: [CategoryChannelDefinition]
+    /// Channels still used when the user set that channel to `required`.
+    public var mandatoryChannels: [String]
+    public var actions: [NotificationAction]
+    public var push: PushHints
+
+    public init(
+        id: String,
+        name: String,
+        description: String? = nil,
+        section: String? = nil,
+        defaultPreference: PreferenceOptions = .optIn,
+        isEditable: Bool = true,
+        channels: [CategoryChannelDefinition],
+        mandatoryChannels: [String] = [],
+        actions: [NotificationAction] = [],
+        push: PushHints = PushHints()
+    ) {
+        self.id = id
+        self.name = name
+        self.description = description
+        self.section = section
+        self.defaultPreference = defaultPreference
+        self.isEditable = isEditable
+        self.channels = channels
+        self.mandatoryChannels = mandatoryChannels
+        self.actions = actions
+        self.push = push
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, name, description, section, channels, actions, push
+        case defaultPreference = "default"
+        case isEditable = "is_editable"
+        case mandatoryChannels = "mandatory_channels"
+    }
+
+    public func channel(_ id: String) -> CategoryChannelDefinition? {
+        channels.first { $0.channel == id }
+    }
+
+    public func isMandatory(_ channel: String) -> Bool {
+        mandatoryChannels.contains(channel)
+    }
+}
+
+/// A channel a category may use, with its own default and editability.
+public struct CategoryChannelDefinition: Codable, Hashable, Sendable {
+    public var channel: String
+    public var defaultPreference: PreferenceOptions
+    public var isEditable: Bool
+
+    public init(channel: String, defaultPreference: PreferenceOptions = .optIn, isEditable: Bool = true) {
+        self.channel = channel
+        self.defaultPreference = defaultPreference
+        self.isEditable = isEditable
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case channel
+        case defaultPreference = "default"
+        case isEditable = "is_editable"
+    }
+}
+
+/// A custom button shown with a notification (the platform framework's notification action).
+public struct NotificationAction: Codable, Hashable, Sendable {
+    public var id: String
+    public var title: String
+    public var destructive: Bool
+    /// Whether choosing the action brings the app to the foreground.
+    public var opensApp: Bool
+
+    public init(id: String, title: String, destructive: Bool = false, opensApp: Bool = false) {
+        self.id = id
+        self.title = title
+        self.destructive = destructive
+        self.opensApp = opensApp
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, title, destructive
+        case opensApp = "opens_app"
+    }
+}
+
+/// How a push notification of a category is presented.
+public struct PushHints: Codable, Hashable, Sendable {
+    public enum InterruptionLevel: String, Codable, Hashable, Sendable, CaseIterable {
+        case passive
+        case active
+        case timeSensitive = "time-sensitive"
+        case critical
+    }
+
+    public enum Priority: String, Codable, Hashable, Sendable, CaseIterable {
+        case high
+        case normal
+        case low
+    }
+
+    /// Groups notifications together on the device.
+    public var threadID: String?
+    /// A newer notification with the same key replaces the older one.
+    public var collapseKey: String?
+    public var interruptionLevel: InterruptionLevel?
+    public var priority: Priority
+    /// How long a push service keeps an undelivered notification.
+    public var ttlSeconds: Int?
+
+    public init(
+        threadID: String? = nil,
+        collapseKey: String? = nil,
+        interruptionLevel: InterruptionLevel? = nil,
+        priority: Priority = .high,
+        ttlSeconds: Int? = nil
+    ) {
+        self.threadID = threadID
+        self.collapseKey = collapseKey
+        self.interruptionLevel = interruptionLevel
+        self.priority = priority
+        self.ttlSeconds = ttlSeconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case priority
+        case threadID = "thread_id"
+        case collapseKey = "collapse_key"
+        case interruptionLevel = "interruption_level"
+        case ttlSeconds = "ttl_seconds"
+    }
+}
+
+public struct TenantDefinition: Codable, Hashable, Sendable {
+    public var id: String
+    public var name: String
+
+    public init(id: String, name: String) {
+        self.id = id
+        self.name = name
+    }
+}

@@ -1,0 +1,55 @@
+import Crypto
+import Foundation
+
+/// The server-side API keys, kept only as SHA-256 digests and compared in constant time.
+struct APIKeys: Sendable {
+    private let digests: [[UInt8]]
+
+    init(keys: [String]) {
+        digests = keys.map(Self.digest)
+    }
+
+    init(digests: [[UInt8]]) {
+        self.digests = digests
+    }
+
+    static func digest(_ key: String) -> [UInt8] {
+        Array(SHA256.hash(data: Data(key.utf8)))
+    }
+
+    /// Whether `candidate` is one of the keys. Every key is compared in full, so the time
+    /// taken says nothing about which key or how much of it matched.
+    func accepts(_ candidate: String) -> Bool {
+        let presented = Self.digest(candidate)
+        var matched = false
+        for digest in digests {
+            var difference: UInt8 = 0
+            for (left, right) in zip(digest, presented) {
+                difference |= left ^ right
+            }
+            matched = matched || difference == 0
+        }
+        return matched
+    }
+
+    /// A new random key, in the form `belfry_` followed by 43 base64url characters.
+    static func generate() -> String {
+        "belfry_" + randomToken(bytes: 32)
+    }
+}
+
+/// `bytes` random bytes from the system's secure generator, base64url-encoded without padding.
+func randomToken(bytes: Int) -> String {
+    var generator = SystemRandomNumberGenerator()
+    let data = Data((0..<bytes).map { _ in UInt8.random(in: .min ... .max, using: &generator) })
+    return data.base64URLEncodedString()
+}
+
+extension Data {
+    func base64URLEncodedString() -> String {
+        base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import Vapor
+
+/// Who made a request.
+enum Principal: Sendable {
+    /// A backend holding an API key.
+    case server
+    /// A client holding a user token.
+    case user(UserTokens.Subject)
+}
+
+extension Request {
+    /// The caller, from `Authorization: Bearer …`: an API key or a user token.
+    func principal() async throws -> Principal {
+        guard let bearer = headers.bearerAuthorization?.token else {
+            throw BelfryError(
+                .unauthorized, "unauthorized",
+                "send an API key or a user token as \"Authorization: Bearer <token>\"",
+                headers: ["WWW-Authenticate": "Bearer"])
+        }
+        return try await principal(for: bearer)
+    }
+
+    func principal(for bearer: String) async throws -> Principal {
+        if belfry.apiKeys.accepts(bearer) { return .server }
+        do {
+            return .user(try await belfry.tokens.verify(bearer, now: belfry.now()))
+        } catch .expired {
+            throw BelfryError(
+                .unauthorized, "token_expired", "the user token has expired; mint a new one",
+                headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+        } catch {
+            throw BelfryError(
+                .unauthorized, "invalid_token", "the token is neither an API key nor a valid user token",
+                headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+        }
+    }
+
+    /// Requires an API key.
+    func requireServer() async throws {
+        guard case .server = try await principal() else {
+            throw BelfryError(.forbidden, "forbidden", "this endpoint needs an API key, not a user token")
+        }
+    }
+
+    /// Requires a user token for a user that still exists.
+    func requireUser() async throws -> UserModel {
+        guard case .user(let subject) = try await principal() else {
+            throw BelfryError(
+                .forbidden, "forbidden",
+                "this endpoint acts as one user: send a user token (POST /v1/users/{user_id}/tokens), not an API key")
+        }
+        return try await user(for: subject)
+    }
+
+    /// Requires an API key, or a user token of the user named in the path.
+    func requireServerOrUser(externalID: String) async throws -> UserModel {
+        switch try await principal() {
+        case .server:
+            return try await UserModel.find(externalID: externalID, on: db)
+        case .user(let subject):
+            guard subject.externalID == externalID else {
+                throw BelfryError(.forbidden, "forbidden", "a user token only reaches its own user's data")
+            }
+            return try await user(for: subject)
+        }
+    }
+
+    private func user(for subject: UserTokens.Subject) async throws -> UserModel {
+        guard let user = try await UserModel.find(subject.userID, on: db) else {
+            throw BelfryError(.unauthorized, "invalid_token", "the user of this token no longer exists")
+        }
+        return user
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import JWTKit
+
+/// Short-lived signed user tokens (HS256 JWTs) that let a client act as one user.
+struct UserTokens: Sendable {
+    struct Payload: JWTPayload {
+        /// The user's external id.
+        var sub: SubjectClaim
+        /// The user's internal id, so a token stops working once the user is erased,
+        /// even if the same external id is used again.
+        var uid: String
+        var iss: IssuerClaim
+        var aud: AudienceClaim
+        var iat: IssuedAtClaim
+        var exp: ExpirationClaim
+
+        // Expiry is checked by `UserTokens.verify` against the server's clock, which tests control.
+        func verify(using algorithm: some JWTAlgorithm) async throws {
+            guard iss.value == UserTokens.issuer else { throw JWTError.claimVerificationFailure(failedClaim: iss, reason: "wrong issuer") }
+            try aud.verifyIntendedAudience(includes: UserTokens.audience)
+        }
+    }
+
+    struct Minted: Sendable {
+        var token: String
+        var expiresAt: Date
+    }
+
+    /// Who a verified token speaks for.
+    struct Subject: Sendable, Hashable {
+        var userID: UUID
+        var externalID: String
+    }
+
+    enum Failure: Error {
+        case malformed
+        case expired
+    }
+
+    static let issuer = "belfry"
+    static let audience = "belfry:user"
+
+    private let keys: JWTKeyCollection
+    let lifetime: Int
+
+    init(secret: String, lifetime: Int) async {
+        keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        self.lifetime = lifetime
+    }
+
+    func mint(userID: UUID, externalID: String, now: Date, lifetime: Int? = nil) async throws -> Minted {
+        // JWT times are whole seconds; round so `expires_at` matches the token's `exp` exactly.
+        let issued = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
+        let expiresAt = issued.addingTimeInterval(TimeInterval(lifetime ?? self.lifetime))
+        let payload = Payload(
+            sub: .init(value: externalID), uid: userID.uuidString, iss: .init(value: Self.issuer),
+            aud: .init(value: Self.audience), iat: .init(value: issued), exp: .init(value: expiresAt))
+        return Minted(token: try await keys.sign(payload), expiresAt: expiresAt)
+    }
+
+    func verify(_ token: String, now: Date) async throws(Failure) -> Subject {
+        let payload: Payload
+        do {
+            payload = try await keys.verify(token, as: Payload.self)
+        } catch {
+            throw .malformed
+        }
+        do {
+            try payload.exp.verifyNotExpired(currentDate: now)
+        } catch {
+            throw .expired
+        }
+        guard let userID = UUID(uuidString: payload.uid) else { throw .malformed }
+        return Subject(userID: userID, externalID: payload.sub.value)
+    }
+}

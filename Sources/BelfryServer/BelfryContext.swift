@@ -1,0 +1,45 @@
+import BelfryCore
+import Crypto
+import Foundation
+import Vapor
+
+/// What every route needs, built once by `configure` and kept on the application.
+struct BelfryContext: Sendable {
+    let settings: ServerConfiguration
+    let database: BelfryDatabase
+    let apiKeys: APIKeys
+    let tokens: UserTokens
+    /// The server's clock; tests replace it.
+    let now: @Sendable () -> Date
+    /// A short digest of the workspace, part of every preference ETag so a config change shows as a new version.
+    let workspaceFingerprint: String
+
+    var workspace: WorkspaceConfig { settings.workspace }
+
+    static func fingerprint(of workspace: WorkspaceConfig) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let data = (try? encoder.encode(workspace)) ?? Data()
+        return SHA256.hash(data: data).prefix(6).map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+extension Application {
+    private struct ContextKey: StorageKey {
+        typealias Value = BelfryContext
+    }
+
+    var belfry: BelfryContext {
+        get {
+            guard let context = storage[ContextKey.self] else {
+                preconditionFailure("configure(_:settings:) must run before Belfry's routes are used")
+            }
+            return context
+        }
+        set { storage[ContextKey.self] = newValue }
+    }
+}
+
+extension Request {
+    var belfry: BelfryContext { application.belfry }
+}

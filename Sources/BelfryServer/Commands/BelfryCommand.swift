@@ -1,0 +1,190 @@
+import ArgumentParser
+import BelfryCore
+import Fluent
+import Foundation
+import Logging
+import Vapor
+
+/// The `belfry` command line.
+public struct BelfryCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "belfry",
+        abstract: "Belfry, a self-hosted notification platform.",
+        subcommands: [ServeCommand.self, MigrateCommand.self, TokenCommand.self, ConfigCommand.self]
+    )
+
+    public init() {}
+}
+
+/// Options every command that opens the database takes.
+struct StorageOptions: ParsableArguments {
+    @ArgumentParser.Option(help: "The config file (JSON). Default: $BELFRY_CONFIG, else the built-in demo workspace.")
+    var config: String?
+
+    @ArgumentParser.Option(help: "A SQLite file path or a postgres:// URL. Default: $DATABASE_URL, else belfry.sqlite.")
+    var database: String?
+}
+
+extension ServerConfiguration {
+    /// Resolves the configuration for a command, printing every problem and exiting non-zero if there are any.
+    static func forCommand(_ flags: Flags) throws -> ServerConfiguration {
+        do {
+            return try resolve(flags: flags, environment: ProcessInfo.processInfo.environment)
+        } catch {
+            FileHandle.standardError.write(Data("belfry: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// Logging to standard error at the configured level. Each process runs one command, so this runs once.
+private func bootstrapLogging(_ level: Logger.Level) {
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
+    }
+}
+
+/// Writes a line of the command's own output, unbuffered so that scripts reading it see it at once.
+func say(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+/// Builds and configures an application for a command, then runs `body` and shuts down.
+func withConfiguredApp<T>(
+    _ settings: ServerConfiguration,
+    arguments: [String],
+    migrate: Bool = true,
+    _ body: (Application, StartupReport) async throws -> T
+) async throws -> T {
+    bootstrapLogging(settings.logLevel)
+    let app = try await Application.make(Environment(name: "production", arguments: arguments))
+    do {
+        let report = try await configure(app, settings: settings, options: ConfigureOptions(migrate: migrate))
+        announceDevelopmentKey(report)
+        let result = try await body(app, report)
+        try await app.asyncShutdown()
+        return result
+    } catch {
+        try? await app.asyncShutdown()
+        throw error
+    }
+}
+
+private func announceDevelopmentKey(_ report: StartupReport) {
+    guard let key = report.createdDevelopmentKey else { return }
+    say(
+        """
+        Created a development API key. It is shown only this once and stored as a digest:
+            \(key)
+        Set BELFRY_API_KEY to use keys of your own instead.
+        """)
+}
+
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "serve", abstract: "Run the Belfry server.")
+
+    @ArgumentParser.Option(help: "The address to listen on. Default: $BELFRY_HOSTNAME, else 127.0.0.1.")
+    var hostname: String?
+
+    @ArgumentParser.Option(help: "The port to listen on (0 picks a free one). Default: $BELFRY_PORT, else 8080.")
+    var port: Int?
+
+    @OptionGroup var storage: StorageOptions
+
+    @ArgumentParser.Flag(help: "Do not run pending migrations at start (run `belfry migrate` once instead).")
+    var skipMigrations = false
+
+    func run() async throws {
+        let settings = try ServerConfiguration.forCommand(
+            .init(hostname: hostname, port: port, database: storage.database, config: storage.config))
+        try await withConfiguredApp(settings, arguments: ["belfry", "serve"], migrate: !skipMigrations) { app, report in
+            let workspace = settings.workspace
+            say(
+                """
+                Belfry
+                  config:   \(settings.workspaceSource) (\(workspace.channels.count) channels, \(workspace.categories.count) categories, \(workspace.tenants.count) tenants)
+                  database: \(settings.database)
+                  API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
+                """)
+            try await app.startup()
+            let port = app.http.server.shared.localAddress?.port ?? settings.port
+            say("Belfry listening on http://\(settings.hostname):\(port)")
+            try await app.running?.onStop.get()
+        }
+    }
+}
+
+struct MigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate", abstract: "Create or update the database tables, then exit.")
+
+    @OptionGroup var storage: StorageOptions
+
+    func run() async throws {
+        let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+        try await withConfiguredApp(settings, arguments: ["belfry"]) { _, _ in
+            say("The database is up to date: \(settings.database)")
+        }
+    }
+}
+
+struct TokenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token", abstract: "Print a user token for a user, for trying the client API.")
+
+    @ArgumentParser.Option(help: "The user's external id.")
+    var user: String
+
+    @ArgumentParser.Option(help: "Lifetime in seconds. Default: the configured token lifetime.")
+    var ttl: Int?
+
+    @ArgumentParser.Flag(help: "Create the user if there is none with this id.")
+    var create = false
+
+    @OptionGroup var storage: StorageOptions
+
+    func run() async throws {
+        let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+        if let ttl, !(60...settings.tokenLifetime).contains(ttl) {
+            throw ValidationError("--ttl must be from 60 to \(settings.tokenLifetime) seconds")
+        }
+        let token = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+            let context = app.belfry
+            var model = try await UserModel.query(on: app.db).filter(\.$externalID == user).first()
+            if model == nil && create {
+                let created = UserModel(externalID: user, now: context.now())
+                try await context.database.write(app.db) { db in try await created.create(on: db) }
+                model = created
+            }
+            guard let model else {
+                throw ValidationError("no user \"\(user)\"; create it with PUT /v1/users/\(user) or pass --create")
+            }
+            return try await context.tokens.mint(
+                userID: try model.requireID(), externalID: model.externalID, now: context.now(), lifetime: ttl)
+        }
+        say(token.token)
+    }
+}
+
+struct ConfigCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "config", abstract: "Work with the configuration.", subcommands: [Check.self])
+
+    struct Check: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Validate the configuration and report every problem, without starting anything.")
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let workspace = settings.workspace
+            say(
+                "OK: \(settings.workspaceSource): \(workspace.channels.count) channels, \(workspace.sections.count) sections, "
+                    + "\(workspace.categories.count) categories, \(workspace.tenants.count) tenants; "
+                    + "database \(settings.database)")
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Fluent
+import FluentPostgresDriver
+import FluentSQLiteDriver
+import Foundation
+import SQLKit
+import Vapor
+
+/// The database in use and how to write to it safely.
+struct BelfryDatabase: Sendable {
+    enum Kind: Sendable { case sqlite, postgres }
+
+    let kind: Kind
+    let location: DatabaseLocation
+    private let gate: WriteGate?
+
+    init(location: DatabaseLocation) {
+        self.location = location
+        switch location {
+        case .sqlite:
+            kind = .sqlite
+            gate = WriteGate()
+        case .postgres:
+            kind = .postgres
+            gate = nil
+        }
+    }
+
+    /// Registers the database with Fluent.
+    func register(on app: Application) throws {
+        switch location {
+        case .sqlite(let path):
+            let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            app.databases.use(.sqlite(.file(path), sqlLogLevel: .trace), as: .sqlite)
+        case .postgres(let url):
+            var configuration = try SQLPostgresConfiguration(url: url)
+            configuration.searchPath = nil
+            app.databases.use(.postgres(configuration: configuration, sqlLogLevel: .trace), as: .psql)
+        }
+    }
+
+    /// Settings that must hold before the first query: SQLite's write-ahead log lets
+    /// readers go on while one writer writes.
+    func prepare(_ database: any Database) async throws {
+        guard kind == .sqlite, let sql = database as? any SQLDatabase else { return }
+        try await sql.raw("PRAGMA journal_mode=WAL").run()
+        try await sql.raw("PRAGMA synchronous=NORMAL").run()
+    }
+
+    /// Runs `body` in a transaction, one at a time on SQLite.
+    func write<T: Sendable>(
+        _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
+    ) async throws -> T {
+        guard let gate else { return try await database.transaction(body) }
+        return try await gate.run { try await database.transaction(body) }
+    }
+}
+
+extension Database {
+    /// The SQLKit view of this database; both supported drivers provide one.
+    var sql: any SQLDatabase {
+        guard let sql = self as? any SQLDatabase else {
+            preconditionFailure("Belfry runs on SQLite or PostgreSQL, whose Fluent drivers are SQL databases")
+        }
+        return sql
+    }
+}
+
+extension Error {
+    /// Whether this is the database refusing a write for a unique or foreign key constraint.
+    var isConstraintFailure: Bool {
+        (self as? any DatabaseError)?.isConstraintFailure ?? false
+    }
+}

@@ -1,0 +1,79 @@
+import Fluent
+
+enum BelfryMigrations {
+    /// Every migration, in order. New ones go at the end; shipped ones never change.
+    static let all: [any Migration] = [
+        CreateUsers(),
+        CreateUserTenants(),
+        CreatePreferenceSets(),
+        CreateServerSecrets(),
+    ]
+}
+
+struct CreateUsers: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema(UserModel.schema)
+            .id()
+            .field("external_id", .string, .required)
+            .field("email", .string)
+            .field("time_zone", .string)
+            .field("locale", .string)
+            .field("created_at", .datetime, .required)
+            .field("updated_at", .datetime, .required)
+            .unique(on: "external_id")
+            .create()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema(UserModel.schema).delete()
+    }
+}
+
+struct CreateUserTenants: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema(UserTenantModel.schema)
+            .id()
+            .field("user_id", .uuid, .required, .references(UserModel.schema, .id, onDelete: .cascade))
+            .field("tenant", .string, .required)
+            .unique(on: "user_id", "tenant")
+            .create()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema(UserTenantModel.schema).delete()
+    }
+}
+
+struct CreatePreferenceSets: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema(PreferenceSetModel.schema)
+            .id()
+            .field("user_id", .uuid, .required, .references(UserModel.schema, .id, onDelete: .cascade))
+            .field("scope", .string, .required)
+            .field("version", .int, .required)
+            .field("selections", .string, .required)
+            .field("updated_at", .datetime, .required)
+            .unique(on: "user_id", "scope")
+            .create()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema(PreferenceSetModel.schema).delete()
+    }
+}
+
+struct CreateServerSecrets: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema(ServerSecretModel.schema)
+            .id()
+            .field("name", .string, .required)
+            .field("value", .string, .required)
+            .field("created_at", .datetime, .required)
+            .unique(on: "name")
+            .create()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema(ServerSecretModel.schema).delete()
+    }
+}

@@ -1,0 +1,123 @@
+import BelfryCore
+import Vapor
+
+/// An error with the status and `{"error": {"code", "message"}}` body the client gets.
+public struct BelfryError: AbortError, Sendable, CustomStringConvertible {
+    public var status: HTTPResponseStatus
+    public var code: String
+    public var message: String
+    public var headers: HTTPHeaders
+
+    public init(_ status: HTTPResponseStatus, _ code: String, _ message: String, headers: HTTPHeaders = [:]) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+    }
+
+    public var reason: String { message }
+    public var description: String { "\(status.code) \(code): \(message)" }
+
+    static func badRequest(_ message: String) -> Self { .init(.badRequest, "bad_request", message) }
+    static func invalid(_ message: String) -> Self { .init(.unprocessableEntity, "invalid_request", message) }
+    static func notFound(_ code: String, _ message: String) -> Self { .init(.notFound, code, message) }
+}
+
+extension BelfryError {
+    init(_ error: PreferenceChangeError) {
+        let status: HTTPResponseStatus = error.kind == .notEditable ? .conflict : .notFound
+        self.init(status, error.code, error.message)
+    }
+}
+
+/// Turns every error into the JSON error body, with a code clients can rely on.
+struct BelfryErrorMiddleware: AsyncMiddleware {
+    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+        do {
+            return try await next.respond(to: request)
+        } catch {
+            let failure = Self.classify(error)
+            if failure.status.code >= 500 {
+                request.logger.error("request failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+            } else {
+                request.logger.debug("request refused", metadata: ["belfry.error.code": "\(failure.code)"])
+            }
+            let response = Response(status: failure.status, headers: failure.headers)
+            try response.content.encode(ErrorBody(code: failure.code, message: failure.message), as: .json)
+            return response
+        }
+    }
+
+    static func classify(_ error: any Error) -> BelfryError {
+        switch error {
+        case let error as BelfryError:
+            return error
+        case let error as DecodingError:
+            return .invalid(describeDecoding(error))
+        case let error as any AbortError:
+            let code: String =
+                switch error.status {
+                case .notFound: "not_found"
+                case .payloadTooLarge: "payload_too_large"
+                case .unsupportedMediaType: "unsupported_media_type"
+                case .methodNotAllowed: "method_not_allowed"
+                case .unauthorized: "unauthorized"
+                case .badRequest: "bad_request"
+                default: error.status.code >= 500 ? "internal_error" : "bad_request"
+                }
+            let message = error.status == .notFound ? "no such route" : error.reason
+            return BelfryError(error.status, code, message, headers: error.headers)
+        default:
+            return BelfryError(.internalServerError, "internal_error", "something went wrong on the server")
+        }
+    }
+
+    /// Names the field and what was expected, without Swift type names.
+    static func describeDecoding(_ error: DecodingError) -> String {
+        func field(_ path: [any CodingKey]) -> String {
+            let text = path.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+            return text.hasPrefix(".") ? String(text.dropFirst()) : text
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "field \"\(field(context.codingPath + [key]))\" is required"
+        case .typeMismatch(let type, let context), .valueNotFound(let type, let context):
+            return "field \"\(field(context.codingPath))\" must be \(expectedName(type))"
+        case .dataCorrupted(let context):
+            if context.codingPath.isEmpty { return "the body is not valid JSON" }
+            return "field \"\(field(context.codingPath))\": \(context.debugDescription)"
+        @unknown default:
+            return "the body could not be read"
+        }
+    }
+
+    private static func expectedName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Bool.Type: "true or false"
+        case is Int.Type, is Double.Type: "a number"
+        case is [Any].Type: "a list"
+        default: "an object"
+        }
+    }
+}
+
+extension Request {
+    /// Decodes a JSON body; a missing or malformed one is a clear 400/422.
+    func decodeBody<Body: Decodable>(_ type: Body.Type = Body.self) throws -> Body {
+        guard let buffer = body.data, buffer.readableBytes > 0 else {
+            throw BelfryError.badRequest("this request needs a JSON body")
+        }
+        if let contentType = headers.contentType, contentType != .json {
+            throw BelfryError(.unsupportedMediaType, "unsupported_media_type", "send the body as application/json")
+        }
+        do {
+            return try JSONDecoder().decode(Body.self, from: buffer)
+        } catch let error as DecodingError {
+            if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
+                throw BelfryError.badRequest("the body is not valid JSON")
+            }
+            throw BelfryError.invalid(BelfryErrorMiddleware.describeDecoding(error))
+        }
+    }
+}

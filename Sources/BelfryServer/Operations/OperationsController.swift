@@ -1,0 +1,60 @@
+import BelfryCore
+import Foundation
+import SQLKit
+import Vapor
+
+/// `/healthz`, `/readyz`, `/openapi.yaml` and `GET /v1/config`.
+struct OperationsController: RouteCollection {
+    func boot(routes: any RoutesBuilder) throws {
+        routes.get("healthz", use: health)
+        routes.get("readyz", use: ready)
+        routes.get("openapi.yaml", use: openAPI)
+        routes.get("v1", "config", use: config)
+    }
+
+    struct Status: Encodable {
+        var status: String
+        var database: String?
+    }
+
+    /// The process is up.
+    @Sendable func health(req: Request) async throws -> Response {
+        try Response.json(Status(status: "ok"))
+    }
+
+    /// The process can serve: its database answers.
+    @Sendable func ready(req: Request) async throws -> Response {
+        let kind = req.belfry.database.kind == .sqlite ? "sqlite" : "postgres"
+        do {
+            try await req.db.sql.raw("SELECT 1").run()
+        } catch {
+            req.logger.warning("database not ready", metadata: ["belfry.error": "\(String(reflecting: error))"])
+            throw BelfryError(.serviceUnavailable, "not_ready", "the \(kind) database does not answer")
+        }
+        return try Response.json(Status(status: "ready", database: kind))
+    }
+
+    @Sendable func openAPI(req: Request) async throws -> Response {
+        var headers = HTTPHeaders()
+        headers.contentType = HTTPMediaType(type: "application", subType: "yaml")
+        return Response(status: .ok, headers: headers, body: .init(string: OpenAPIDocument.text))
+    }
+
+    /// The workspace in force; any authenticated caller may read it.
+    @Sendable func config(req: Request) async throws -> Response {
+        _ = try await req.principal()
+        return try Response.json(req.belfry.workspace)
+    }
+}
+
+enum OpenAPIDocument {
+    /// The OpenAPI document served at `/openapi.yaml`, a resource of this target.
+    static let text: String = {
+        guard let url = Bundle.module.url(forResource: "openapi", withExtension: "yaml", subdirectory: "Resources"),
+            let text = try? String(contentsOf: url, encoding: .utf8)
+        else {
+            fatalError("openapi.yaml is missing from the BelfryServer bundle")
+        }
+        return text
+    }()
+}

@@ -1,0 +1,124 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Vapor
+
+/// Server-side user management: `/v1/users/{user_id}` (API key).
+struct UsersController: RouteCollection {
+    func boot(routes: any RoutesBuilder) throws {
+        let users = routes.grouped("v1", "users", ":user_id")
+        users.put(use: upsert)
+        users.get(use: show)
+        users.delete(use: erase)
+        users.post("tokens", use: mintToken)
+    }
+
+    @Sendable func upsert(req: Request) async throws -> Response {
+        try await req.requireServer()
+        let externalID = try req.userIDParameter()
+        let body = try req.decodeBody(UserUpsert.self)
+        try Self.validate(body, workspace: req.belfry.workspace)
+        let now = req.belfry.now()
+        let (user, created, tenants) = try await req.belfry.database.write(req.db) { db in
+            let existing = try await UserModel.query(on: db).filter(\.$externalID == externalID).first()
+            let user = existing ?? UserModel(externalID: externalID, now: now)
+            if let email = body.email { user.email = email }
+            if let timeZone = body.timeZone { user.timeZone = timeZone }
+            if let locale = body.locale { user.locale = locale }
+            user.updatedAt = now
+            try await user.save(on: db)
+            let userID = try user.requireID()
+            if let tenants = body.tenants {
+                try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
+                for tenant in Set(tenants).sorted() {
+                    try await UserTenantModel(userID: userID, tenant: tenant).create(on: db)
+                }
+            }
+            return (user, existing == nil, try await user.tenantIDs(on: db))
+        }
+        req.logger.info("user saved", metadata: ["belfry.user": "\(externalID)", "belfry.created": "\(created)"])
+        return try Response.json(user.record(tenants: tenants), status: created ? .created : .ok)
+    }
+
+    @Sendable func show(req: Request) async throws -> Response {
+        try await req.requireServer()
+        let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
+        return try Response.json(user.record(tenants: try await user.tenantIDs(on: req.db)))
+    }
+
+    /// Erases the user and everything stored about them.
+    @Sendable func erase(req: Request) async throws -> HTTPStatus {
+        try await req.requireServer()
+        let externalID = try req.userIDParameter()
+        try await req.belfry.database.write(req.db) { db in
+            let user = try await UserModel.find(externalID: externalID, on: db)
+            let userID = try user.requireID()
+            // Deleted explicitly as well as by the foreign keys' cascade, so erasure
+            // does not depend on the database enforcing them.
+            try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
+            try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
+            try await user.delete(on: db)
+        }
+        req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
+        return .noContent
+    }
+
+    struct TokenRequest: Decodable {
+        var ttlSeconds: Int?
+
+        enum CodingKeys: String, CodingKey {
+            case ttlSeconds = "ttl_seconds"
+        }
+    }
+
+    @Sendable func mintToken(req: Request) async throws -> Response {
+        try await req.requireServer()
+        let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
+        let hasBody = (req.body.data?.readableBytes ?? 0) > 0
+        let lifetime = hasBody ? try req.decodeBody(TokenRequest.self).ttlSeconds : nil
+        if let lifetime, !(60...req.belfry.settings.tokenLifetime).contains(lifetime) {
+            throw BelfryError.invalid(
+                "field \"ttl_seconds\" must be from 60 to \(req.belfry.settings.tokenLifetime), got \(lifetime)")
+        }
+        let minted = try await req.belfry.tokens.mint(
+            userID: try user.requireID(), externalID: user.externalID, now: req.belfry.now(), lifetime: lifetime)
+        return try Response.json(TokenGrant(token: minted.token, expiresAt: minted.expiresAt), status: .created)
+    }
+
+    static func validate(_ body: UserUpsert, workspace: WorkspaceConfig) throws {
+        var problems: [String] = []
+        if let email = body.email {
+            let parts = email.split(separator: "@", omittingEmptySubsequences: false)
+            if email.count > 254 || parts.count != 2 || parts.contains(where: \.isEmpty)
+                || email.contains(where: \.isWhitespace)
+            {
+                problems.append("field \"email\" must be an email address such as ada@example.org, got \"\(email)\"")
+            }
+        }
+        if let timeZone = body.timeZone, TimeZone(identifier: timeZone) == nil {
+            problems.append("field \"time_zone\" must be an IANA time zone such as Europe/Berlin, got \"\(timeZone)\"")
+        }
+        if let locale = body.locale, locale.range(of: #"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$"#, options: .regularExpression) == nil {
+            problems.append("field \"locale\" must be a language tag such as de or pt-BR, got \"\(locale)\"")
+        }
+        for (index, tenant) in (body.tenants ?? []).enumerated() where workspace.tenant(tenant) == nil {
+            problems.append("field \"tenants[\(index)]\": no tenant \"\(tenant)\" in this workspace")
+        }
+        if !problems.isEmpty {
+            throw BelfryError.invalid(problems.joined(separator: "; "))
+        }
+    }
+}
+
+extension Request {
+    /// The `{user_id}` path parameter: 1 to 128 letters, digits or `_ . @ : + -`.
+    func userIDParameter() throws -> String {
+        let id = parameters.get("user_id") ?? ""
+        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@:+-")
+        guard (1...128).contains(id.count), id.unicodeScalars.allSatisfy(allowed.contains) else {
+            throw BelfryError.invalid(
+                "the user id must be 1 to 128 letters, digits or any of _ . @ : + -, got \"\(id)\"")
+        }
+        return id
+    }
+}

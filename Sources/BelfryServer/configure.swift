@@ -1,0 +1,94 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Vapor
+
+/// What `configure` did that the operator should hear about once.
+public struct StartupReport: Sendable {
+    /// A development API key created on this start; shown once, stored only as a digest.
+    public var createdDevelopmentKey: String?
+    /// Whether the API key in use is the stored development key (no `BELFRY_API_KEY` given).
+    public var usesDevelopmentKey: Bool
+}
+
+/// Options for `configure` that are not configuration values.
+public struct ConfigureOptions: Sendable {
+    /// Run pending migrations before serving.
+    public var migrate: Bool
+    /// The server's clock.
+    public var now: @Sendable () -> Date
+
+    public init(migrate: Bool = true, now: @escaping @Sendable () -> Date = { Date() }) {
+        self.migrate = migrate
+        self.now = now
+    }
+}
+
+/// Sets up a Belfry application: database, migrations, secrets, middleware and routes.
+@discardableResult
+public func configure(
+    _ app: Application, settings: ServerConfiguration, options: ConfigureOptions = ConfigureOptions()
+) async throws -> StartupReport {
+    app.logger.logLevel = settings.logLevel
+    app.http.server.configuration.hostname = settings.hostname
+    app.http.server.configuration.port = settings.port
+    app.routes.defaultMaxBodySize = ByteCount(value: settings.maxBodySize)
+
+    let database = BelfryDatabase(location: settings.database)
+    try database.register(on: app)
+    app.migrations.add(BelfryMigrations.all)
+    try await database.prepare(app.db)
+    if options.migrate {
+        try await app.autoMigrate()
+    }
+
+    let now = options.now
+    var createdKey: String?
+    let apiKeys: APIKeys
+    if settings.apiKeys.isEmpty {
+        var generated: String?
+        let stored = try await ServerSecrets.value(named: ServerSecrets.developmentKeyDigest, on: app.db, now: now()) {
+            let key = APIKeys.generate()
+            generated = key
+            return APIKeys.digest(key).map { String(format: "%02x", $0) }.joined()
+        }
+        if stored.created { createdKey = generated }
+        apiKeys = APIKeys(digests: [hexBytes(stored.value)])
+    } else {
+        apiKeys = APIKeys(keys: settings.apiKeys)
+    }
+    let secret =
+        if let secret = settings.tokenSecret { secret } else {
+            try await ServerSecrets.value(named: ServerSecrets.tokenSecret, on: app.db, now: now()) {
+                randomToken(bytes: 48)
+            }.value
+        }
+
+    app.belfry = BelfryContext(
+        settings: settings,
+        database: database,
+        apiKeys: apiKeys,
+        tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
+        now: now,
+        workspaceFingerprint: BelfryContext.fingerprint(of: settings.workspace)
+    )
+
+    app.middleware = Middlewares()
+    app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
+    app.middleware.use(BelfryErrorMiddleware())
+    try app.register(collection: OperationsController())
+    try app.register(collection: UsersController())
+    try app.register(collection: PreferencesController())
+
+    return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
+}
+
+private func hexBytes(_ hex: String) -> [UInt8] {
+    var bytes: [UInt8] = []
+    var index = hex.startIndex
+    while let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex), index < hex.endIndex {
+        bytes.append(UInt8(hex[index..<next], radix: 16) ?? 0)
+        index = next
+    }
+    return bytes
+}

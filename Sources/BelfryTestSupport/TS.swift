@@ -1,0 +1,3 @@
+import VaporTesting
+import BelfryServer
+public enum TS {}

@@ -1,0 +1,8 @@
+import BelfryServer
+
+@main
+enum Belfry {
+    static func main() async {
+        await BelfryCommand.main()
+    }
+}
