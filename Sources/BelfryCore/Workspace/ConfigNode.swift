@@ -75,10 +75,8 @@ public final class ConfigIssueCollector {
 
     public init() {}
 
-    /// Records an issue once: checks that revisit a value do not repeat what was already said.
     public func add(_ path: String, _ message: String) {
-        let issue = ConfigIssue(path: path, message: message)
-        if !issues.contains(issue) { issues.append(issue) }
+        issues.append(ConfigIssue(path: path, message: message))
     }
 }
 
@@ -129,16 +127,22 @@ public struct ConfigNode {
         return true
     }
 
+    /// The elements of a list, without reporting anything when this is not a list.
+    public var elements: [ConfigNode] {
+        guard case .some(.array(let elements)) = value else { return [] }
+        return elements.enumerated().map { index, element in
+            ConfigNode(path: "\(path)[\(index)]", value: element, issues: issues)
+        }
+    }
+
     /// The elements of a list; an absent key is an empty list.
     public func list(required: Bool = false) -> [ConfigNode] {
         switch value {
         case .none, .some(.null):
             if required { fail("is required") }
             return []
-        case .some(.array(let elements)):
-            return elements.enumerated().map { index, element in
-                ConfigNode(path: "\(path)[\(index)]", value: element, issues: issues)
-            }
+        case .some(.array):
+            return elements
         case .some:
             expected("a list")
             return []
@@ -181,7 +185,8 @@ public struct ConfigNode {
         case .none, .some(.null): return nil
         case .some(.number(let number)):
             guard number.rounded() == number, let whole = Int(exactly: number), range.contains(whole) else {
-                fail("expected a whole number from \(range.lowerBound) to \(range.upperBound), got \(number)")
+                let shown = number.rounded() == number && abs(number) < 1e15 ? "\(Int(number))" : "\(number)"
+                fail("expected a whole number from \(range.lowerBound) to \(range.upperBound), got \(shown)")
                 return nil
             }
             return whole

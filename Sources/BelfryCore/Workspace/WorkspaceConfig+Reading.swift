@@ -30,35 +30,45 @@ extension WorkspaceConfig {
     /// `extraKeys` are further top-level keys the caller reads itself.
     public static func read(_ root: ConfigNode, allowing extraKeys: Set<String>) -> WorkspaceConfig? {
         guard root.object(keys: fileKeys.union(extraKeys)) else { return nil }
-        let channels = Read(root["channels"].list(required: true), readChannel)
-        let sections = Read(root["sections"].list(), readSection)
-        let categories = Read(root["categories"].list(required: true), readCategory)
-        let tenants = Read(root["tenants"].list(required: true), readTenant)
-        let defaultTenant = root["default_tenant"].identifier(required: false) ?? tenants.values.first?.id
-        let config = WorkspaceConfig(
-            channels: channels.values,
-            sections: sections.values,
-            categories: categories.values,
-            tenants: tenants.values,
-            defaultTenant: defaultTenant ?? ""
-        )
-        checkReferences(root, channels, sections, categories, tenants, config)
-        return config
+        let channels = nonEmptyList(root["channels"], "channel").compactMap(readChannel)
+        let sections = root["sections"].list().compactMap(readSection)
+        let known = Known(channels: Set(channels.map(\.id)), sections: Set(sections.map(\.id)))
+        let categories = nonEmptyList(root["categories"], "category").compactMap { readCategory($0, known) }
+        let tenants = nonEmptyList(root["tenants"], "tenant").compactMap(readTenant)
+        for key in ["channels", "sections", "categories", "tenants"] {
+            reportDuplicates(root[key].elements, key: "id", noun: String(key.dropLast()))
+        }
+        let defaultTenant = root["default_tenant"].identifier(required: false) ?? tenants.first?.id ?? ""
+        if root["default_tenant"].isPresent, !defaultTenant.isEmpty, !tenants.contains(where: { $0.id == defaultTenant }) {
+            root["default_tenant"].fail("\"\(defaultTenant)\" is not one of the tenants")
+        }
+        return WorkspaceConfig(
+            channels: channels, sections: sections, categories: categories, tenants: tenants,
+            defaultTenant: defaultTenant)
     }
 
-    /// The values read from a list, each with the node it came from, so later checks name the right path.
-    private struct Read<Value> {
-        var pairs: [(node: ConfigNode, value: Value)]
-        var values: [Value] { pairs.map(\.value) }
+    /// Ids already read, for checking references to them.
+    private struct Known {
+        var channels: Set<String>
+        var sections: Set<String>
+    }
 
-        init(_ nodes: [ConfigNode], _ read: (ConfigNode) -> Value?) {
-            pairs = nodes.compactMap { node in read(node).map { (node, $0) } }
+    private static func nonEmptyList(_ node: ConfigNode, _ noun: String) -> [ConfigNode] {
+        let elements = node.list(required: true)
+        if case .some(.array([])) = node.value {
+            node.fail("must list at least one \(noun)")
         }
+        return elements
+    }
 
-        func reportDuplicates(_ noun: String, id: (Value) -> String) {
-            var seen = Set<String>()
-            for (node, value) in pairs where !seen.insert(id(value)).inserted {
-                node.fail("duplicate \(noun) id \"\(id(value))\"")
+    /// Reports every repeated id in a list, reading the raw ids so that elements with other problems count too.
+    private static func reportDuplicates(_ nodes: [ConfigNode], key: String?, noun: String) {
+        var seen = Set<String>()
+        for node in nodes {
+            let idNode = key.map { node[$0] } ?? node
+            guard case .some(.string(let id)) = idNode.value else { continue }
+            if !seen.insert(id).inserted {
+                idNode.fail("duplicate \(noun) id \"\(id)\"")
             }
         }
     }
@@ -66,8 +76,8 @@ extension WorkspaceConfig {
     private static func readChannel(_ node: ConfigNode) -> ChannelDefinition? {
         guard node.object(keys: ["id", "kind", "name", "default"]) else { return nil }
         let id = node["id"].identifier()
-        let kind = node["kind"].choice(ChannelKind.self)
         if !node["kind"].isPresent { node["kind"].fail("is required") }
+        let kind = node["kind"].choice(ChannelKind.self)
         let name = node["name"].string() ?? id
         let defaultPreference = node["default"].choice(default: ChannelLevelPreferenceOptions.all)
         guard let id, let kind, let name, let defaultPreference else { return nil }
@@ -83,7 +93,7 @@ extension WorkspaceConfig {
         return SectionDefinition(id: id, name: name, description: description)
     }
 
-    private static func readCategory(_ node: ConfigNode) -> CategoryDefinition? {
+    private static func readCategory(_ node: ConfigNode, _ known: Known) -> CategoryDefinition? {
         let keys: Set<String> = [
             "id", "name", "description", "section", "default", "is_editable", "channels",
             "mandatory_channels", "actions", "push",
@@ -93,11 +103,28 @@ extension WorkspaceConfig {
         let name = node["name"].string(required: true, maxLength: 200)
         let description = node["description"].string()
         let section = node["section"].identifier(required: false)
+        if let section, !known.sections.contains(section) {
+            node["section"].fail("\"\(section)\" is not one of the sections")
+        }
         let defaultPreference = node["default"].choice(default: PreferenceOptions.optIn)
         let isEditable = node["is_editable"].bool(default: true)
-        let channels = node["channels"].list(required: true).compactMap(readCategoryChannel)
-        let mandatory = node["mandatory_channels"].list().compactMap { $0.identifier() }
-        let actions = node["actions"].list().compactMap(readAction)
+        if !isEditable && node["default"].isPresent && defaultPreference != .optIn {
+            node["default"].fail("a category users cannot edit is always sent, so its default must be \"opt_in\"")
+        }
+        let channelNodes = nonEmptyList(node["channels"], "channel")
+        let channels = channelNodes.compactMap { readCategoryChannel($0, known) }
+        reportDuplicates(channelNodes, key: nil, noun: "channel")
+        reportDuplicates(channelNodes.filter { !isString($0) }, key: "channel", noun: "channel")
+        let mandatory = node["mandatory_channels"].list().compactMap { element -> String? in
+            guard let channel = element.identifier() else { return nil }
+            if !channels.contains(where: { $0.channel == channel }) {
+                element.fail("\"\(channel)\" is not one of this category's channels")
+            }
+            return channel
+        }
+        let actionNodes = node["actions"].list()
+        let actions = actionNodes.compactMap(readAction)
+        reportDuplicates(actionNodes, key: "id", noun: "action")
         let push = readPushHints(node["push"])
         guard let id, let name, let defaultPreference else { return nil }
         return CategoryDefinition(
@@ -107,17 +134,34 @@ extension WorkspaceConfig {
         )
     }
 
+    private static func isString(_ node: ConfigNode) -> Bool {
+        if case .some(.string) = node.value { return true }
+        return false
+    }
+
     /// A category channel is an object, or just the channel id for the defaults.
-    private static func readCategoryChannel(_ node: ConfigNode) -> CategoryChannelDefinition? {
-        if case .some(.string) = node.value {
-            return node.identifier().map { CategoryChannelDefinition(channel: $0) }
+    private static func readCategoryChannel(_ node: ConfigNode, _ known: Known) -> CategoryChannelDefinition? {
+        var definition: CategoryChannelDefinition?
+        var idNode = node
+        if isString(node) {
+            definition = node.identifier().map { CategoryChannelDefinition(channel: $0) }
+        } else if node.object(keys: ["channel", "default", "is_editable"]) {
+            idNode = node["channel"]
+            let channel = idNode.identifier()
+            let defaultPreference = node["default"].choice(default: PreferenceOptions.optIn)
+            let isEditable = node["is_editable"].bool(default: true)
+            if !isEditable && defaultPreference != .optIn {
+                node["default"].fail("a channel users cannot edit is always used, so its default must be \"opt_in\"")
+            }
+            if let channel, let defaultPreference {
+                definition = CategoryChannelDefinition(
+                    channel: channel, defaultPreference: defaultPreference, isEditable: isEditable)
+            }
         }
-        guard node.object(keys: ["channel", "default", "is_editable"]) else { return nil }
-        let channel = node["channel"].identifier()
-        let defaultPreference = node["default"].choice(default: PreferenceOptions.optIn)
-        let isEditable = node["is_editable"].bool(default: true)
-        guard let channel, let defaultPreference else { return nil }
-        return CategoryChannelDefinition(channel: channel, defaultPreference: defaultPreference, isEditable: isEditable)
+        if let definition, !known.channels.contains(definition.channel) {
+            idNode.fail("\"\(definition.channel)\" is not one of the workspace channels")
+        }
+        return definition
     }
 
     private static func readAction(_ node: ConfigNode) -> NotificationAction? {
@@ -131,17 +175,15 @@ extension WorkspaceConfig {
     }
 
     private static func readPushHints(_ node: ConfigNode) -> PushHints {
-        guard node.isPresent else { return PushHints() }
-        guard node.object(keys: ["thread_id", "collapse_key", "interruption_level", "priority", "ttl_seconds"]) else {
-            return PushHints()
-        }
-        let collapseKey = node["collapse_key"].string(maxLength: 64)
+        guard node.isPresent,
+            node.object(keys: ["thread_id", "collapse_key", "interruption_level", "priority", "ttl_seconds"])
+        else { return PushHints() }
         return PushHints(
             threadID: node["thread_id"].string(maxLength: 200),
-            collapseKey: collapseKey,
+            collapseKey: node["collapse_key"].string(maxLength: 64),
             interruptionLevel: node["interruption_level"].choice(PushHints.InterruptionLevel.self),
             priority: node["priority"].choice(default: PushHints.Priority.high) ?? .high,
-            // Apple and Web Push services keep messages for at most about four weeks.
+            // APNs and Web Push services keep an undelivered message for about four weeks at most.
             ttlSeconds: node["ttl_seconds"].int(in: 0...2_419_200)
         )
     }
@@ -152,60 +194,6 @@ extension WorkspaceConfig {
         let name = node["name"].string() ?? id
         guard let id, let name else { return nil }
         return TenantDefinition(id: id, name: name)
-    }
-
-    /// Checks what single values cannot: unique ids, references, and rules between fields.
-    private static func checkReferences(
-        _ root: ConfigNode,
-        _ channels: Read<ChannelDefinition>,
-        _ sections: Read<SectionDefinition>,
-        _ categories: Read<CategoryDefinition>,
-        _ tenants: Read<TenantDefinition>,
-        _ config: WorkspaceConfig
-    ) {
-        channels.reportDuplicates("channel", id: \.id)
-        sections.reportDuplicates("section", id: \.id)
-        categories.reportDuplicates("category", id: \.id)
-        tenants.reportDuplicates("tenant", id: \.id)
-        if root["channels"].isPresent && root["channels"].list().isEmpty {
-            root["channels"].fail("must list at least one channel")
-        }
-        if root["tenants"].isPresent && root["tenants"].list().isEmpty {
-            root["tenants"].fail("must list at least one tenant")
-        }
-        if !config.defaultTenant.isEmpty && config.tenant(config.defaultTenant) == nil {
-            root["default_tenant"].fail("\"\(config.defaultTenant)\" is not one of the tenants")
-        }
-        let channelIDs = Set(config.channels.map(\.id))
-        let sectionIDs = Set(config.sections.map(\.id))
-        for (node, category) in categories.pairs {
-            if let section = category.section, !sectionIDs.contains(section) {
-                node["section"].fail("\"\(section)\" is not one of the sections")
-            }
-            if !category.isEditable && category.defaultPreference != .optIn {
-                node["default"].fail("a category users cannot edit is always sent, so its default must be \"opt_in\"")
-            }
-            let categoryChannels = Read(node["channels"].list(), readCategoryChannel)
-            if node["channels"].isPresent && node["channels"].list().isEmpty {
-                node["channels"].fail("must list at least one channel")
-            }
-            categoryChannels.reportDuplicates("channel", id: \.channel)
-            for (channelNode, channel) in categoryChannels.pairs {
-                if !channelIDs.contains(channel.channel) {
-                    channelNode.fail("\"\(channel.channel)\" is not one of the workspace channels")
-                }
-                if !channel.isEditable && channel.defaultPreference != .optIn {
-                    channelNode["default"].fail(
-                        "a channel users cannot edit is always used, so its default must be \"opt_in\"")
-                }
-            }
-            for mandatoryNode in node["mandatory_channels"].list() {
-                if case .some(.string(let channel)) = mandatoryNode.value, category.channel(channel) == nil {
-                    mandatoryNode.fail("\"\(channel)\" is not one of this category's channels")
-                }
-            }
-            Read(node["actions"].list(), readAction).reportDuplicates("action", id: \.id)
-        }
     }
 }
 

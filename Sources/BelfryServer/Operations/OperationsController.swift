@@ -42,7 +42,7 @@ struct OperationsController: RouteCollection {
 
     /// The workspace in force; any authenticated caller may read it.
     @Sendable func config(req: Request) async throws -> Response {
-        _ = try await req.principal()
+        try await req.requireAnyone()
         return try Response.json(req.belfry.workspace)
     }
 }

@@ -12,25 +12,28 @@ struct PreferencesController: RouteCollection {
         me.patch(
             "categories", ":category",
             use: { req in
+                let user = try await req.requireUser()
                 let change = PreferenceChange.category(
                     try req.pathParameter("category"), try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
-                return try await patch(req, user: try await req.requireUser(), change: change)
+                return try await patch(req, user: user, change: change)
             })
         me.patch(
             "categories", ":category", "channels", ":channel",
             use: { req in
+                let user = try await req.requireUser()
                 let change = PreferenceChange.channelInCategory(
                     channel: try req.pathParameter("channel"), category: try req.pathParameter("category"),
                     try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
-                return try await patch(req, user: try await req.requireUser(), change: change)
+                return try await patch(req, user: user, change: change)
             })
         me.patch(
             "channels", ":channel",
             use: { req in
+                let user = try await req.requireUser()
                 let change = PreferenceChange.overallChannel(
                     try req.pathParameter("channel"),
                     try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self).preference)
-                return try await patch(req, user: try await req.requireUser(), change: change)
+                return try await patch(req, user: user, change: change)
             })
         me.post("changes", use: { req in try await changeMany(req, user: try await req.requireUser()) })
 
