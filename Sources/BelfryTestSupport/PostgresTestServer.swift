@@ -1,0 +1,135 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// The PostgreSQL server the tests use: the one named by `BELFRY_TEST_POSTGRES_URL`
+/// (as `.ci/run` starts it), or else one this process starts on loopback with
+/// `scripts/test-postgres` and stops when it exits. Each test gets a database of its own.
+public actor PostgresTestServer {
+    public static let shared = PostgresTestServer()
+
+    private var adminURL: String?
+
+    /// The admin URL (database `postgres`), starting a server first if needed.
+    public func url() throws -> String {
+        if let adminURL { return adminURL }
+        let url: String
+        if let given = ProcessInfo.processInfo.environment["BELFRY_TEST_POSTGRES_URL"], !given.isEmpty {
+            url = given
+        } else {
+            let directory = FileManager.default.temporaryDirectory
+                .appendingPathComponent("belfry-test-postgres-\(UUID().uuidString.prefix(8))").path
+            url = try runScript("start", directory).trimmingCharacters(in: .whitespacesAndNewlines)
+            StartedServer.register(directory: directory)
+        }
+        adminURL = url
+        return url
+    }
+
+    /// Creates an empty database and returns its URL.
+    public func createDatabase() throws -> (name: String, url: String) {
+        let admin = try url()
+        let name = "belfry_test_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+        try psql(admin, "CREATE DATABASE \(name)")
+        return (name, Self.replacingDatabase(in: admin, with: name))
+    }
+
+    public func dropDatabase(_ name: String) throws {
+        try psql(try url(), "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+    }
+
+    /// Runs one SQL statement with `psql`.
+    public func psql(_ url: String, _ statement: String) throws {
+        try TestProcess.run(Self.psqlPath, [url, "-v", "ON_ERROR_STOP=1", "-qAtc", statement])
+    }
+
+    private static let psqlPath: String = {
+        let candidates = ["/usr/bin/psql", "/usr/local/bin/psql", "/opt/homebrew/bin/psql"]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? "/usr/bin/psql"
+    }()
+
+    static func replacingDatabase(in url: String, with name: String) -> String {
+        guard var components = URLComponents(string: url) else { return url }
+        components.path = "/\(name)"
+        return components.string ?? url
+    }
+
+    private func runScript(_ arguments: String...) throws -> String {
+        try TestProcess.run(PackagePaths.root.appendingPathComponent("scripts/test-postgres").path, arguments)
+    }
+}
+
+/// Stops a server this process started when the process exits.
+private enum StartedServer {
+    // Written once, before the exit handler that reads it is registered; a C exit handler cannot capture context.
+    nonisolated(unsafe) static var directory: String?
+
+    static func register(directory: String) {
+        Self.directory = directory
+        atexit {
+            guard let directory = StartedServer.directory else { return }
+            _ = try? TestProcess.run(
+                PackagePaths.root.appendingPathComponent("scripts/test-postgres").path, ["stop", directory])
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+}
+
+/// Paths inside this package, found from this source file's location.
+public enum PackagePaths {
+    public static let root = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+}
+
+/// Runs a program to completion.
+///
+/// This spawns and reaps the child itself: Foundation's `Process` on Linux was seen to miss
+/// the exit of `scripts/test-postgres` (a child left as a zombie, `waitUntilExit` never returning).
+public enum TestProcess {
+    public struct Failure: Error, CustomStringConvertible {
+        public var command: String
+        public var status: Int32
+        public var output: String
+        public var description: String { "\(command) exited with \(status): \(output)" }
+    }
+
+    /// Runs `executable` with `arguments`; returns its standard output, or throws with everything it printed.
+    @discardableResult
+    public static func run(_ executable: String, _ arguments: [String]) throws -> String {
+        let directory = FileManager.default.temporaryDirectory
+        let outputPath = directory.appendingPathComponent("belfry-process-\(UUID().uuidString).out").path
+        let errorPath = directory.appendingPathComponent("belfry-process-\(UUID().uuidString).err").path
+        defer {
+            try? FileManager.default.removeItem(atPath: outputPath)
+            try? FileManager.default.removeItem(atPath: errorPath)
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, errorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid = pid_t()
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        guard spawned == 0 else {
+            throw Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        // A normal exit has the low seven bits clear and the exit code in the next eight.
+        let exitCode = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        guard exitCode == 0 else {
+            let errors = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
+            throw Failure(
+                command: ([executable] + arguments).joined(separator: " "), status: exitCode, output: errors + output)
+        }
+        return output
+    }
+}

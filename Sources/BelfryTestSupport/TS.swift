@@ -1,3 +1,0 @@
-import VaporTesting
-import BelfryServer
-public enum TS {}
