@@ -133,3 +133,63 @@ public enum TestProcess {
         return output
     }
 }
+
+/// A program running in the background, its output going to a file the test can read.
+public final class BackgroundProcess: Sendable {
+    public let pid: pid_t
+    private let outputPath: String
+
+    /// Starts `executable`; standard output and standard error both go to one file.
+    public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        outputPath = FileManager.default.temporaryDirectory
+            .appendingPathComponent("belfry-background-\(UUID().uuidString).log").path
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        let merged = ProcessInfo.processInfo.environment.merging(environment) { _, given in given }
+        let envp = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid = pid_t()
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+        guard spawned == 0 else {
+            throw TestProcess.Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
+        }
+        self.pid = pid
+    }
+
+    public var output: String {
+        (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+    }
+
+    /// Waits until the output contains `text`, for at most `seconds`; returns the output.
+    public func waitForOutput(containing text: String, seconds: Double = 30) async throws -> String {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let current = output
+            if current.contains(text) { return current }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid {
+                throw TestFailure("the process ended before printing \"\(text)\":\n\(current)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestFailure("no \"\(text)\" within \(seconds) s:\n\(output)")
+    }
+
+    /// Sends SIGTERM and returns the exit code once the process has ended.
+    @discardableResult
+    public func terminate() -> Int32 {
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        try? FileManager.default.removeItem(atPath: outputPath)
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    }
+}

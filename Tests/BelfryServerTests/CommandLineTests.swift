@@ -1,0 +1,103 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The `belfry` executable, run as an operator would.
+@Suite("The belfry command line", .serialized)
+struct CommandLineTests {
+    /// `belfry` is built next to the test bundle.
+    static let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        .appendingPathComponent("belfry").path
+
+    static func temporaryDirectory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
+    }
+
+    static func request(
+        _ method: String, _ url: String, bearer: String? = nil, json: String? = nil
+    ) async throws -> (status: Int, body: String) {
+        var request = URLRequest(url: try #require(URL(string: url)))
+        request.httpMethod = method
+        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+        if let json {
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            request.httpBody = Data(json.utf8)
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+
+    @Test("config check reports every problem of a bad file and exits non-zero")
+    func configCheck() throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("bad.json")
+        try Data(#"{"channels": [{"id": "inbox"}], "categories": [{"id": "x", "channels": ["fax"]}], "tenants": []}"#.utf8)
+            .write(to: file)
+        let failure = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["config", "check", "--config", file.path])
+        }
+        #expect(failure.status == 1)
+        for expected in [
+            "configuration has 4 problems", "channels[0].kind: is required", "categories[0].name: is required",
+            #"categories[0].channels[0]: "fax" is not one of the workspace channels"#, "tenants: must list at least one tenant",
+        ] {
+            #expect(failure.output.contains(expected), "\(failure.output)")
+        }
+        let good = try TestProcess.run(Self.executable, ["config", "check"])
+        #expect(good.hasPrefix("OK: built-in demo: 5 channels, 3 sections, 11 categories, 4 tenants"))
+    }
+
+    @Test("serve starts on the demo config, prints a development key once, and token mints a working user token")
+    func serveAndToken() async throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("belfry.sqlite").path
+        let environment = ["BELFRY_API_KEY": "", "DATABASE_URL": "", "BELFRY_CONFIG": ""]
+
+        let server = try BackgroundProcess(
+            Self.executable, ["serve", "--port", "0", "--database", database], environment: environment)
+        let output: String
+        do {
+            output = try await server.waitForOutput(containing: "Belfry listening on ")
+        } catch {
+            server.terminate()
+            throw error
+        }
+        let key = try #require(output.firstMatch(of: /belfry_[A-Za-z0-9_-]{43}/)).output
+        let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
+        let base = "http://127.0.0.1:\(port)"
+        #expect(output.contains("config:   built-in demo (5 channels, 11 categories, 4 tenants)"))
+        #expect(output.contains("database: SQLite at \(database)"))
+
+        let health = try await Self.request("GET", "\(base)/healthz")
+        #expect(health.status == 200)
+        let created = try await Self.request("PUT", "\(base)/v1/users/ada", bearer: String(key), json: #"{"tenants": ["dewiki"]}"#)
+        #expect(created.status == 201)
+        let token = try TestProcess.run(Self.executable, ["token", "--user", "ada", "--database", database])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let preferences = try await Self.request("GET", "\(base)/v1/me/preferences?tenant=dewiki", bearer: token)
+        #expect(preferences.status == 200)
+        #expect(preferences.body.hasPrefix(#"{"channel_preferences":[{"channel":"inbox","is_restricted":false}"#))
+        #expect(server.terminate() == 0, "SIGTERM shuts down cleanly")
+
+        let restarted = try BackgroundProcess(
+            Self.executable, ["serve", "--port", "0", "--database", database], environment: environment)
+        let again = try await restarted.waitForOutput(containing: "Belfry listening on ")
+        restarted.terminate()
+        #expect(!again.contains("belfry_"), "the development key is shown only once")
+        #expect(again.contains("API keys: the development key stored in the database"))
+
+        let missing = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["token", "--user", "bob", "--database", database])
+        }
+        #expect(missing.output.contains(#"no user "bob""#))
+    }
+}

@@ -1,0 +1,92 @@
+import BelfryCore
+import BelfryServer
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+import VaporTesting
+
+@Suite("Operations: health, readiness, config and the OpenAPI document")
+struct OperationsTests {
+    @Test("healthz and readyz answer, readyz naming the database", arguments: TestDatabase.allCases)
+    func health(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let health = try await app.send(.GET, "/healthz")
+            #expect(health.status == .ok)
+            #expect(health.body.string == #"{"status":"ok"}"#)
+            let ready = try await app.send(.GET, "/readyz")
+            #expect(ready.status == .ok)
+            #expect(ready.body.string == #"{"database":"\#(database.rawValue)","status":"ready"}"#)
+        }
+    }
+
+    @Test("GET /v1/config answers the workspace in force")
+    func config() async throws {
+        try await withBelfry(.sqlite) { app in
+            let response = try await app.send(.GET, "/v1/config", bearer: testAPIKey)
+            #expect(try response.decode(WorkspaceConfig.self) == .demo)
+        }
+    }
+
+    @Test("unknown routes and oversized bodies get the JSON error body")
+    func errorsAreJSON() async throws {
+        try await withBelfry(.sqlite) { app in
+            let missing = try await app.send(.GET, "/v1/nothing-here")
+            #expect(missing.status == .notFound)
+            #expect(missing.errorCode == "not_found")
+            #expect(missing.headers.contentType == .json)
+
+            let huge = String(repeating: "x", count: 300 * 1024)
+            let oversized = try await app.testing(method: .running(port: 0)).sendRequest(
+                .PUT, "/v1/users/ada",
+                headers: ["Authorization": "Bearer \(testAPIKey)", "Content-Type": "application/json"],
+                body: ByteBuffer(string: #"{"email": "\#(huge)"}"#))
+            #expect(oversized.status == .payloadTooLarge)
+            #expect(oversized.errorCode == "payload_too_large")
+        }
+    }
+
+    /// The paths and methods in the served OpenAPI document, read line by line
+    /// (paths at two spaces of indentation, methods at four).
+    static func documentedRoutes(_ text: String) -> Set<String> {
+        var routes = Set<String>()
+        var inPaths = false
+        var path: String?
+        let methods: Set<String> = ["get", "put", "post", "patch", "delete", "head", "options"]
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if !line.hasPrefix(" ") && !line.isEmpty { inPaths = line == "paths:" }
+            guard inPaths else { continue }
+            if line.hasPrefix("  /") && !line.hasPrefix("   ") {
+                path = String(line.dropFirst(2).dropLast())
+            } else if line.hasPrefix("    ") && !line.hasPrefix("     "), let path {
+                let key = line.dropFirst(4).dropLast()
+                if methods.contains(String(key)) { routes.insert("\(key.uppercased()) \(path)") }
+            }
+        }
+        return routes
+    }
+
+    @Test("the OpenAPI document describes exactly the routes the server has")
+    func openAPIMatchesRouter() async throws {
+        try await withBelfry(.sqlite) { app in
+            let response = try await app.send(.GET, "/openapi.yaml")
+            #expect(response.status == .ok)
+            #expect(response.headers.contentType?.subType == "yaml")
+            let text = response.body.string
+            #expect(text.hasPrefix("openapi: 3.1"))
+            let documented = Self.documentedRoutes(text)
+            let served = Set(
+                app.routes.all.map { route in
+                    let path = route.path.map { component -> String in
+                        switch component {
+                        case .parameter(let name): "{\(name)}"
+                        default: component.description
+                        }
+                    }.joined(separator: "/")
+                    return "\(route.method.rawValue) /\(path)"
+                })
+            #expect(served.count >= 15)
+            #expect(documented == served, "only documented: \(documented.subtracting(served)); only served: \(served.subtracting(documented))")
+        }
+    }
+}

@@ -1,0 +1,132 @@
+import BelfryCore
+import BelfryServer
+import Foundation
+import Testing
+
+@Suite("Server configuration: flags > environment > file > defaults")
+struct ServerConfigurationTests {
+    static let workspaceFile = """
+        {
+          "server": { "port": 9000, "hostname": "0.0.0.0", "database": "/var/lib/belfry/file.sqlite",
+                      "api_keys": ["file-key-0123456789abcdef"], "token_ttl_seconds": 600, "log_level": "debug" },
+          "channels": [{ "id": "inbox", "kind": "inbox" }],
+          "categories": [{ "id": "hello", "name": "Hello", "channels": ["inbox"] }],
+          "tenants": [{ "id": "main" }]
+        }
+        """
+
+    static func resolve(
+        flags: ServerConfiguration.Flags = .init(), env: [String: String] = [:], file: String? = nil
+    ) throws(ConfigError) -> ServerConfiguration {
+        try ServerConfiguration.resolve(flags: flags, environment: env) { path in
+            guard let file, path == "belfry.json" else { throw CocoaError(.fileReadNoSuchFile) }
+            return Data(file.utf8)
+        }
+    }
+
+    @Test("with nothing given: the demo workspace on SQLite, loopback port 8080, no keys")
+    func defaults() throws {
+        let settings = try Self.resolve()
+        #expect(settings.hostname == "127.0.0.1")
+        #expect(settings.port == 8080)
+        #expect(settings.database == .sqlite(path: "belfry.sqlite"))
+        #expect(settings.workspaceSource == "built-in demo")
+        #expect(settings.workspace == .demo)
+        #expect(settings.apiKeys.isEmpty)
+        #expect(settings.tokenSecret == nil)
+        #expect(settings.tokenLifetime == 3600)
+        #expect(settings.logLevel == .info)
+    }
+
+    @Test("each value comes from the flag, else the environment, else the file")
+    func precedence() throws {
+        let fileOnly = try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: Self.workspaceFile)
+        #expect(fileOnly.port == 9000)
+        #expect(fileOnly.hostname == "0.0.0.0")
+        #expect(fileOnly.database == .sqlite(path: "/var/lib/belfry/file.sqlite"))
+        #expect(fileOnly.apiKeys == ["file-key-0123456789abcdef"])
+        #expect(fileOnly.tokenLifetime == 600)
+        #expect(fileOnly.logLevel == .debug)
+        #expect(fileOnly.workspace.categories.map(\.id) == ["hello"])
+        #expect(fileOnly.workspace.defaultTenant == "main")
+        #expect(fileOnly.workspaceSource == "belfry.json")
+
+        let env = [
+            "BELFRY_CONFIG": "belfry.json", "BELFRY_PORT": "9100", "DATABASE_URL": "postgres://u:secret@db:5432/belfry",
+            "BELFRY_API_KEY": "env-key-0123456789abcdef, env-key-2-0123456789abcdef", "BELFRY_HOSTNAME": "::1",
+        ]
+        let fromEnv = try Self.resolve(env: env, file: Self.workspaceFile)
+        #expect(fromEnv.port == 9100)
+        #expect(fromEnv.hostname == "::1")
+        #expect(fromEnv.database == .postgres(url: "postgres://u:secret@db:5432/belfry"))
+        #expect(fromEnv.database.description == "PostgreSQL at postgres://u:%E2%80%A2%E2%80%A2%E2%80%A2@db:5432/belfry")
+        #expect(fromEnv.apiKeys == ["env-key-0123456789abcdef", "env-key-2-0123456789abcdef"])
+
+        let fromFlags = try Self.resolve(
+            flags: .init(hostname: "127.0.0.2", port: 9200, database: "sqlite:///tmp/flag.sqlite", config: "belfry.json"),
+            env: env.merging(["BELFRY_CONFIG": "elsewhere.json"]) { _, new in new }, file: Self.workspaceFile)
+        #expect(fromFlags.port == 9200)
+        #expect(fromFlags.hostname == "127.0.0.2")
+        #expect(fromFlags.database == .sqlite(path: "/tmp/flag.sqlite"))
+        #expect(fromFlags.workspaceSource == "belfry.json")
+    }
+
+    @Test("every bad value is reported at once, with where it came from")
+    func everyProblem() throws {
+        let file = """
+            {
+              "server": { "port": 70000, "api_keys": ["short"], "colour": "blue" },
+              "channels": [{ "id": "inbox", "kind": "pigeon" }],
+              "categories": [],
+              "tenants": [{ "id": "main" }]
+            }
+            """
+        let env = [
+            "BELFRY_CONFIG": "belfry.json", "DATABASE_URL": "mysql://db/belfry", "BELFRY_TOKEN_TTL": "forever",
+            "BELFRY_LOG_LEVEL": "loud", "BELFRY_TOKEN_SECRET": "tiny",
+        ]
+        let error = try #require(throws: ConfigError.self) { try Self.resolve(env: env, file: file) }
+        let paths = error.issues.map(\.path)
+        #expect(
+            Set(paths) == [
+                "server.colour", "server.port", "server.api_keys", "channels[0].kind", "categories", "DATABASE_URL",
+                "BELFRY_TOKEN_TTL", "BELFRY_LOG_LEVEL", "BELFRY_TOKEN_SECRET",
+            ], "\(error)")
+        #expect(paths.count == 9, "\(error)")
+        #expect(error.issues.first { $0.path == "DATABASE_URL" }?.message.contains("unsupported database \"mysql://\"") == true)
+        #expect(error.issues.first { $0.path == "BELFRY_LOG_LEVEL" }?.message.contains(#"got "loud""#) == true)
+    }
+
+    @Test("a config file that cannot be read is a clear problem")
+    func unreadableFile() throws {
+        let error = try #require(throws: ConfigError.self) {
+            try Self.resolve(flags: .init(config: "missing.json"))
+        }
+        #expect(error.issues.count == 1)
+        #expect(error.issues[0].path == "--config")
+        #expect(error.issues[0].message.hasPrefix("cannot read missing.json"))
+        let bad = try #require(throws: ConfigError.self) {
+            try Self.resolve(flags: .init(port: -1))
+        }
+        #expect(bad.issues.map(\.path) == ["--port"])
+    }
+
+    @Test("the shipped demo workspace has what the seeds describe")
+    func demo() throws {
+        let demo = WorkspaceConfig.demo
+        #expect(demo.channels.map(\.id) == ["inbox", "ios_push", "web_push", "webhook", "email"])
+        #expect(demo.tenants.map(\.id) == ["enwiki", "dewiki", "wikidata", "commons"])
+        #expect(demo.defaultTenant == "enwiki")
+        let seedTypes = [
+            "edit-user-talk", "mention", "reverted", "edit-thank", "article-linked", "thank-you-edit", "emailuser",
+            "user-rights", "login-success", "login-fail",
+        ]
+        for id in seedTypes {
+            let category = try #require(demo.category(id), "\(id)")
+            #expect(!category.name.isEmpty && (category.description ?? "").count > 10, "\(id)")
+        }
+        #expect(demo.category("login-fail")?.isEditable == false)
+        #expect(demo.categories.filter { !$0.isEditable }.map(\.id) == ["login-fail"])
+        #expect(demo.sections.compactMap(\.name) == ["Talk and mentions", "Your edits", "Account"])
+    }
+}

@@ -1,0 +1,160 @@
+import BelfryCore
+import BelfryServer
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+import VaporTesting
+
+@Suite("Users, tokens and authentication")
+struct UsersAndAuthTests {
+    @Test("PUT creates then updates a user, merging fields and replacing tenants", arguments: TestDatabase.allCases)
+    func upsert(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let created = try await app.putUser(
+                "ada@example.org", UserUpsert(email: "ada@example.org", timeZone: "Europe/Berlin", tenants: ["dewiki", "enwiki"]))
+            #expect(created.status == .created)
+            let first = try created.decode(UserRecord.self)
+            #expect(first.id == "ada@example.org")
+            #expect(first.tenants == ["dewiki", "enwiki"])
+
+            let updated = try await app.putUser("ada@example.org", UserUpsert(locale: "de-CH", tenants: ["commons"]))
+            #expect(updated.status == .ok)
+            let record = try await app.send(.GET, "/v1/users/ada@example.org", bearer: testAPIKey).decode(UserRecord.self)
+            #expect(record.email == "ada@example.org")
+            #expect(record.timeZone == "Europe/Berlin")
+            #expect(record.locale == "de-CH")
+            #expect(record.tenants == ["commons"])
+            #expect(record.createdAt == first.createdAt)
+        }
+    }
+
+    @Test("bad user fields are refused, each named")
+    func validation() async throws {
+        try await withBelfry(.sqlite) { app in
+            let response = try await app.send(
+                .PUT, "/v1/users/ada", bearer: testAPIKey,
+                rawBody: #"{"email": "not-an-address", "time_zone": "Mars/Olympus", "locale": "english!", "tenants": ["enwiki", "frwiki"]}"#)
+            #expect(response.status == .unprocessableEntity)
+            let message = try #require(response.errorMessage)
+            for field in ["\"email\"", "\"time_zone\"", "\"locale\"", "\"tenants[1]\""] {
+                #expect(message.contains(field), "\(message)")
+            }
+            let badID = try await app.send(.PUT, "/v1/users/a%20b", bearer: testAPIKey, json: UserUpsert())
+            #expect(badID.status == .unprocessableEntity)
+            let wrongType = try await app.send(.PUT, "/v1/users/ada", bearer: testAPIKey, rawBody: #"{"tenants": "enwiki"}"#)
+            #expect(wrongType.status == .unprocessableEntity)
+            #expect(wrongType.errorMessage == #"field "tenants" must be a list"#)
+            #expect(try await app.send(.GET, "/v1/users/ada", bearer: testAPIKey).errorCode == "user_not_found")
+        }
+    }
+
+    @Test("DELETE erases the user, their preferences and the use of their tokens", arguments: TestDatabase.allCases)
+    func erase(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let token = try await app.userToken("ada")
+            let changed = try await app.send(
+                .PATCH, "/v1/me/preferences/categories/mention", bearer: token, json: ["preference": "opt_out"])
+            #expect(changed.status == .ok)
+            #expect(try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status == .noContent)
+            #expect(try await app.send(.GET, "/v1/users/ada", bearer: testAPIKey).status == .notFound)
+            #expect(try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status == .notFound)
+            let stale = try await app.send(.GET, "/v1/me/preferences", bearer: token)
+            #expect(stale.status == .unauthorized)
+            #expect(stale.errorCode == "invalid_token")
+
+            // The same id again is a new user: the old token stays dead and nothing was kept.
+            let fresh = try await app.userToken("ada")
+            #expect(try await app.send(.GET, "/v1/me/preferences", bearer: token).status == .unauthorized)
+            let data = try await app.send(.GET, "/v1/me/preferences", bearer: fresh).decode(PreferenceData.self)
+            let mention = data.sections?.flatMap { $0.subcategories ?? [] }.first { $0.category == "mention" }
+            #expect(mention?.preference == .optIn)
+        }
+    }
+
+    @Test("tokens carry the configured lifetime and expire on the server's clock")
+    func tokenLifetime() async throws {
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock) { app in
+            #expect(try await app.putUser("ada").status == .created)
+            let grant = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey).decode(TokenGrant.self)
+            #expect(grant.expiresAt == clock.now.addingTimeInterval(3600))
+            let short = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 120])
+                .decode(TokenGrant.self)
+            #expect(short.expiresAt == clock.now.addingTimeInterval(120))
+            let tooShort = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 10])
+            #expect(tooShort.status == .unprocessableEntity)
+            #expect(try await app.send(.POST, "/v1/users/bob/tokens", bearer: testAPIKey).errorCode == "user_not_found")
+
+            clock.advance(by: 119)
+            #expect(try await app.send(.GET, "/v1/me/preferences", bearer: short.token).status == .ok)
+            clock.advance(by: 2)
+            let expired = try await app.send(.GET, "/v1/me/preferences", bearer: short.token)
+            #expect(expired.status == .unauthorized)
+            #expect(expired.errorCode == "token_expired")
+            #expect(try await app.send(.GET, "/v1/me/preferences", bearer: grant.token).status == .ok)
+        }
+    }
+
+    @Test("401 for missing or bad credentials, 403 for the wrong kind or another user's token")
+    func authorization() async throws {
+        try await withBelfry(.sqlite) { app in
+            let ada = try await app.userToken("ada")
+            _ = try await app.userToken("bob")
+            let cases: [(HTTPMethod, String, String?, HTTPStatus, String)] = [
+                (.GET, "/v1/me/preferences", nil, .unauthorized, "unauthorized"),
+                (.GET, "/v1/me/preferences", "not-a-token", .unauthorized, "invalid_token"),
+                (.GET, "/v1/me/preferences", ada + "x", .unauthorized, "invalid_token"),
+                (.GET, "/v1/users/ada", "test-api-key-0123456789abcdeX", .unauthorized, "invalid_token"),
+                (.GET, "/v1/me/preferences", testAPIKey, .forbidden, "forbidden"),
+                (.GET, "/v1/users/ada", ada, .forbidden, "forbidden"),
+                (.POST, "/v1/users/ada/tokens", ada, .forbidden, "forbidden"),
+                (.GET, "/v1/users/bob/preferences", ada, .forbidden, "forbidden"),
+                (.GET, "/v1/config", nil, .unauthorized, "unauthorized"),
+            ]
+            for (method, path, bearer, status, code) in cases {
+                let response = try await app.send(method, path, bearer: bearer)
+                #expect(response.status == status, "\(method) \(path)")
+                #expect(response.errorCode == code, "\(method) \(path): \(response.body.string)")
+            }
+            #expect(try await app.send(.GET, "/v1/users/ada/preferences", bearer: ada).status == .ok)
+            #expect(try await app.send(.GET, "/v1/users/ada/preferences", bearer: testAPIKey).status == .ok)
+            #expect(try await app.send(.GET, "/v1/config", bearer: ada).status == .ok)
+            let unauthorized = try await app.send(.GET, "/v1/me/preferences")
+            #expect(unauthorized.headers.first(name: .wwwAuthenticate) == "Bearer")
+        }
+    }
+
+    @Test("a token signed by another Belfry is refused")
+    func foreignToken() async throws {
+        let foreign = try await withBelfry(.sqlite) { app in try await app.userToken("ada") }
+        try await withBelfry(.sqlite) { app in
+            _ = try await app.userToken("ada")
+            #expect(try await app.send(.GET, "/v1/me/preferences", bearer: foreign).errorCode == "invalid_token")
+        }
+    }
+
+    @Test("without configured keys, a development key is created once, kept, and works", arguments: TestDatabase.allCases)
+    func developmentKey(database: TestDatabase) async throws {
+        try await withTestStorage(database) { location in
+            let key = try await withBelfryApp(location: location, apiKeys: []) { app, report in
+                let key = try #require(report.createdDevelopmentKey)
+                #expect(report.usesDevelopmentKey)
+                #expect(key.hasPrefix("belfry_") && key.count > 40)
+                #expect(try await app.putUser("ada").status == .unauthorized, "the test key is not configured")
+                #expect(try await app.send(.PUT, "/v1/users/ada", bearer: key, json: UserUpsert()).status == .created)
+                return key
+            }
+            try await withBelfryApp(location: location, apiKeys: []) { app, report in
+                let response = try await app.send(.GET, "/v1/users/ada", bearer: key)
+                #expect(report.createdDevelopmentKey == nil, "shown only once")
+                #expect(response.status == .ok)
+            }
+            try await withBelfryApp(location: location, apiKeys: [testAPIKey]) { app, report in
+                let response = try await app.send(.GET, "/v1/users/ada", bearer: key)
+                #expect(report.usesDevelopmentKey == false)
+                #expect(response.status == .unauthorized, "configured keys replace it")
+            }
+        }
+    }
+}
