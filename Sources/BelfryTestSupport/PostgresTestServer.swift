@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// The PostgreSQL server the tests use: the one named by `BELFRY_TEST_POSTGRES_URL`
 /// (as `.ci/run` starts it), or else one this process starts on loopback with
@@ -141,7 +142,8 @@ public final class BackgroundProcess: Sendable {
 
     /// Starts `executable`; standard output and standard error both go to one file.
     public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
-        outputPath = FileManager.default.temporaryDirectory
+        outputPath =
+            FileManager.default.temporaryDirectory
             .appendingPathComponent("belfry-background-\(UUID().uuidString).log").path
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)

@@ -33,7 +33,8 @@ public final class TestClock: Sendable {
 }
 
 private let loggingBootstrapped: Void = {
-    let level = ProcessInfo.processInfo.environment["BELFRY_TEST_LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .error
+    let level =
+        ProcessInfo.processInfo.environment["BELFRY_TEST_LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .error
     LoggingSystem.bootstrap { label in
         var handler = StreamLogHandler.standardError(label: label)
         handler.logLevel = level
@@ -47,7 +48,8 @@ public func withTestStorage<T>(
 ) async throws -> T {
     switch kind {
     case .sqlite:
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-test-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "belfry-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         return try await body(.sqlite(path: directory.appendingPathComponent("belfry.sqlite").path))

@@ -30,7 +30,8 @@ struct PreferencePropertyTests {
         config.categories.append(
             CategoryDefinition(
                 id: "security", name: "Security", isEditable: false,
-                channels: [CategoryChannelDefinition(channel: "inbox", isEditable: false)], mandatoryChannels: ["inbox"]))
+                channels: [CategoryChannelDefinition(channel: "inbox", isEditable: false)], mandatoryChannels: ["inbox"]
+            ))
         return config
     }
 

@@ -77,18 +77,59 @@ struct PreferenceRuleTests {
     @Test(
         "named cases",
         arguments: [
-            ("everything on", row(true, .optIn, true, .optIn, .all, mandatory: false, push: false, device: false), ChannelDecision.deliver),
-            ("category off", row(true, .optOut, true, .optIn, .all, mandatory: true, push: false, device: false), .skip(.categoryOptedOut)),
-            ("non-editable category is sent even if stored off", row(false, .optOut, true, .optIn, .all, mandatory: false, push: false, device: false), .deliver),
-            ("channel unchecked", row(true, .optIn, true, .optOut, .all, mandatory: true, push: false, device: false), .skip(.channelOptedOut)),
-            ("non-editable channel is used even if stored off", row(true, .optIn, false, .optOut, .all, mandatory: false, push: false, device: false), .deliver),
-            ("required channel, category does not require it", row(true, .optIn, true, .optIn, .required, mandatory: false, push: false, device: false), .skip(.channelRestricted)),
-            ("required channel, category requires it", row(true, .optIn, true, .optIn, .required, mandatory: true, push: false, device: false), .deliver),
-            ("push without an authorized device", row(true, .optIn, true, .optIn, .all, mandatory: false, push: true, device: false), .skip(.noAuthorizedDevice)),
-            ("push with an authorized device", row(true, .optIn, true, .optIn, .all, mandatory: false, push: true, device: true), .deliver),
-            ("security alert: nothing editable, mandatory, required overall", row(false, .optOut, false, .optOut, .required, mandatory: true, push: false, device: false), .deliver),
-            ("mandatory does not override an unchecked editable channel", row(true, .optIn, true, .optOut, .required, mandatory: true, push: false, device: false), .skip(.channelOptedOut)),
-            ("mandatory push still needs a device", row(false, .optIn, false, .optIn, .required, mandatory: true, push: true, device: false), .skip(.noAuthorizedDevice)),
+            (
+                "everything on", row(true, .optIn, true, .optIn, .all, mandatory: false, push: false, device: false),
+                ChannelDecision.deliver
+            ),
+            (
+                "category off", row(true, .optOut, true, .optIn, .all, mandatory: true, push: false, device: false),
+                .skip(.categoryOptedOut)
+            ),
+            (
+                "non-editable category is sent even if stored off",
+                row(false, .optOut, true, .optIn, .all, mandatory: false, push: false, device: false), .deliver
+            ),
+            (
+                "channel unchecked",
+                row(true, .optIn, true, .optOut, .all, mandatory: true, push: false, device: false),
+                .skip(.channelOptedOut)
+            ),
+            (
+                "non-editable channel is used even if stored off",
+                row(true, .optIn, false, .optOut, .all, mandatory: false, push: false, device: false), .deliver
+            ),
+            (
+                "required channel, category does not require it",
+                row(true, .optIn, true, .optIn, .required, mandatory: false, push: false, device: false),
+                .skip(.channelRestricted)
+            ),
+            (
+                "required channel, category requires it",
+                row(true, .optIn, true, .optIn, .required, mandatory: true, push: false, device: false), .deliver
+            ),
+            (
+                "push without an authorized device",
+                row(true, .optIn, true, .optIn, .all, mandatory: false, push: true, device: false),
+                .skip(.noAuthorizedDevice)
+            ),
+            (
+                "push with an authorized device",
+                row(true, .optIn, true, .optIn, .all, mandatory: false, push: true, device: true), .deliver
+            ),
+            (
+                "security alert: nothing editable, mandatory, required overall",
+                row(false, .optOut, false, .optOut, .required, mandatory: true, push: false, device: false), .deliver
+            ),
+            (
+                "mandatory does not override an unchecked editable channel",
+                row(true, .optIn, true, .optOut, .required, mandatory: true, push: false, device: false),
+                .skip(.channelOptedOut)
+            ),
+            (
+                "mandatory push still needs a device",
+                row(false, .optIn, false, .optIn, .required, mandatory: true, push: true, device: false),
+                .skip(.noAuthorizedDevice)
+            ),
         ])
     func named(_ name: String, input: PreferenceRuleInput, expected: ChannelDecision) {
         #expect(PreferenceRule.decide(input) == expected, "\(name)")
@@ -118,7 +159,9 @@ struct PreferenceLayerTests {
         ["in": .all, "out": .required][text]
     }
 
-    static func config(categoryDefault: PreferenceOptions, channelDefault: ChannelLevelPreferenceOptions, editable: Bool = true)
+    static func config(
+        categoryDefault: PreferenceOptions, channelDefault: ChannelLevelPreferenceOptions, editable: Bool = true
+    )
         -> WorkspaceConfig
     {
         WorkspaceConfig(
@@ -127,7 +170,10 @@ struct PreferenceLayerTests {
             categories: [
                 CategoryDefinition(
                     id: "mention", name: "Mention", defaultPreference: categoryDefault, isEditable: editable,
-                    channels: [CategoryChannelDefinition(channel: "email", defaultPreference: categoryDefault, isEditable: editable)])
+                    channels: [
+                        CategoryChannelDefinition(
+                            channel: "email", defaultPreference: categoryDefault, isEditable: editable)
+                    ])
             ],
             tenants: [TenantDefinition(id: "enwiki", name: "English")],
             defaultTenant: "enwiki")
@@ -137,7 +183,8 @@ struct PreferenceLayerTests {
     func layering() throws {
         for (tenantValue, userValue, defaultValue, effective) in Self.table {
             let config = Self.config(
-                categoryDefault: try #require(Self.option(defaultValue)), channelDefault: try #require(Self.overall(defaultValue)))
+                categoryDefault: try #require(Self.option(defaultValue)),
+                channelDefault: try #require(Self.overall(defaultValue)))
             var tenant = PreferenceSelections()
             var user = PreferenceSelections()
             tenant.categories["mention"] = Self.option(tenantValue)
@@ -150,7 +197,9 @@ struct PreferenceLayerTests {
             let category = config.categories[0]
             let row = "\(tenantValue) \(userValue) \(defaultValue)"
             #expect(resolved.preference(for: category) == Self.option(effective), "category \(row)")
-            #expect(resolved.preference(for: category.channels[0], in: category) == Self.option(effective), "channel \(row)")
+            #expect(
+                resolved.preference(for: category.channels[0], in: category) == Self.option(effective), "channel \(row)"
+            )
             #expect(resolved.preference(for: config.channels[0]) == Self.overall(effective), "overall \(row)")
         }
     }
@@ -158,7 +207,8 @@ struct PreferenceLayerTests {
     @Test("items users cannot edit ignore stored values at every layer")
     func nonEditable() {
         let config = Self.config(categoryDefault: .optIn, channelDefault: .all, editable: false)
-        let stored = PreferenceSelections(categories: ["mention": .optOut], categoryChannels: ["mention": ["email": .optOut]])
+        let stored = PreferenceSelections(
+            categories: ["mention": .optOut], categoryChannels: ["mention": ["email": .optOut]])
         let resolved = ResolvedPreferences(config: config, userDefaults: stored, tenant: stored)
         let category = config.categories[0]
         #expect(resolved.preference(for: category) == .optIn)
@@ -191,7 +241,8 @@ struct PreferenceDecisionTests {
                 .allSatisfy { $0.decision == .skip(.categoryOptedOut) })
         let other = ResolvedPreferences(config: config)
         #expect(
-            PreferenceRule.decisions(for: mention, preferences: other, authorizedPushChannels: ["ios_push"]).map(\.decision)
+            PreferenceRule.decisions(for: mention, preferences: other, authorizedPushChannels: ["ios_push"]).map(
+                \.decision)
                 == [.deliver, .deliver, .skip(.channelOptedOut)])
         #expect(
             PreferenceRule.decisions(for: mention, preferences: other, authorizedPushChannels: []).map(\.decision)

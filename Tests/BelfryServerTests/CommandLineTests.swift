@@ -39,15 +39,18 @@ struct CommandLineTests {
         let directory = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("bad.json")
-        try Data(#"{"channels": [{"id": "inbox"}], "categories": [{"id": "x", "channels": ["fax"]}], "tenants": []}"#.utf8)
-            .write(to: file)
+        try Data(
+            #"{"channels": [{"id": "inbox"}], "categories": [{"id": "x", "channels": ["fax"]}], "tenants": []}"#.utf8
+        )
+        .write(to: file)
         let failure = try #require(throws: TestProcess.Failure.self) {
             try TestProcess.run(Self.executable, ["config", "check", "--config", file.path])
         }
         #expect(failure.status == 1)
         for expected in [
             "configuration has 4 problems", "channels[0].kind: is required", "categories[0].name: is required",
-            #"categories[0].channels[0]: "fax" is not one of the workspace channels"#, "tenants: must list at least one tenant",
+            #"categories[0].channels[0]: "fax" is not one of the workspace channels"#,
+            "tenants: must list at least one tenant",
         ] {
             #expect(failure.output.contains(expected), "\(failure.output)")
         }
@@ -79,7 +82,8 @@ struct CommandLineTests {
 
         let health = try await Self.request("GET", "\(base)/healthz")
         #expect(health.status == 200)
-        let created = try await Self.request("PUT", "\(base)/v1/users/ada", bearer: String(key), json: #"{"tenants": ["dewiki"]}"#)
+        let created = try await Self.request(
+            "PUT", "\(base)/v1/users/ada", bearer: String(key), json: #"{"tenants": ["dewiki"]}"#)
         #expect(created.status == 201)
         let token = try TestProcess.run(Self.executable, ["token", "--user", "ada", "--database", database])
             .trimmingCharacters(in: .whitespacesAndNewlines)

@@ -86,7 +86,9 @@ struct OperationsTests {
                     return "\(route.method.rawValue) /\(path)"
                 })
             #expect(served.count >= 15)
-            #expect(documented == served, "only documented: \(documented.subtracting(served)); only served: \(served.subtracting(documented))")
+            #expect(
+                documented == served,
+                "only documented: \(documented.subtracting(served)); only served: \(served.subtracting(documented))")
         }
     }
 }

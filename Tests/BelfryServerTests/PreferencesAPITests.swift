@@ -14,7 +14,8 @@ struct PreferencesAPITests {
         data.sections?.lazy.compactMap { $0.subcategories?.first { $0.category == id } }.first
     }
 
-    @Test("GET answers the seed's PreferenceData for the default tenant, with an ETag", arguments: TestDatabase.allCases)
+    @Test(
+        "GET answers the seed's PreferenceData for the default tenant, with an ETag", arguments: TestDatabase.allCases)
     func read(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
             let token = try await app.userToken("ada")
@@ -25,7 +26,8 @@ struct PreferencesAPITests {
             #expect(data.channelPreferences?.map(\.channel) == ["inbox", "ios_push", "web_push", "webhook", "email"])
             #expect(Self.category(data, "article-linked")?.preference == .optOut)
             #expect(Self.category(data, "login-fail")?.isEditable == false)
-            let json = try #require(try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: Any])
+            let json = try #require(
+                try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: Any])
             #expect(Set(json.keys) == ["sections", "channel_preferences"])
             let etag = try #require(response.etag)
 
@@ -34,12 +36,15 @@ struct PreferencesAPITests {
         }
     }
 
-    @Test("the three PATCH calls change one tenant; other tenants and the server view agree", arguments: TestDatabase.allCases)
+    @Test(
+        "the three PATCH calls change one tenant; other tenants and the server view agree",
+        arguments: TestDatabase.allCases)
     func patches(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
             let token = try await app.userToken("ada", tenants: ["enwiki", "dewiki"])
             let category = try await app.send(
-                .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: token, json: Self.body("opt_out"))
+                .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: token, json: Self.body("opt_out")
+            )
             #expect(category.status == .ok)
             #expect(Self.category(try category.decode(PreferenceData.self), "mention")?.preference == .optOut)
             let channel = try await app.send(
@@ -69,17 +74,23 @@ struct PreferencesAPITests {
         try await withBelfry(database) { app in
             let token = try await app.userToken("ada")
             let tenantValue = try await app.send(
-                .PATCH, "/v1/me/preferences/categories/edit-thank?tenant=commons", bearer: token, json: Self.body("opt_in"))
+                .PATCH, "/v1/me/preferences/categories/edit-thank?tenant=commons", bearer: token,
+                json: Self.body("opt_in"))
             #expect(tenantValue.status == .ok)
             let before = try #require(
                 try await app.send(.GET, "/v1/me/preferences?tenant=wikidata", bearer: token).etag)
             let defaults = try await app.send(
-                .PATCH, "/v1/me/preferences/categories/edit-thank?scope=defaults", bearer: token, json: Self.body("opt_out"))
+                .PATCH, "/v1/me/preferences/categories/edit-thank?scope=defaults", bearer: token,
+                json: Self.body("opt_out"))
             #expect(defaults.status == .ok)
 
-            for (tenant, expected) in [("wikidata", PreferenceOptions.optOut), ("enwiki", .optOut), ("commons", .optIn)] {
+            for (tenant, expected) in [
+                ("wikidata", PreferenceOptions.optOut), ("enwiki", .optOut), ("commons", .optIn),
+            ] {
                 let response = try await app.send(.GET, "/v1/me/preferences?tenant=\(tenant)", bearer: token)
-                #expect(Self.category(try response.decode(PreferenceData.self), "edit-thank")?.preference == expected, "\(tenant)")
+                #expect(
+                    Self.category(try response.decode(PreferenceData.self), "edit-thank")?.preference == expected,
+                    "\(tenant)")
                 if tenant == "wikidata" { #expect(response.etag != before, "a change of defaults is a new version") }
             }
         }
@@ -91,25 +102,66 @@ struct PreferencesAPITests {
             let token = try await app.userToken("ada")
             let etag = try await app.send(.GET, "/v1/me/preferences", bearer: token).etag
             let cases: [(HTTPMethod, String, String?, HTTPStatus, String)] = [
-                (.PATCH, "/v1/me/preferences/categories/login-fail", #"{"preference":"opt_out"}"#, .conflict, "not_editable"),
-                (.PATCH, "/v1/me/preferences/categories/login-fail/channels/email", #"{"preference":"opt_out"}"#, .conflict, "not_editable"),
-                (.PATCH, "/v1/me/preferences/categories/nope", #"{"preference":"opt_out"}"#, .notFound, "category_not_found"),
-                (.PATCH, "/v1/me/preferences/categories/mention/channels/pigeon", #"{"preference":"opt_out"}"#, .notFound, "channel_not_found"),
-                (.PATCH, "/v1/me/preferences/categories/emailuser/channels/ios_push", #"{"preference":"opt_out"}"#, .notFound, "channel_not_in_category"),
-                (.PATCH, "/v1/me/preferences/channels/pigeon", #"{"preference":"all"}"#, .notFound, "channel_not_found"),
-                (.PATCH, "/v1/me/preferences/categories/mention?tenant=frwiki", #"{"preference":"opt_out"}"#, .notFound, "tenant_not_found"),
+                (
+                    .PATCH, "/v1/me/preferences/categories/login-fail", #"{"preference":"opt_out"}"#, .conflict,
+                    "not_editable"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/login-fail/channels/email", #"{"preference":"opt_out"}"#,
+                    .conflict, "not_editable"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/nope", #"{"preference":"opt_out"}"#, .notFound,
+                    "category_not_found"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/mention/channels/pigeon", #"{"preference":"opt_out"}"#,
+                    .notFound, "channel_not_found"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/emailuser/channels/ios_push", #"{"preference":"opt_out"}"#,
+                    .notFound, "channel_not_in_category"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/channels/pigeon", #"{"preference":"all"}"#, .notFound,
+                    "channel_not_found"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/mention?tenant=frwiki", #"{"preference":"opt_out"}"#,
+                    .notFound, "tenant_not_found"
+                ),
                 (.GET, "/v1/me/preferences?tenant=frwiki", nil, .notFound, "tenant_not_found"),
                 (.GET, "/v1/me/preferences?tenant=enwiki&scope=defaults", nil, .unprocessableEntity, "invalid_request"),
                 (.GET, "/v1/me/preferences?scope=everything", nil, .unprocessableEntity, "invalid_request"),
-                (.PATCH, "/v1/me/preferences/categories/mention", #"{"preference":"maybe"}"#, .unprocessableEntity, "invalid_request"),
-                (.PATCH, "/v1/me/preferences/channels/email", #"{"preference":"opt_in"}"#, .unprocessableEntity, "invalid_request"),
-                (.PATCH, "/v1/me/preferences/categories/mention", #"{"preferense":"opt_in"}"#, .unprocessableEntity, "invalid_request"),
+                (
+                    .PATCH, "/v1/me/preferences/categories/mention", #"{"preference":"maybe"}"#, .unprocessableEntity,
+                    "invalid_request"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/channels/email", #"{"preference":"opt_in"}"#, .unprocessableEntity,
+                    "invalid_request"
+                ),
+                (
+                    .PATCH, "/v1/me/preferences/categories/mention", #"{"preferense":"opt_in"}"#, .unprocessableEntity,
+                    "invalid_request"
+                ),
                 (.PATCH, "/v1/me/preferences/categories/mention", #"{"preference": "#, .badRequest, "bad_request"),
                 (.PATCH, "/v1/me/preferences/categories/mention", nil, .badRequest, "bad_request"),
                 (.POST, "/v1/me/preferences/changes", #"{"changes":[]}"#, .unprocessableEntity, "invalid_request"),
-                (.POST, "/v1/me/preferences/changes", #"{"tenants":["enwiki","enwiki"],"changes":[{"channel":"email","preference":"all"}]}"#, .unprocessableEntity, "invalid_request"),
-                (.POST, "/v1/me/preferences/changes", #"{"tenants":["enwiki"],"changes":[{"channel":"email","preference":"all"}],"if_match":{"dewiki":"x"}}"#, .unprocessableEntity, "invalid_request"),
-                (.POST, "/v1/me/preferences/changes", #"{"changes":[{"preference":"all"}]}"#, .unprocessableEntity, "invalid_request"),
+                (
+                    .POST, "/v1/me/preferences/changes",
+                    #"{"tenants":["enwiki","enwiki"],"changes":[{"channel":"email","preference":"all"}]}"#,
+                    .unprocessableEntity, "invalid_request"
+                ),
+                (
+                    .POST, "/v1/me/preferences/changes",
+                    #"{"tenants":["enwiki"],"changes":[{"channel":"email","preference":"all"}],"if_match":{"dewiki":"x"}}"#,
+                    .unprocessableEntity, "invalid_request"
+                ),
+                (
+                    .POST, "/v1/me/preferences/changes", #"{"changes":[{"preference":"all"}]}"#, .unprocessableEntity,
+                    "invalid_request"
+                ),
             ]
             for (method, path, body, status, code) in cases {
                 let response = try await app.send(method, path, bearer: token, rawBody: body)
@@ -195,7 +247,8 @@ struct PreferencesAPITests {
             }
             // Move one tenant on, so its ETag in `etags` is stale.
             let moved = try await app.send(
-                .PATCH, "/v1/me/preferences/channels/web_push?tenant=wikidata", bearer: token, json: Self.body("required"))
+                .PATCH, "/v1/me/preferences/channels/web_push?tenant=wikidata", bearer: token,
+                json: Self.body("required"))
             #expect(moved.status == .ok)
             let good = [PreferenceChange.category("mention", .optOut), .overallChannel("email", .required)]
 
@@ -240,7 +293,8 @@ struct PreferencesAPITests {
             let (token, etag) = try await withBelfryApp(location: location) { app, _ in
                 let token = try await app.userToken("ada")
                 let response = try await app.send(
-                    .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: token, json: Self.body("opt_out"))
+                    .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: token,
+                    json: Self.body("opt_out"))
                 #expect(response.status == .ok)
                 return (token, try #require(response.etag))
             }

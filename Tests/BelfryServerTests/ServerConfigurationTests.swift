@@ -63,7 +63,8 @@ struct ServerConfigurationTests {
         #expect(fromEnv.apiKeys == ["env-key-0123456789abcdef", "env-key-2-0123456789abcdef"])
 
         let fromFlags = try Self.resolve(
-            flags: .init(hostname: "127.0.0.2", port: 9200, database: "sqlite:///tmp/flag.sqlite", config: "belfry.json"),
+            flags: .init(
+                hostname: "127.0.0.2", port: 9200, database: "sqlite:///tmp/flag.sqlite", config: "belfry.json"),
             env: env.merging(["BELFRY_CONFIG": "elsewhere.json"]) { _, new in new }, file: Self.workspaceFile)
         #expect(fromFlags.port == 9200)
         #expect(fromFlags.hostname == "127.0.0.2")
@@ -93,7 +94,9 @@ struct ServerConfigurationTests {
                 "BELFRY_TOKEN_TTL", "BELFRY_LOG_LEVEL", "BELFRY_TOKEN_SECRET",
             ], "\(error)")
         #expect(paths.count == 9, "\(error)")
-        #expect(error.issues.first { $0.path == "DATABASE_URL" }?.message.contains("unsupported database \"mysql://\"") == true)
+        #expect(
+            error.issues.first { $0.path == "DATABASE_URL" }?.message.contains("unsupported database \"mysql://\"")
+                == true)
         #expect(error.issues.first { $0.path == "BELFRY_LOG_LEVEL" }?.message.contains(#"got "loud""#) == true)
     }
 

@@ -12,7 +12,8 @@ struct UsersAndAuthTests {
     func upsert(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
             let created = try await app.putUser(
-                "ada@example.org", UserUpsert(email: "ada@example.org", timeZone: "Europe/Berlin", tenants: ["dewiki", "enwiki"]))
+                "ada@example.org",
+                UserUpsert(email: "ada@example.org", timeZone: "Europe/Berlin", tenants: ["dewiki", "enwiki"]))
             #expect(created.status == .created)
             let first = try created.decode(UserRecord.self)
             #expect(first.id == "ada@example.org")
@@ -20,7 +21,8 @@ struct UsersAndAuthTests {
 
             let updated = try await app.putUser("ada@example.org", UserUpsert(locale: "de-CH", tenants: ["commons"]))
             #expect(updated.status == .ok)
-            let record = try await app.send(.GET, "/v1/users/ada@example.org", bearer: testAPIKey).decode(UserRecord.self)
+            let record = try await app.send(.GET, "/v1/users/ada@example.org", bearer: testAPIKey).decode(
+                UserRecord.self)
             #expect(record.email == "ada@example.org")
             #expect(record.timeZone == "Europe/Berlin")
             #expect(record.locale == "de-CH")
@@ -34,7 +36,9 @@ struct UsersAndAuthTests {
         try await withBelfry(.sqlite) { app in
             let response = try await app.send(
                 .PUT, "/v1/users/ada", bearer: testAPIKey,
-                rawBody: #"{"email": "not-an-address", "time_zone": "Mars/Olympus", "locale": "english!", "tenants": ["enwiki", "frwiki"]}"#)
+                rawBody:
+                    #"{"email": "not-an-address", "time_zone": "Mars/Olympus", "locale": "english!", "tenants": ["enwiki", "frwiki"]}"#
+            )
             #expect(response.status == .unprocessableEntity)
             let message = try #require(response.errorMessage)
             for field in ["\"email\"", "\"time_zone\"", "\"locale\"", "\"tenants[1]\""] {
@@ -42,7 +46,8 @@ struct UsersAndAuthTests {
             }
             let badID = try await app.send(.PUT, "/v1/users/a%20b", bearer: testAPIKey, json: UserUpsert())
             #expect(badID.status == .unprocessableEntity)
-            let wrongType = try await app.send(.PUT, "/v1/users/ada", bearer: testAPIKey, rawBody: #"{"tenants": "enwiki"}"#)
+            let wrongType = try await app.send(
+                .PUT, "/v1/users/ada", bearer: testAPIKey, rawBody: #"{"tenants": "enwiki"}"#)
             #expect(wrongType.status == .unprocessableEntity)
             #expect(wrongType.errorMessage == #"field "tenants" must be a list"#)
             #expect(try await app.send(.GET, "/v1/users/ada", bearer: testAPIKey).errorCode == "user_not_found")
@@ -79,10 +84,13 @@ struct UsersAndAuthTests {
             #expect(try await app.putUser("ada").status == .created)
             let grant = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey).decode(TokenGrant.self)
             #expect(grant.expiresAt == clock.now.addingTimeInterval(3600))
-            let short = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 120])
-                .decode(TokenGrant.self)
+            let short = try await app.send(
+                .POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 120]
+            )
+            .decode(TokenGrant.self)
             #expect(short.expiresAt == clock.now.addingTimeInterval(120))
-            let tooShort = try await app.send(.POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 10])
+            let tooShort = try await app.send(
+                .POST, "/v1/users/ada/tokens", bearer: testAPIKey, json: ["ttl_seconds": 10])
             #expect(tooShort.status == .unprocessableEntity)
             #expect(try await app.send(.POST, "/v1/users/bob/tokens", bearer: testAPIKey).errorCode == "user_not_found")
 
@@ -134,7 +142,8 @@ struct UsersAndAuthTests {
         }
     }
 
-    @Test("without configured keys, a development key is created once, kept, and works", arguments: TestDatabase.allCases)
+    @Test(
+        "without configured keys, a development key is created once, kept, and works", arguments: TestDatabase.allCases)
     func developmentKey(database: TestDatabase) async throws {
         try await withTestStorage(database) { location in
             let key = try await withBelfryApp(location: location, apiKeys: []) { app, report in

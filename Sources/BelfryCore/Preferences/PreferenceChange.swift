@@ -25,10 +25,13 @@ extension PreferenceChange: Codable {
                 channel: channel, category: category,
                 try container.decode(PreferenceOptions.self, forKey: .preference))
         case (nil, let channel?):
-            self = .overallChannel(channel, try container.decode(ChannelLevelPreferenceOptions.self, forKey: .preference))
+            self = .overallChannel(
+                channel, try container.decode(ChannelLevelPreferenceOptions.self, forKey: .preference))
         case (nil, nil):
             throw DecodingError.dataCorrupted(
-                .init(codingPath: decoder.codingPath, debugDescription: "a change needs \"category\", \"channel\" or both"))
+                .init(
+                    codingPath: decoder.codingPath, debugDescription: "a change needs \"category\", \"channel\" or both"
+                ))
         }
     }
 
@@ -91,7 +94,8 @@ extension PreferenceSelections {
             guard channel.isEditable else {
                 throw PreferenceChangeError(
                     kind: .notEditable,
-                    message: "channel \"\(channelID)\" of category \"\(categoryID)\" cannot be changed: it is always used")
+                    message:
+                        "channel \"\(channelID)\" of category \"\(categoryID)\" cannot be changed: it is always used")
             }
             categoryChannels[categoryID, default: [:]][channelID] = preference
         case .overallChannel(let channelID, let preference):
@@ -100,7 +104,9 @@ extension PreferenceSelections {
         }
     }
 
-    private static func category(_ id: String, in config: WorkspaceConfig) throws(PreferenceChangeError)
+    private static func category(
+        _ id: String, in config: WorkspaceConfig
+    ) throws(PreferenceChangeError)
         -> CategoryDefinition
     {
         guard let category = config.category(id) else {

@@ -73,7 +73,8 @@ public struct ResolvedPreferences: Hashable, Sendable {
     }
 
     /// The checkbox of a channel within a category. A channel users cannot edit shows its default.
-    public func preference(for channel: CategoryChannelDefinition, in category: CategoryDefinition) -> PreferenceOptions {
+    public func preference(for channel: CategoryChannelDefinition, in category: CategoryDefinition) -> PreferenceOptions
+    {
         guard channel.isEditable else { return channel.defaultPreference }
         return tenant.categoryChannels[category.id]?[channel.channel]
             ?? userDefaults.categoryChannels[category.id]?[channel.channel]

@@ -217,7 +217,9 @@ public struct ConfigNode {
     public func identifier(required: Bool = true) -> String? {
         guard let text = string(required: required) else { return nil }
         guard Identifier.isValid(text) else {
-            fail("\"\(text)\" is not a valid id: use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit")
+            fail(
+                "\"\(text)\" is not a valid id: use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit"
+            )
             return nil
         }
         return text

@@ -39,7 +39,9 @@ extension WorkspaceConfig {
             reportDuplicates(root[key].elements, key: "id", noun: String(key.dropLast()))
         }
         let defaultTenant = root["default_tenant"].identifier(required: false) ?? tenants.first?.id ?? ""
-        if root["default_tenant"].isPresent, !defaultTenant.isEmpty, !tenants.contains(where: { $0.id == defaultTenant }) {
+        if root["default_tenant"].isPresent, !defaultTenant.isEmpty,
+            !tenants.contains(where: { $0.id == defaultTenant })
+        {
             root["default_tenant"].fail("\"\(defaultTenant)\" is not one of the tenants")
         }
         return WorkspaceConfig(

@@ -17,7 +17,7 @@ enum ServerSecrets {
         do {
             try await ServerSecretModel(name: name, value: value, now: now).create(on: db)
             return (value, true)
-        } catch where error.isConstraintFailure {
+        } catch  where error.isConstraintFailure {
             // Another instance created it first: use theirs.
             guard let existing = try await find(name, on: db) else { throw error }
             return (existing, false)

@@ -16,7 +16,9 @@ struct UserTokens: Sendable {
 
         // Expiry is checked by `UserTokens.verify` against the server's clock, which tests control.
         func verify(using algorithm: some JWTAlgorithm) async throws {
-            guard iss.value == UserTokens.issuer else { throw JWTError.claimVerificationFailure(failedClaim: iss, reason: "wrong issuer") }
+            guard iss.value == UserTokens.issuer else {
+                throw JWTError.claimVerificationFailure(failedClaim: iss, reason: "wrong issuer")
+            }
             try aud.verifyIntendedAudience(includes: UserTokens.audience)
         }
     }

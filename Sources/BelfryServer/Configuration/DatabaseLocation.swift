@@ -13,7 +13,10 @@ public enum DatabaseLocation: Hashable, Sendable, CustomStringConvertible {
         }
         if trimmed.hasPrefix("postgres://") || trimmed.hasPrefix("postgresql://") {
             guard let components = URLComponents(string: trimmed), components.host?.isEmpty == false else {
-                return .failure(.init("\(redact(trimmed)) is not a valid PostgreSQL URL (postgres://user:password@host:port/database)"))
+                return .failure(
+                    .init(
+                        "\(redact(trimmed)) is not a valid PostgreSQL URL (postgres://user:password@host:port/database)"
+                    ))
             }
             return .success(.postgres(url: trimmed))
         }

@@ -94,7 +94,9 @@ public struct ServerConfiguration: Sendable {
             } catch let error as ConfigError {
                 error.issues.forEach { issues.add($0.path, $0.message) }
             } catch {
-                issues.add(flags.config != nil ? "--config" : "BELFRY_CONFIG", "cannot read \(path): \(error.localizedDescription)")
+                issues.add(
+                    flags.config != nil ? "--config" : "BELFRY_CONFIG",
+                    "cannot read \(path): \(error.localizedDescription)")
             }
         }
 
@@ -130,7 +132,9 @@ public struct ServerConfiguration: Sendable {
             switch DatabaseLocation.parse(text) {
             case .success(let location): database = location
             case .failure(let problem):
-                let path = flags.database != nil ? "--database" : env["DATABASE_URL"] != nil ? "DATABASE_URL" : "server.database"
+                let path =
+                    flags.database != nil
+                    ? "--database" : env["DATABASE_URL"] != nil ? "DATABASE_URL" : "server.database"
                 issues.add(path, problem.message)
             }
         }
@@ -171,8 +175,10 @@ public struct ServerConfiguration: Sendable {
                 flag: nil, env: "BELFRY_LOG_LEVEL", file: "log_level",
                 parse: { text in
                     Logger.Level(rawValue: text.lowercased()).map { .success($0) }
-                        ?? .failure(.init(
-                            "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""))
+                        ?? .failure(
+                            .init(
+                                "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
+                            ))
                 },
                 fromFile: { $0.choice(Logger.Level.self) }) ?? .info
         let bodySizes = 1024...16 * 1024 * 1024
@@ -190,7 +196,8 @@ public struct ServerConfiguration: Sendable {
 
     private static func parseInt(_ text: String, in range: ClosedRange<Int>) -> Result<Int, ConfigurationProblem> {
         guard let value = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(value) else {
-            return .failure(.init("expected a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""))
+            return .failure(
+                .init("expected a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""))
         }
         return .success(value)
     }
@@ -206,7 +213,9 @@ public struct ServerConfiguration: Sendable {
 extension WorkspaceConfig {
     /// The demo workspace that ships with Belfry, modelled on a reader/editor app's notification types.
     public static let demo: WorkspaceConfig = {
-        guard let url = Bundle.module.url(forResource: "demo-workspace", withExtension: "json", subdirectory: "Resources"),
+        guard
+            let url = Bundle.module.url(
+                forResource: "demo-workspace", withExtension: "json", subdirectory: "Resources"),
             let data = try? Data(contentsOf: url)
         else {
             fatalError("the demo workspace resource is missing from the BelfryServer bundle")

@@ -10,7 +10,9 @@ extension Response {
         return encoder
     }()
 
-    static func json(_ value: some Encodable, status: HTTPResponseStatus = .ok, headers: HTTPHeaders = [:]) throws
+    static func json(
+        _ value: some Encodable, status: HTTPResponseStatus = .ok, headers: HTTPHeaders = [:]
+    ) throws
         -> Response
     {
         var headers = headers

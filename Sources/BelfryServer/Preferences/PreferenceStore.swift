@@ -52,7 +52,8 @@ struct PreferenceStore: Sendable {
         for attempt in 1...Self.attempts {
             do {
                 return try await context.database.write(db) { tx in
-                    try await self.applyOnce(userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
+                    try await self.applyOnce(
+                        userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
                 }
             } catch is VersionConflict {
                 // Another writer committed between our read and our write. With an ETag the
@@ -110,7 +111,7 @@ struct PreferenceStore: Sendable {
             row.updatedAt = now
             do {
                 try await row.create(on: db)
-            } catch where error.isConstraintFailure {
+            } catch  where error.isConstraintFailure {
                 throw VersionConflict()
             }
             return
@@ -127,7 +128,9 @@ struct PreferenceStore: Sendable {
         if updated.isEmpty { throw VersionConflict() }
     }
 
-    func load(userID: UUID, scopes: [PreferenceScope], on db: any Database) async throws
+    func load(
+        userID: UUID, scopes: [PreferenceScope], on db: any Database
+    ) async throws
         -> [PreferenceScope: StoredSelections]
     {
         let byKey = Dictionary(scopes.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })

@@ -14,7 +14,8 @@ struct PreferencesController: RouteCollection {
             use: { req in
                 let user = try await req.requireUser()
                 let change = PreferenceChange.category(
-                    try req.pathParameter("category"), try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
+                    try req.pathParameter("category"),
+                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
                 return try await patch(req, user: user, change: change)
             })
         me.patch(
@@ -41,9 +42,12 @@ struct PreferencesController: RouteCollection {
         server.get(use: { req in
             try await show(req, user: try await req.requireServerOrUser(externalID: try req.userIDParameter()))
         })
-        server.post("changes", use: { req in
-            try await changeMany(req, user: try await req.requireServerOrUser(externalID: try req.userIDParameter()))
-        })
+        server.post(
+            "changes",
+            use: { req in
+                try await changeMany(
+                    req, user: try await req.requireServerOrUser(externalID: try req.userIDParameter()))
+            })
     }
 
     struct PreferenceBody<Value: Decodable>: Decodable {
@@ -57,7 +61,9 @@ struct PreferencesController: RouteCollection {
     func show(_ req: Request, user: UserModel) async throws -> Response {
         let scope = try req.preferenceScope()
         let view = try await store(req).view(userID: try user.requireID(), scope: scope, on: req.db)
-        if let ifNoneMatch = req.headers.first(name: .ifNoneMatch), PreferenceStore.matches(ifNoneMatch, current: view.etag) {
+        if let ifNoneMatch = req.headers.first(name: .ifNoneMatch),
+            PreferenceStore.matches(ifNoneMatch, current: view.etag)
+        {
             return Response(status: .notModified, headers: ["ETag": view.etag])
         }
         return try Response.json(view.data, headers: ["ETag": view.etag])

@@ -98,7 +98,9 @@ struct UsersController: RouteCollection {
         if let timeZone = body.timeZone, TimeZone(identifier: timeZone) == nil {
             problems.append("field \"time_zone\" must be an IANA time zone such as Europe/Berlin, got \"\(timeZone)\"")
         }
-        if let locale = body.locale, locale.range(of: #"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$"#, options: .regularExpression) == nil {
+        if let locale = body.locale,
+            locale.range(of: #"^[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*$"#, options: .regularExpression) == nil
+        {
             problems.append("field \"locale\" must be a language tag such as de or pt-BR, got \"\(locale)\"")
         }
         for (index, tenant) in (body.tenants ?? []).enumerated() where workspace.tenant(tenant) == nil {
