@@ -11,6 +11,15 @@ public struct StartupReport: Sendable {
     public var usesDevelopmentKey: Bool
 }
 
+/// Why Belfry could not start, in words for the operator.
+public struct StartupError: Error, CustomStringConvertible {
+    public var description: String
+
+    init(_ description: String) {
+        self.description = description
+    }
+}
+
 /// Options for `configure` that are not configuration values.
 public struct ConfigureOptions: Sendable {
     /// Run pending migrations before serving.
@@ -37,7 +46,13 @@ public func configure(
     let database = BelfryDatabase(location: settings.database)
     try database.register(on: app)
     app.migrations.add(BelfryMigrations.all)
-    try await database.prepare(app.db)
+    do {
+        try await database.prepare(app.db)
+        try await app.db.sql.raw("SELECT 1").run()
+    } catch {
+        throw StartupError(
+            "cannot use the database (\(settings.database)): \(String(reflecting: error))")
+    }
     if options.migrate {
         try await app.autoMigrate()
     }

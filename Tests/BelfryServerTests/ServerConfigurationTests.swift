@@ -59,7 +59,7 @@ struct ServerConfigurationTests {
         #expect(fromEnv.port == 9100)
         #expect(fromEnv.hostname == "::1")
         #expect(fromEnv.database == .postgres(url: "postgres://u:secret@db:5432/belfry"))
-        #expect(fromEnv.database.description == "PostgreSQL at postgres://u:%E2%80%A2%E2%80%A2%E2%80%A2@db:5432/belfry")
+        #expect(fromEnv.database.description == "PostgreSQL at postgres://u:redacted@db:5432/belfry")
         #expect(fromEnv.apiKeys == ["env-key-0123456789abcdef", "env-key-2-0123456789abcdef"])
 
         let fromFlags = try Self.resolve(

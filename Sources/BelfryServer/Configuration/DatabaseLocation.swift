@@ -43,7 +43,7 @@ public enum DatabaseLocation: Hashable, Sendable, CustomStringConvertible {
 
     static func redact(_ url: String) -> String {
         guard var components = URLComponents(string: url), components.password != nil else { return url }
-        components.password = "•••"
+        components.password = "redacted"
         return components.string ?? "postgres://…"
     }
 }

@@ -40,11 +40,12 @@ struct BelfryDatabase: Sendable {
     }
 
     /// Settings that must hold before the first query: SQLite's write-ahead log lets
-    /// readers go on while one writer writes.
+    /// readers go on while one writer writes. The mode is kept in the file itself, so one
+    /// connection setting it is enough. `synchronous` stays at SQLite's default (FULL):
+    /// a write Belfry accepted must survive a power loss.
     func prepare(_ database: any Database) async throws {
         guard kind == .sqlite, let sql = database as? any SQLDatabase else { return }
         try await sql.raw("PRAGMA journal_mode=WAL").run()
-        try await sql.raw("PRAGMA synchronous=NORMAL").run()
     }
 
     /// Runs `body` in a transaction, one at a time on SQLite.
