@@ -16,10 +16,10 @@ struct BelfryContext: Sendable {
 
     var workspace: WorkspaceConfig { settings.workspace }
 
-    static func fingerprint(of workspace: WorkspaceConfig) -> String {
+    static func fingerprint(of workspace: WorkspaceConfig) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
-        let data = (try? encoder.encode(workspace)) ?? Data()
+        let data = try encoder.encode(workspace)
         return SHA256.hash(data: data).prefix(6).map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -62,19 +62,26 @@ public func configure(
     let apiKeys: APIKeys
     if settings.apiKeys.isEmpty {
         var generated: String?
-        let stored = try await ServerSecrets.value(named: ServerSecrets.developmentKeyDigest, on: app.db, now: now()) {
+        let stored = try await ServerSecrets.value(
+            named: ServerSecrets.developmentKeyDigest, on: app.silentDatabase, now: now()
+        ) {
             let key = APIKeys.generate()
             generated = key
             return APIKeys.digest(key).map { String(format: "%02x", $0) }.joined()
         }
         if stored.created { createdKey = generated }
-        apiKeys = APIKeys(digests: [hexBytes(stored.value)])
+        guard let digest = APIKeys.parseDigest(stored.value) else {
+            throw StartupError(
+                "the stored development API key digest is damaged; delete the row named "
+                    + "\"\(ServerSecrets.developmentKeyDigest)\" from server_secrets to create a new key")
+        }
+        apiKeys = APIKeys(digests: [digest])
     } else {
         apiKeys = APIKeys(keys: settings.apiKeys)
     }
     let secret =
         if let secret = settings.tokenSecret { secret } else {
-            try await ServerSecrets.value(named: ServerSecrets.tokenSecret, on: app.db, now: now()) {
+            try await ServerSecrets.value(named: ServerSecrets.tokenSecret, on: app.silentDatabase, now: now()) {
                 randomToken(bytes: 48)
             }.value
         }
@@ -85,7 +92,7 @@ public func configure(
         apiKeys: apiKeys,
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
         now: now,
-        workspaceFingerprint: BelfryContext.fingerprint(of: settings.workspace)
+        workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace)
     )
 
     app.middleware = Middlewares()
@@ -96,14 +103,4 @@ public func configure(
     try app.register(collection: PreferencesController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
-}
-
-private func hexBytes(_ hex: String) -> [UInt8] {
-    var bytes: [UInt8] = []
-    var index = hex.startIndex
-    while let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex), index < hex.endIndex {
-        bytes.append(UInt8(hex[index..<next], radix: 16) ?? 0)
-        index = next
-    }
-    return bytes
 }

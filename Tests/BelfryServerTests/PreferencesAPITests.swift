@@ -225,6 +225,7 @@ struct PreferencesAPITests {
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(statuses.count == 17)
+            // On PostgreSQL these run in parallel transactions (eight pooled connections) on one locked row.
             #expect(statuses.allSatisfy { $0 == .ok }, "\(statuses)")
             let response = try await app.send(.GET, "/v1/me/preferences?tenant=dewiki", bearer: token)
             let data = try response.decode(PreferenceData.self)
@@ -233,6 +234,69 @@ struct PreferencesAPITests {
                 #expect(states?.allSatisfy { $0.preference == .optOut } == true, "\(category): \(states ?? [])")
             }
             #expect(response.etag?.hasSuffix("-t17\"") == true, "one version per write: \(response.etag ?? "")")
+        }
+    }
+
+    @Test("concurrent multi-tenant changes in opposite orders all land", arguments: TestDatabase.allCases)
+    func concurrentMultiTenant(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let token = try await app.userToken("ada")
+            let orders = [["enwiki", "dewiki", "wikidata", "commons"], ["commons", "wikidata", "dewiki", "enwiki"]]
+            let categories = ["edit-user-talk", "mention", "reverted", "edit-thank", "thank-you-edit", "user-rights"]
+            let statuses = try await withThrowingTaskGroup(of: HTTPStatus.self) { group in
+                for (index, category) in categories.enumerated() {
+                    group.addTask {
+                        try await app.send(
+                            .POST, "/v1/me/preferences/changes", bearer: token,
+                            json: PreferenceChangesRequest(
+                                tenants: orders[index % 2], defaults: index == 0,
+                                changes: [.category(category, .optOut)])
+                        ).status
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses.allSatisfy { $0 == .ok }, "\(statuses)")
+            for tenant in orders[0] {
+                let response = try await app.send(.GET, "/v1/me/preferences?tenant=\(tenant)", bearer: token)
+                let data = try response.decode(PreferenceData.self)
+                #expect(categories.allSatisfy { Self.category(data, $0)?.preference == .optOut }, "\(tenant)")
+                #expect(response.etag?.hasSuffix("-d1-t6\"") == true, "\(tenant): \(response.etag ?? "")")
+            }
+        }
+    }
+
+    @Test(
+        "the server-side changes route writes the user's defaults and honours their ETag",
+        arguments: TestDatabase.allCases)
+    func serverSideDefaults(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            _ = try await app.userToken("ada")
+            let etag = try #require(
+                try await app.send(.GET, "/v1/users/ada/preferences?scope=defaults", bearer: testAPIKey).etag)
+            let change = PreferenceChangesRequest(
+                defaults: true, changes: [.overallChannel("email", .required)], ifMatch: ["defaults": etag])
+            let first = try await app.send(.POST, "/v1/users/ada/preferences/changes", bearer: testAPIKey, json: change)
+            #expect(first.status == .ok)
+            let results = try first.decode(PreferenceChangesResponse.self).results
+            #expect(results.map(\.tenant) == [nil])
+            #expect(results[0].preferences.channelPreferences?.first { $0.channel == "email" }?.isRestricted == true)
+            let again = try await app.send(.POST, "/v1/users/ada/preferences/changes", bearer: testAPIKey, json: change)
+            #expect(again.status == .preconditionFailed)
+            #expect(again.etag == results[0].etag)
+            let commons = try await app.send(.GET, "/v1/users/ada/preferences?tenant=commons", bearer: testAPIKey)
+                .decode(PreferenceData.self)
+            #expect(commons.channelPreferences?.first { $0.channel == "email" }?.isRestricted == true)
+
+            let typo = try await app.send(
+                .POST, "/v1/users/ada/preferences/changes", bearer: testAPIKey,
+                rawBody:
+                    #"{"tenant": ["dewiki"], "changes": [{"category": "mention", "preference": "opt_out", "chanel": "email"}]}"#
+            )
+            #expect(typo.status == .unprocessableEntity)
+            #expect(
+                typo.errorMessage?.hasPrefix(#"unknown fields "changes[0].chanel", "tenant""#) == true,
+                "\(typo.body.string)")
         }
     }
 

@@ -100,6 +100,16 @@ struct ServerConfigurationTests {
         #expect(error.issues.first { $0.path == "BELFRY_LOG_LEVEL" }?.message.contains(#"got "loud""#) == true)
     }
 
+    @Test("a bad file value is reported even when the environment overrides it")
+    func overriddenFileValues() throws {
+        let file =
+            #"{"server": {"port": "eighty"}, "channels": [{"id": "inbox", "kind": "inbox"}], "categories": [{"id": "a", "name": "A", "channels": ["inbox"]}], "tenants": [{"id": "t"}]}"#
+        let error = try #require(throws: ConfigError.self) {
+            try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json", "BELFRY_PORT": "9000"], file: file)
+        }
+        #expect(error.issues.map(\.path) == ["server.port"])
+    }
+
     @Test("a config file that cannot be read is a clear problem")
     func unreadableFile() throws {
         let error = try #require(throws: ConfigError.self) {
@@ -109,9 +119,10 @@ struct ServerConfigurationTests {
         #expect(error.issues[0].path == "--config")
         #expect(error.issues[0].message.hasPrefix("cannot read missing.json"))
         let bad = try #require(throws: ConfigError.self) {
-            try Self.resolve(flags: .init(port: -1))
+            try Self.resolve(flags: .init(port: -1, database: "postgres://ada:pass word@/nowhere"))
         }
-        #expect(bad.issues.map(\.path) == ["--port"])
+        #expect(bad.issues.map(\.path) == ["--port", "--database"])
+        #expect(!bad.description.contains("pass word"), "the password is never shown: \(bad)")
     }
 
     @Test("the shipped demo workspace has what the seeds describe")

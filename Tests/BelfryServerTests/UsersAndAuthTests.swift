@@ -31,6 +31,28 @@ struct UsersAndAuthTests {
         }
     }
 
+    @Test("concurrent first writes of one user create it once", arguments: TestDatabase.allCases)
+    func concurrentUpserts(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let statuses = try await withThrowingTaskGroup(of: HTTPStatus.self) { group in
+                for index in 0..<8 {
+                    group.addTask {
+                        try await app.putUser(
+                            "grace",
+                            UserUpsert(locale: "en", tenants: index.isMultiple(of: 2) ? ["enwiki"] : ["dewiki"])
+                        )
+                        .status
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == .created }.count == 1, "\(statuses)")
+            #expect(statuses.filter { $0 == .ok }.count == 7, "\(statuses)")
+            let record = try await app.send(.GET, "/v1/users/grace", bearer: testAPIKey).decode(UserRecord.self)
+            #expect(record.tenants.count == 1)
+        }
+    }
+
     @Test("bad user fields are refused, each named")
     func validation() async throws {
         try await withBelfry(.sqlite) { app in
@@ -51,6 +73,10 @@ struct UsersAndAuthTests {
             #expect(wrongType.status == .unprocessableEntity)
             #expect(wrongType.errorMessage == #"field "tenants" must be a list"#)
             #expect(try await app.send(.GET, "/v1/users/ada", bearer: testAPIKey).errorCode == "user_not_found")
+            let typo = try await app.send(
+                .PUT, "/v1/users/ada", bearer: testAPIKey, rawBody: #"{"emial": "ada@example.org"}"#)
+            #expect(typo.status == .unprocessableEntity)
+            #expect(typo.errorMessage?.hasPrefix(#"unknown field "emial"; this request takes email, locale"#) == true)
         }
     }
 
@@ -119,6 +145,7 @@ struct UsersAndAuthTests {
                 (.POST, "/v1/users/ada/tokens", ada, .forbidden, "forbidden"),
                 (.GET, "/v1/users/bob/preferences", ada, .forbidden, "forbidden"),
                 (.GET, "/v1/config", nil, .unauthorized, "unauthorized"),
+                (.GET, "/v1/config", ada, .forbidden, "forbidden"),
             ]
             for (method, path, bearer, status, code) in cases {
                 let response = try await app.send(method, path, bearer: bearer)
@@ -127,7 +154,6 @@ struct UsersAndAuthTests {
             }
             #expect(try await app.send(.GET, "/v1/users/ada/preferences", bearer: ada).status == .ok)
             #expect(try await app.send(.GET, "/v1/users/ada/preferences", bearer: testAPIKey).status == .ok)
-            #expect(try await app.send(.GET, "/v1/config", bearer: ada).status == .ok)
             let unauthorized = try await app.send(.GET, "/v1/me/preferences")
             #expect(unauthorized.headers.first(name: .wwwAuthenticate) == "Bearer")
         }

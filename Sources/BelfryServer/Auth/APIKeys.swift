@@ -17,12 +17,26 @@ struct APIKeys: Sendable {
         Array(SHA256.hash(data: Data(key.utf8)))
     }
 
+    /// A digest stored as 64 hex digits, or `nil` if it is anything else.
+    static func parseDigest(_ hex: String) -> [UInt8]? {
+        guard hex.utf8.count == 2 * SHA256.byteCount else { return nil }
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        return bytes
+    }
+
     /// Whether `candidate` is one of the keys. Every key is compared in full, so the time
     /// taken says nothing about which key or how much of it matched.
     func accepts(_ candidate: String) -> Bool {
         let presented = Self.digest(candidate)
         var matched = false
-        for digest in digests {
+        for digest in digests where digest.count == presented.count {
             var difference: UInt8 = 0
             for (left, right) in zip(digest, presented) {
                 difference |= left ^ right

@@ -53,13 +53,6 @@ extension Request {
         return try await user(for: subject)
     }
 
-    /// Requires an API key, or a user token of a user that still exists.
-    func requireAnyone() async throws {
-        if case .user(let subject) = try await principal() {
-            _ = try await user(for: subject)
-        }
-    }
-
     /// Requires an API key, or a user token of the user named in the path.
     func requireServerOrUser(externalID: String) async throws -> UserModel {
         switch try await principal() {

@@ -72,14 +72,17 @@ func withConfiguredApp<T>(
     }
 }
 
+/// Shown on standard error, so that a command's own output (a token, say) stays clean for scripts.
 private func announceDevelopmentKey(_ report: StartupReport) {
     guard let key = report.createdDevelopmentKey else { return }
-    say(
-        """
-        Created a development API key. It is shown only this once and stored as a digest:
-            \(key)
-        Set BELFRY_API_KEY to use keys of your own instead.
-        """)
+    FileHandle.standardError.write(
+        Data(
+            """
+            Created a development API key. It is shown only this once and stored as a digest:
+                \(key)
+            Set BELFRY_API_KEY to use keys of your own instead.
+
+            """.utf8))
 }
 
 struct ServeCommand: AsyncParsableCommand {

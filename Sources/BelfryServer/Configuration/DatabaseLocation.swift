@@ -1,3 +1,4 @@
+import FluentPostgresDriver
 import Foundation
 
 /// Where Belfry keeps its data.
@@ -41,10 +42,14 @@ public enum DatabaseLocation: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The URL with its password replaced; a URL that cannot be parsed is not shown at all.
     static func redact(_ url: String) -> String {
-        guard var components = URLComponents(string: url), components.password != nil else { return url }
+        guard var components = URLComponents(string: url), let scheme = components.scheme else {
+            return "(a URL that could not be parsed, not shown)"
+        }
+        guard components.password != nil else { return url }
         components.password = "redacted"
-        return components.string ?? "postgres://…"
+        return components.string ?? "\(scheme)://(not shown)"
     }
 }
 

@@ -100,98 +100,99 @@ public struct ServerConfiguration: Sendable {
             }
         }
 
+        /// A setting's value: the flag, else the environment variable, else the file. The file's
+        /// value is checked even when overridden, so that every bad value is reported.
         func pick<Value>(
-            flag: (name: String, value: Value?)?, env name: String, file key: String,
-            parse: (String) -> Result<Value, ConfigurationProblem>, fromFile: (ConfigNode) -> Value?
+            flag: (name: String, text: String?)? = nil, env name: String, file key: String,
+            parse: (String) -> Result<Value, ConfigurationProblem>
         ) -> Value? {
-            if let flag, let value = flag.value { return value }
+            var fromFile: Value?
+            if let text = Self.text(of: server[key]) {
+                switch parse(text) {
+                case .success(let value): fromFile = value
+                case .failure(let problem): server[key].fail(problem.message)
+                }
+            }
+            var fromEnvironment: Value?
             if let text = env[name] {
+                switch parse(text) {
+                case .success(let value): fromEnvironment = value
+                case .failure(let problem): issues.add(name, problem.message)
+                }
+            }
+            if let flag, let text = flag.text {
                 switch parse(text) {
                 case .success(let value): return value
                 case .failure(let problem):
-                    issues.add(name, problem.message)
+                    issues.add(flag.name, problem.message)
                     return nil
                 }
             }
-            return fromFile(server[key])
+            return env[name] != nil ? fromEnvironment : fromFile
         }
 
         let hostname =
-            pick(
-                flag: ("--hostname", flags.hostname), env: "BELFRY_HOSTNAME", file: "hostname",
-                parse: { .success($0) }, fromFile: { $0.string() }) ?? "127.0.0.1"
+            pick(flag: ("--hostname", flags.hostname), env: "BELFRY_HOSTNAME", file: "hostname") { text in
+                text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
+            } ?? "127.0.0.1"
         let port =
-            pick(
-                flag: ("--port", flags.port), env: "BELFRY_PORT", file: "port",
-                parse: { parseInt($0, in: 0...65_535) }, fromFile: { $0.int(in: 0...65_535) }) ?? 8080
-        if let flagPort = flags.port, !(0...65_535).contains(flagPort) {
-            issues.add("--port", "expected a port from 0 to 65535, got \(flagPort)")
-        }
-        var database = DatabaseLocation.sqlite(path: "belfry.sqlite")
-        if let text = flags.database ?? env["DATABASE_URL"] ?? server["database"].string() {
-            switch DatabaseLocation.parse(text) {
-            case .success(let location): database = location
-            case .failure(let problem):
-                let path =
-                    flags.database != nil
-                    ? "--database" : env["DATABASE_URL"] != nil ? "DATABASE_URL" : "server.database"
-                issues.add(path, problem.message)
+            pick(flag: ("--port", flags.port.map(String.init)), env: "BELFRY_PORT", file: "port") {
+                parseInt($0, in: 0...65_535)
             }
-        }
+            ?? 8080
+        let database =
+            pick(
+                flag: ("--database", flags.database), env: "DATABASE_URL", file: "database",
+                parse: DatabaseLocation.parse)
+            ?? .sqlite(path: "belfry.sqlite")
         let apiKeys =
-            pick(
-                flag: nil, env: "BELFRY_API_KEY", file: "api_keys",
-                parse: { (text: String) -> Result<[String], ConfigurationProblem> in
-                    let keys = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-                    return checkSecrets(keys, what: "each API key")
-                },
-                fromFile: { (node: ConfigNode) -> [String]? in
-                    guard node.isPresent else { return nil }
-                    let keys = node.list().compactMap { $0.string(required: true) }
-                    if case .failure(let problem) = checkSecrets(keys, what: "each API key") {
-                        node.fail(problem.message)
-                        return nil
-                    }
-                    return keys
-                }) ?? []
-        let tokenSecret = pick(
-            flag: nil, env: "BELFRY_TOKEN_SECRET", file: "token_secret",
-            parse: { checkSecrets([$0], what: "the token secret").map { $0[0] } },
-            fromFile: { node in
-                guard let secret = node.string() else { return nil }
-                if case .failure(let problem) = checkSecrets([secret], what: "the token secret") {
-                    node.fail(problem.message)
-                    return nil
-                }
-                return secret
-            })
-        let lifetimes = 60...2_592_000
+            pick(env: "BELFRY_API_KEY", file: "api_keys") { text in
+                checkSecrets(text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, "each API key")
+            } ?? []
+        let tokenSecret = pick(env: "BELFRY_TOKEN_SECRET", file: "token_secret") { text in
+            checkSecrets([text], "the token secret").map { $0[0] }
+        }
         let tokenLifetime =
-            pick(
-                flag: nil, env: "BELFRY_TOKEN_TTL", file: "token_ttl_seconds",
-                parse: { parseInt($0, in: lifetimes) }, fromFile: { $0.int(in: lifetimes) }) ?? 3600
+            pick(env: "BELFRY_TOKEN_TTL", file: "token_ttl_seconds") { parseInt($0, in: 60...2_592_000) } ?? 3600
         let logLevel =
-            pick(
-                flag: nil, env: "BELFRY_LOG_LEVEL", file: "log_level",
-                parse: { text in
-                    Logger.Level(rawValue: text.lowercased()).map { .success($0) }
-                        ?? .failure(
-                            .init(
-                                "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
-                            ))
-                },
-                fromFile: { $0.choice(Logger.Level.self) }) ?? .info
-        let bodySizes = 1024...16 * 1024 * 1024
+            pick(env: "BELFRY_LOG_LEVEL", file: "log_level") { text in
+                Logger.Level(rawValue: text.lowercased()).map { .success($0) }
+                    ?? .failure(
+                        .init(
+                            "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
+                        ))
+            } ?? .info
         let maxBodySize =
-            pick(
-                flag: nil, env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes",
-                parse: { parseInt($0, in: bodySizes) }, fromFile: { $0.int(in: bodySizes) }) ?? 256 * 1024
+            pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
+            ?? 256 * 1024
 
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize)
+    }
+
+    /// A file value as the text an environment variable would hold: strings as they are,
+    /// whole numbers in decimal, lists of strings joined with commas.
+    private static func text(of node: ConfigNode) -> String? {
+        switch node.value {
+        case .none, .some(.null): return nil
+        case .some(.string(let text)): return text
+        case .some(.number(let number)) where number.rounded() == number && abs(number) < 1e15:
+            return String(Int(number))
+        case .some(.array(let elements)):
+            let strings = elements.compactMap { element -> String? in
+                if case .string(let text) = element { return text }
+                return nil
+            }
+            if strings.count == elements.count { return strings.joined(separator: ",") }
+            node.fail("expected a list of strings")
+            return nil
+        case .some:
+            node.fail("expected a string or a number")
+            return nil
+        }
     }
 
     private static func parseInt(_ text: String, in range: ClosedRange<Int>) -> Result<Int, ConfigurationProblem> {
@@ -202,7 +203,7 @@ public struct ServerConfiguration: Sendable {
         return .success(value)
     }
 
-    private static func checkSecrets(_ secrets: [String], what: String) -> Result<[String], ConfigurationProblem> {
+    private static func checkSecrets(_ secrets: [String], _ what: String) -> Result<[String], ConfigurationProblem> {
         if secrets.isEmpty || secrets.contains(where: { $0.count < minimumSecretLength }) {
             return .failure(.init("\(what) must be at least \(minimumSecretLength) characters long"))
         }

@@ -31,11 +31,13 @@ struct BelfryDatabase: Sendable {
         case .sqlite(let path):
             let directory = URL(fileURLWithPath: path).deletingLastPathComponent()
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            app.databases.use(.sqlite(.file(path), sqlLogLevel: .trace), as: .sqlite)
+            // Statements carry user data as bound values: SQL logging stays off (SQLite) or at trace (PostgreSQL).
+            app.databases.use(.sqlite(.file(path), sqlLogLevel: nil), as: .sqlite)
         case .postgres(let url):
             var configuration = try SQLPostgresConfiguration(url: url)
             configuration.searchPath = nil
-            app.databases.use(.postgres(configuration: configuration, sqlLogLevel: .trace), as: .psql)
+            app.databases.use(
+                .postgres(configuration: configuration, maxConnectionsPerEventLoop: 4, sqlLogLevel: .trace), as: .psql)
         }
     }
 
@@ -48,12 +50,42 @@ struct BelfryDatabase: Sendable {
         try await sql.raw("PRAGMA journal_mode=WAL").run()
     }
 
-    /// Runs `body` in a transaction, one at a time on SQLite.
+    /// Runs `body` in a write transaction.
+    ///
+    /// On SQLite the transaction begins `IMMEDIATE`, taking the database's single write lock
+    /// at once: a deferred transaction that reads and then writes fails with `SQLITE_BUSY`
+    /// when another connection wrote in between, instead of waiting. Writes of this process
+    /// also queue in the gate so they do not hold pooled connections while they wait.
     func write<T: Sendable>(
         _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
     ) async throws -> T {
         guard let gate else { return try await database.transaction(body) }
-        return try await gate.run { try await database.transaction(body) }
+        return try await gate.run {
+            try await database.withConnection { connection in
+                try await connection.sql.raw("BEGIN IMMEDIATE TRANSACTION").run()
+                do {
+                    let result = try await body(connection)
+                    try await connection.sql.raw("COMMIT TRANSACTION").run()
+                    return result
+                } catch {
+                    try? await connection.sql.raw("ROLLBACK TRANSACTION").run()
+                    throw error
+                }
+            }
+        }
+    }
+}
+
+extension Application {
+    /// A database handle that logs nothing, for reading and writing Belfry's own secrets:
+    /// Fluent and the drivers log bound values at debug and trace levels.
+    var silentDatabase: any Database {
+        var logger = Logger(label: "belfry.secrets")
+        logger.logLevel = .critical
+        guard let database = databases.database(logger: logger, on: eventLoopGroup.any()) else {
+            preconditionFailure("the database is registered by configure before any secret is read")
+        }
+        return database
     }
 }
 

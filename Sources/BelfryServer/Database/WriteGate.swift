@@ -1,8 +1,9 @@
 import NIOConcurrencyHelpers
 
-/// Lets one write transaction run at a time. SQLite has a single writer: two deferred
-/// transactions that both upgrade to writing fail with `SQLITE_BUSY` instead of waiting,
-/// so writes queue here. PostgreSQL does not need it.
+/// Lets one write transaction of this process run at a time. SQLite has a single writer,
+/// so a second write transaction could only wait for the lock while holding one of the
+/// few pooled connections; queueing here keeps those free for reads. PostgreSQL does not
+/// need it.
 final class WriteGate: Sendable {
     private struct State {
         var busy = false

@@ -104,12 +104,28 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
 
 extension Request {
     /// Decodes a JSON body; a missing or malformed one is a clear 400/422.
-    func decodeBody<Body: Decodable>(_ type: Body.Type = Body.self) throws -> Body {
+    ///
+    /// - Parameters:
+    ///   - keys: the fields the body may have; any other is refused, since a misspelled
+    ///     optional field would otherwise be ignored and change what the request does.
+    ///   - nested: the fields allowed in the objects of a list or object field, by field name.
+    func decodeBody<Body: Decodable>(
+        _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
+    ) throws -> Body {
         guard let buffer = body.data, buffer.readableBytes > 0 else {
             throw BelfryError.badRequest("this request needs a JSON body")
         }
         if let contentType = headers.contentType, contentType != .json {
             throw BelfryError(.unsupportedMediaType, "unsupported_media_type", "send the body as application/json")
+        }
+        if let root = try? JSONDecoder().decode(JSONValue.self, from: buffer) {
+            var unknown: [String] = []
+            Self.collectUnknownKeys(root, allowed: keys, nested: nested, path: "", into: &unknown)
+            if !unknown.isEmpty {
+                throw BelfryError.invalid(
+                    "unknown field\(unknown.count == 1 ? "" : "s") \(unknown.joined(separator: ", ")); "
+                        + "this request takes \(keys.sorted().joined(separator: ", "))")
+            }
         }
         do {
             return try JSONDecoder().decode(Body.self, from: buffer)
@@ -118,6 +134,30 @@ extension Request {
                 throw BelfryError.badRequest("the body is not valid JSON")
             }
             throw BelfryError.invalid(BelfryErrorMiddleware.describeDecoding(error))
+        }
+    }
+
+    private static func collectUnknownKeys(
+        _ value: JSONValue, allowed: Set<String>, nested: [String: Set<String>], path: String,
+        into unknown: inout [String]
+    ) {
+        guard case .object(let fields) = value else { return }
+        for (key, child) in fields.sorted(by: { $0.key < $1.key }) {
+            let childPath = path.isEmpty ? key : "\(path).\(key)"
+            guard allowed.contains(key) else {
+                unknown.append("\"\(childPath)\"")
+                continue
+            }
+            guard let inner = nested[key] else { continue }
+            switch child {
+            case .array(let elements):
+                for (index, element) in elements.enumerated() {
+                    collectUnknownKeys(
+                        element, allowed: inner, nested: [:], path: "\(childPath)[\(index)]", into: &unknown)
+                }
+            default:
+                collectUnknownKeys(child, allowed: inner, nested: [:], path: childPath, into: &unknown)
+            }
         }
     }
 }

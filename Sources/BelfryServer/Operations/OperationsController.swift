@@ -40,9 +40,9 @@ struct OperationsController: RouteCollection {
         return Response(status: .ok, headers: headers, body: .init(string: OpenAPIDocument.text))
     }
 
-    /// The workspace in force; any authenticated caller may read it.
+    /// The workspace in force.
     @Sendable func config(req: Request) async throws -> Response {
-        try await req.requireAnyone()
+        try await req.requireServer()
         return try Response.json(req.belfry.workspace)
     }
 }

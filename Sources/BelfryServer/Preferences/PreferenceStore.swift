@@ -20,14 +20,13 @@ struct PreferenceView: Sendable {
     var data: PreferenceData { PreferenceData(resolved) }
 }
 
-/// Reads and writes preference sets. Every write is a compare-and-swap on the set's
-/// version inside one transaction, so concurrent writers never overwrite each other
-/// silently, and a change to several scopes lands whole or not at all.
+/// Reads and writes preference sets. A write locks the rows it depends on (the scopes it
+/// changes and the user's defaults, which every tenant's view includes) in one fixed order,
+/// checks the versions the caller read, applies the changes and bumps each version, all in
+/// one transaction: concurrent writers queue instead of overwriting each other, and a change
+/// to several scopes lands whole or not at all.
 struct PreferenceStore: Sendable {
     let context: BelfryContext
-
-    /// How often a write without `If-Match` is retried when another writer got there first.
-    private static let attempts = 8
 
     func view(userID: UUID, scope: PreferenceScope, on db: any Database) async throws -> PreferenceView {
         let stored = try await load(userID: userID, scopes: [scope, .userDefaults], on: db)
@@ -49,83 +48,94 @@ struct PreferenceStore: Sendable {
         for change in changes {
             do { try probe.apply(change, in: context.workspace) } catch { throw BelfryError(error) }
         }
-        for attempt in 1...Self.attempts {
-            do {
-                return try await context.database.write(db) { tx in
-                    try await self.applyOnce(
-                        userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
-                }
-            } catch is VersionConflict {
-                // Another writer committed between our read and our write. With an ETag the
-                // caller asked us not to guess; without one, read again and re-apply their intent.
-                if !expected.isEmpty || attempt == Self.attempts {
-                    throw BelfryError(
-                        .preconditionFailed, "version_conflict",
-                        "the preferences were changed by another request at the same time; read them again and retry")
-                }
-            }
+        return try await context.database.write(db) { tx in
+            try await self.applyLocked(userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
         }
-        preconditionFailure("the retry loop always returns or throws")
     }
 
-    private struct VersionConflict: Error {}
-
-    private func applyOnce(
+    private func applyLocked(
         userID: UUID,
         scopes: [PreferenceScope],
         changes: [PreferenceChange],
         expected: [PreferenceScope: String],
         on db: any Database
     ) async throws -> [PreferenceView] {
-        var stored = try await load(userID: userID, scopes: scopes + [.userDefaults], on: db)
+        // One order for every writer, so two requests never wait on each other's rows in a cycle.
+        let locked = Set(scopes + [.userDefaults]).sorted { $0.key < $1.key }
+        var stored = try await lockRows(userID: userID, scopes: locked, on: db)
         for (scope, header) in expected where !Self.matches(header, current: etag(scope, stored)) {
+            let current = etag(scope, stored)
             throw BelfryError(
                 .preconditionFailed, "precondition_failed",
-                "the preferences for \(scope) have changed since you read them (current ETag \(self.etag(scope, stored))); read them again and retry",
-                headers: ["ETag": self.etag(scope, stored)])
+                "the preferences for \(scope) have changed since you read them (current ETag \(current)); read them again and retry",
+                headers: ["ETag": current])
         }
         let now = context.now()
-        for scope in scopes {
+        for scope in locked where scopes.contains(scope) {
             let old = stored[scope] ?? .empty
             var selections = old.selections
             for change in changes {
                 do { try selections.apply(change, in: context.workspace) } catch { throw BelfryError(error) }
             }
-            try await save(userID: userID, scope: scope, old: old, new: selections, now: now, on: db)
+            let updated = try await db.sql.update(PreferenceSetModel.schema)
+                .set("selections", to: try Self.encode(selections))
+                .set("version", to: old.version + 1)
+                .set("updated_at", to: now)
+                .where("user_id", .equal, userID)
+                .where("scope", .equal, scope.key)
+                .where("version", .equal, old.version)
+                .returning("version")
+                .all()
+            // The row is locked by this transaction, so its version cannot have moved.
+            guard updated.count == 1 else {
+                throw BelfryError(
+                    .internalServerError, "internal_error", "a locked preference row changed underneath a write")
+            }
             stored[scope] = StoredSelections(version: old.version + 1, selections: selections)
         }
         return scopes.map { view($0, stored) }
     }
 
-    private func save(
-        userID: UUID, scope: PreferenceScope, old: StoredSelections, new: PreferenceSelections, now: Date,
-        on db: any Database
-    ) async throws {
-        let json = String(decoding: try JSONEncoder().encode(new), as: UTF8.self)
-        if old.version == 0 {
-            let row = PreferenceSetModel()
-            row.$user.id = userID
-            row.scope = scope.key
-            row.version = 1
-            row.selections = json
-            row.updatedAt = now
-            do {
-                try await row.create(on: db)
-            } catch  where error.isConstraintFailure {
-                throw VersionConflict()
-            }
-            return
+    /// Creates missing rows (version 0, nothing chosen) and locks all of them for this transaction.
+    private func lockRows(
+        userID: UUID, scopes: [PreferenceScope], on db: any Database
+    ) async throws
+        -> [PreferenceScope: StoredSelections]
+    {
+        let empty = try Self.encode(PreferenceSelections())
+        let now = context.now()
+        let insert = db.sql.insert(into: PreferenceSetModel.schema)
+            .columns("id", "user_id", "scope", "version", "selections", "updated_at")
+        for scope in scopes {
+            insert.values(UUID(), userID, scope.key, 0, empty, now)
         }
-        let updated = try await db.sql.update(PreferenceSetModel.schema)
-            .set("selections", to: json)
-            .set("version", to: old.version + 1)
-            .set("updated_at", to: now)
+        try await insert.ignoringConflicts(with: ["user_id", "scope"]).run()
+        // SQLite has no row locks and ignores FOR UPDATE: there the write already holds the database's write lock.
+        let rows = try await db.sql.select()
+            .columns("scope", "version", "selections")
+            .from(PreferenceSetModel.schema)
             .where("user_id", .equal, userID)
-            .where("scope", .equal, scope.key)
-            .where("version", .equal, old.version)
-            .returning("version")
+            .where("scope", .in, scopes.map(\.key))
+            .orderBy("scope")
+            .for(.update)
             .all()
-        if updated.isEmpty { throw VersionConflict() }
+        var stored: [PreferenceScope: StoredSelections] = [:]
+        for row in rows {
+            let key = try row.decode(column: "scope", as: String.self)
+            guard let scope = scopes.first(where: { $0.key == key }) else { continue }
+            stored[scope] = StoredSelections(
+                version: try row.decode(column: "version", as: Int.self),
+                selections: try Self.decode(try row.decode(column: "selections", as: String.self)))
+        }
+        return stored
+    }
+
+    static func encode(_ selections: PreferenceSelections) throws -> String {
+        String(decoding: try JSONEncoder().encode(selections), as: UTF8.self)
+    }
+
+    static func decode(_ json: String) throws -> PreferenceSelections {
+        try JSONDecoder().decode(PreferenceSelections.self, from: Data(json.utf8))
     }
 
     func load(
@@ -141,7 +151,7 @@ struct PreferenceStore: Sendable {
         var stored: [PreferenceScope: StoredSelections] = [:]
         for row in rows {
             guard let scope = byKey[row.scope] else { continue }
-            let selections = try JSONDecoder().decode(PreferenceSelections.self, from: Data(row.selections.utf8))
+            let selections = try Self.decode(row.selections)
             stored[scope] = StoredSelections(version: row.version, selections: selections)
         }
         return stored

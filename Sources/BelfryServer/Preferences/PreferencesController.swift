@@ -15,7 +15,7 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser()
                 let change = PreferenceChange.category(
                     try req.pathParameter("category"),
-                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
+                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
                 return try await patch(req, user: user, change: change)
             })
         me.patch(
@@ -24,7 +24,7 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser()
                 let change = PreferenceChange.channelInCategory(
                     channel: try req.pathParameter("channel"), category: try req.pathParameter("category"),
-                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
+                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
                 return try await patch(req, user: user, change: change)
             })
         me.patch(
@@ -33,7 +33,8 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser()
                 let change = PreferenceChange.overallChannel(
                     try req.pathParameter("channel"),
-                    try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self).preference)
+                    try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self, keys: ["preference"])
+                        .preference)
                 return try await patch(req, user: user, change: change)
             })
         me.post("changes", use: { req in try await changeMany(req, user: try await req.requireUser()) })
@@ -79,7 +80,9 @@ struct PreferencesController: RouteCollection {
     }
 
     func changeMany(_ req: Request, user: UserModel) async throws -> Response {
-        let body = try req.decodeBody(PreferenceChangesRequest.self)
+        let body = try req.decodeBody(
+            PreferenceChangesRequest.self, keys: ["tenants", "defaults", "changes", "if_match"],
+            nested: ["changes": ["category", "channel", "preference"]])
         let workspace = req.belfry.workspace
         guard (1...100).contains(body.changes.count) else {
             throw BelfryError.invalid("field \"changes\" must hold 1 to 100 changes, got \(body.changes.count)")

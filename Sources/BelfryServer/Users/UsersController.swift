@@ -16,28 +16,45 @@ struct UsersController: RouteCollection {
     @Sendable func upsert(req: Request) async throws -> Response {
         try await req.requireServer()
         let externalID = try req.userIDParameter()
-        let body = try req.decodeBody(UserUpsert.self)
+        let body = try req.decodeBody(UserUpsert.self, keys: ["email", "time_zone", "locale", "tenants"])
         try Self.validate(body, workspace: req.belfry.workspace)
         let now = req.belfry.now()
-        let (user, created, tenants) = try await req.belfry.database.write(req.db) { db in
-            let existing = try await UserModel.query(on: db).filter(\.$externalID == externalID).first()
-            let user = existing ?? UserModel(externalID: externalID, now: now)
-            if let email = body.email { user.email = email }
-            if let timeZone = body.timeZone { user.timeZone = timeZone }
-            if let locale = body.locale { user.locale = locale }
-            user.updatedAt = now
-            try await user.save(on: db)
-            let userID = try user.requireID()
-            if let tenants = body.tenants {
-                try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
-                for tenant in Set(tenants).sorted() {
-                    try await UserTenantModel(userID: userID, tenant: tenant).create(on: db)
-                }
-            }
-            return (user, existing == nil, try await user.tenantIDs(on: db))
-        }
+        let (user, created, tenants) = try await Self.upsert(externalID, body, now: now, req: req)
         req.logger.info("user saved", metadata: ["belfry.user": "\(externalID)", "belfry.created": "\(created)"])
         return try Response.json(user.record(tenants: tenants), status: created ? .created : .ok)
+    }
+
+    /// Creates or updates the user. Two first requests for one user can race to insert it;
+    /// the loser sees the unique constraint fail and goes again as an update.
+    private static func upsert(
+        _ externalID: String, _ body: UserUpsert, now: Date, req: Request
+    ) async throws
+        -> (UserModel, Bool, [String])
+    {
+        for attempt in 1...2 {
+            do {
+                return try await req.belfry.database.write(req.db) { db in
+                    let existing = try await UserModel.query(on: db).filter(\.$externalID == externalID).first()
+                    let user = existing ?? UserModel(externalID: externalID, now: now)
+                    if let email = body.email { user.email = email }
+                    if let timeZone = body.timeZone { user.timeZone = timeZone }
+                    if let locale = body.locale { user.locale = locale }
+                    user.updatedAt = now
+                    try await user.save(on: db)
+                    let userID = try user.requireID()
+                    if let tenants = body.tenants {
+                        try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
+                        for tenant in Set(tenants).sorted() {
+                            try await UserTenantModel(userID: userID, tenant: tenant).create(on: db)
+                        }
+                    }
+                    return (user, existing == nil, try await user.tenantIDs(on: db))
+                }
+            } catch  where error.isConstraintFailure && attempt == 1 {
+                continue
+            }
+        }
+        preconditionFailure("the second attempt returns or throws")
     }
 
     @Sendable func show(req: Request) async throws -> Response {
@@ -75,7 +92,7 @@ struct UsersController: RouteCollection {
         try await req.requireServer()
         let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
         let hasBody = (req.body.data?.readableBytes ?? 0) > 0
-        let lifetime = hasBody ? try req.decodeBody(TokenRequest.self).ttlSeconds : nil
+        let lifetime = hasBody ? try req.decodeBody(TokenRequest.self, keys: ["ttl_seconds"]).ttlSeconds : nil
         if let lifetime, !(60...req.belfry.settings.tokenLifetime).contains(lifetime) {
             throw BelfryError.invalid(
                 "field \"ttl_seconds\" must be from 60 to \(req.belfry.settings.tokenLifetime), got \(lifetime)")
