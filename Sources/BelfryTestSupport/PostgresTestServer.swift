@@ -85,10 +85,53 @@ public enum PackagePaths {
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 }
 
-/// Runs a program to completion.
+/// Starts `executable` with standard input from /dev/null, standard output to `outputPath`
+/// and standard error to `errorPath` (or to the output file when `nil`).
 ///
-/// This spawns and reaps the child itself: Foundation's `Process` on Linux was seen to miss
-/// the exit of `scripts/test-postgres` (a child left as a zombie, `waitUntilExit` never returning).
+/// Tests spawn and reap children themselves: Foundation's `Process` on Linux was seen to
+/// miss the exit of `scripts/test-postgres` (the child left a zombie, `waitUntilExit` never returned).
+private func spawn(
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil, outputPath: String,
+    errorPath: String?
+) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    if let errorPath {
+        posix_spawn_file_actions_addopen(&actions, 2, errorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    } else {
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+    }
+    let variables = ProcessInfo.processInfo.environment.merging(environment ?? [:]) { _, given in given }
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    let envp = variables.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        argv.forEach { free($0) }
+        envp.forEach { free($0) }
+    }
+    var pid = pid_t()
+    let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+    guard spawned == 0 else {
+        throw TestProcess.Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
+    }
+    return pid
+}
+
+/// Waits for `pid` to end and returns its exit code (128 + the signal for a process killed by one).
+private func reap(_ pid: pid_t) -> Int32 {
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+    // A normal exit has the low seven bits clear and the exit code in the next eight.
+    return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+}
+
+private func temporaryPath(_ suffix: String) -> String {
+    FileManager.default.temporaryDirectory.appendingPathComponent("belfry-process-\(UUID().uuidString).\(suffix)").path
+}
+
+/// Runs a program to completion.
 public enum TestProcess {
     public struct Failure: Error, CustomStringConvertible {
         public var command: String
@@ -100,32 +143,14 @@ public enum TestProcess {
     /// Runs `executable` with `arguments`; returns its standard output, or throws with everything it printed.
     @discardableResult
     public static func run(_ executable: String, _ arguments: [String]) throws -> String {
-        let directory = FileManager.default.temporaryDirectory
-        let outputPath = directory.appendingPathComponent("belfry-process-\(UUID().uuidString).out").path
-        let errorPath = directory.appendingPathComponent("belfry-process-\(UUID().uuidString).err").path
+        let outputPath = temporaryPath("out")
+        let errorPath = temporaryPath("err")
         defer {
             try? FileManager.default.removeItem(atPath: outputPath)
             try? FileManager.default.removeItem(atPath: errorPath)
         }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_addopen(&actions, 2, errorPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid = pid_t()
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
-        guard spawned == 0 else {
-            throw Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let exitCode = reap(try spawn(executable, arguments, outputPath: outputPath, errorPath: errorPath))
         let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        // A normal exit has the low seven bits clear and the exit code in the next eight.
-        let exitCode = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         guard exitCode == 0 else {
             let errors = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""
             throw Failure(
@@ -142,28 +167,8 @@ public final class BackgroundProcess: Sendable {
 
     /// Starts `executable`; standard output and standard error both go to one file.
     public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
-        outputPath =
-            FileManager.default.temporaryDirectory
-            .appendingPathComponent("belfry-background-\(UUID().uuidString).log").path
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
-        let merged = ProcessInfo.processInfo.environment.merging(environment) { _, given in given }
-        let envp = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
-        }
-        var pid = pid_t()
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
-        guard spawned == 0 else {
-            throw TestProcess.Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
-        }
-        self.pid = pid
+        outputPath = temporaryPath("log")
+        pid = try spawn(executable, arguments, environment: environment, outputPath: outputPath, errorPath: nil)
     }
 
     public var output: String {
@@ -189,9 +194,8 @@ public final class BackgroundProcess: Sendable {
     @discardableResult
     public func terminate() -> Int32 {
         kill(pid, SIGTERM)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let exitCode = reap(pid)
         try? FileManager.default.removeItem(atPath: outputPath)
-        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        return exitCode
     }
 }
