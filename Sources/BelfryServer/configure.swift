@@ -104,3 +104,23 @@ public func configure(
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
+
+/// Makes an application, configures it, runs `body`, and shuts the application down
+/// whether `body` succeeds or throws.
+public func withBelfryApplication<T>(
+    _ environment: Environment,
+    settings: ServerConfiguration,
+    options: ConfigureOptions = ConfigureOptions(),
+    _ body: (Application, StartupReport) async throws -> T
+) async throws -> T {
+    let app = try await Application.make(environment)
+    do {
+        let report = try await configure(app, settings: settings, options: options)
+        let result = try await body(app, report)
+        try await app.asyncShutdown()
+        return result
+    } catch {
+        try? await app.asyncShutdown()
+        throw error
+    }
+}

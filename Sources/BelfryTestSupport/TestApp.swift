@@ -75,20 +75,10 @@ public func withBelfryApp<T>(
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
     _ = loggingBootstrapped
-    let app = try await Application.make(.testing)
-    do {
-        let settings = ServerConfiguration(
-            port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error)
-        let now: @Sendable () -> Date = if let clock { { clock.now } } else { { Date() } }
-        let options = ConfigureOptions(migrate: true, now: now)
-        let report = try await configure(app, settings: settings, options: options)
-        let result = try await body(app, report)
-        try await app.asyncShutdown()
-        return result
-    } catch {
-        try? await app.asyncShutdown()
-        throw error
-    }
+    let settings = ServerConfiguration(
+        port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error)
+    let now: @Sendable () -> Date = if let clock { { clock.now } } else { { Date() } }
+    return try await withBelfryApplication(.testing, settings: settings, options: ConfigureOptions(now: now), body)
 }
 
 /// Runs `body` with a Belfry application on a fresh database of `kind`.

@@ -59,16 +59,12 @@ func withConfiguredApp<T>(
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
     bootstrapLogging(settings.logLevel)
-    let app = try await Application.make(Environment(name: "production", arguments: arguments))
-    do {
-        let report = try await configure(app, settings: settings, options: ConfigureOptions(migrate: migrate))
+    return try await withBelfryApplication(
+        Environment(name: "production", arguments: arguments), settings: settings,
+        options: ConfigureOptions(migrate: migrate)
+    ) { app, report in
         announceDevelopmentKey(report)
-        let result = try await body(app, report)
-        try await app.asyncShutdown()
-        return result
-    } catch {
-        try? await app.asyncShutdown()
-        throw error
+        return try await body(app, report)
     }
 }
 
