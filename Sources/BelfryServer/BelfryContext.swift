@@ -13,6 +13,12 @@ struct BelfryContext: Sendable {
     let now: @Sendable () -> Date
     /// A short digest of the workspace, part of every preference ETag so a config change shows as a new version.
     let workspaceFingerprint: String
+    /// Wakes the delivery worker after new work is committed.
+    let workSignal: WorkSignal
+
+    func deliveryWake() {
+        workSignal.wake()
+    }
 
     var workspace: WorkspaceConfig { settings.workspace }
 

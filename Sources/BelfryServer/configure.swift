@@ -92,7 +92,8 @@ public func configure(
         apiKeys: apiKeys,
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
         now: now,
-        workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace)
+        workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
+        workSignal: WorkSignal()
     )
 
     app.middleware = Middlewares()
@@ -101,6 +102,7 @@ public func configure(
     try app.register(collection: OperationsController())
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())
+    try app.register(collection: EventsController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }

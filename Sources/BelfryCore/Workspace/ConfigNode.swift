@@ -31,8 +31,9 @@ public struct ConfigError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// A parsed JSON document, kept loose so that every bad value can be reported, not just the first.
-public enum JSONValue: Decodable, Hashable, Sendable {
+/// A JSON document of any shape: config files (kept loose so that every bad value can be
+/// reported, not just the first) and the free-form `data` of events.
+public enum JSONValue: Codable, Hashable, Sendable {
     case null
     case bool(Bool)
     case number(Double)
@@ -54,6 +55,18 @@ public enum JSONValue: Decodable, Hashable, Sendable {
             self = .array(value)
         } else {
             self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
         }
     }
 

@@ -76,6 +76,15 @@ struct BelfryDatabase: Sendable {
     }
 }
 
+extension BelfryDatabase {
+    /// Locks the selected rows for this transaction, skipping rows another transaction holds,
+    /// so several instances can take work from one table. SQLite has no row locks: there the
+    /// write transaction already holds the database's single write lock.
+    func lockingSkipLocked(_ select: SQLSelectBuilder) -> SQLSelectBuilder {
+        kind == .postgres ? select.lockingClause(SQLRaw("FOR UPDATE SKIP LOCKED")) : select
+    }
+}
+
 extension Application {
     /// A database handle that logs nothing, for reading and writing Belfry's own secrets:
     /// Fluent and the drivers log bound values at debug and trace levels.

@@ -7,6 +7,9 @@ enum BelfryMigrations {
         CreateUserTenants(),
         CreatePreferenceSets(),
         CreateServerSecrets(),
+        CreateEvents(),
+        CreateNotifications(),
+        CreateDeliveries(),
     ]
 }
 

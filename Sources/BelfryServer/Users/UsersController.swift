@@ -129,14 +129,23 @@ struct UsersController: RouteCollection {
     }
 }
 
+/// The shape of an external user id.
+enum UserID {
+    static let rule = "1 to 128 letters, digits or any of _ . @ : + -"
+    private static let allowed = CharacterSet(
+        charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@:+-")
+
+    static func isValid(_ id: String) -> Bool {
+        (1...128).contains(id.count) && id.unicodeScalars.allSatisfy(allowed.contains)
+    }
+}
+
 extension Request {
-    /// The `{user_id}` path parameter: 1 to 128 letters, digits or `_ . @ : + -`.
+    /// The `{user_id}` path parameter.
     func userIDParameter() throws -> String {
         let id = parameters.get("user_id") ?? ""
-        let allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@:+-")
-        guard (1...128).contains(id.count), id.unicodeScalars.allSatisfy(allowed.contains) else {
-            throw BelfryError.invalid(
-                "the user id must be 1 to 128 letters, digits or any of _ . @ : + -, got \"\(id)\"")
+        guard UserID.isValid(id) else {
+            throw BelfryError.invalid("the user id must be \(UserID.rule), got \"\(id)\"")
         }
         return id
     }

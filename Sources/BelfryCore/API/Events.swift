@@ -1,0 +1,132 @@
+import Foundation
+
+/// The body of `POST /v1/events`: one notification event for a list of recipients.
+public struct EventRequest: Codable, Hashable, Sendable {
+    public struct Content: Codable, Hashable, Sendable {
+        public var title: String
+        public var body: String
+        public var url: String?
+
+        public init(title: String, body: String, url: String? = nil) {
+            self.title = title
+            self.body = body
+            self.url = url
+        }
+    }
+
+    /// When to send: at a time, or after a delay from acceptance. Absent means now.
+    public struct Schedule: Codable, Hashable, Sendable {
+        public var sendAt: Date?
+        public var delaySeconds: Int?
+
+        public init(sendAt: Date? = nil, delaySeconds: Int? = nil) {
+            self.sendAt = sendAt
+            self.delaySeconds = delaySeconds
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case sendAt = "send_at"
+            case delaySeconds = "delay_seconds"
+        }
+    }
+
+    public var category: String
+    /// External user ids. Users Belfry does not know yet are created.
+    public var recipients: [String]
+    /// The tenant; the workspace default tenant when absent.
+    public var tenant: String?
+    public var content: Content
+    /// Free-form data passed to every channel.
+    public var data: [String: JSONValue]?
+    /// A key that makes retries of the same trigger safe: within 24 hours, the same key answers
+    /// with the first event and creates nothing new.
+    public var idempotencyKey: String?
+    public var schedule: Schedule?
+
+    public init(
+        category: String, recipients: [String], tenant: String? = nil, content: Content,
+        data: [String: JSONValue]? = nil, idempotencyKey: String? = nil, schedule: Schedule? = nil
+    ) {
+        self.category = category
+        self.recipients = recipients
+        self.tenant = tenant
+        self.content = content
+        self.data = data
+        self.idempotencyKey = idempotencyKey
+        self.schedule = schedule
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case category, recipients, tenant, content, data, schedule
+        case idempotencyKey = "idempotency_key"
+    }
+}
+
+/// The answer to an accepted event.
+public struct EventAccepted: Codable, Hashable, Sendable {
+    public var eventID: UUID
+
+    public init(eventID: UUID) {
+        self.eventID = eventID
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case eventID = "event_id"
+    }
+}
+
+/// Where an event stands: its fan-out, and its deliveries by channel.
+public struct EventStatus: Codable, Hashable, Sendable {
+    public enum FanoutState: String, Codable, Hashable, Sendable {
+        /// Accepted, waiting for its scheduled time or a worker.
+        case pending
+        /// A worker is writing notifications and deliveries.
+        case running
+        /// Every recipient has been processed.
+        case done
+    }
+
+    public var id: UUID
+    public var category: String
+    public var tenant: String
+    public var state: FanoutState
+    public var createdAt: Date
+    /// When fan-out may start (the schedule), or the acceptance time.
+    public var notBefore: Date
+    public var recipients: Int
+    /// Recipients processed so far.
+    public var processed: Int
+    public var notifications: Int
+    /// Delivery counts: channel, then status (`queued`, `running`, `sent`, `failed`, `dead`).
+    public var deliveries: [String: [String: Int]]
+    /// Channels the rule left out: channel, then reason, then count.
+    public var skipped: [String: [String: Int]]
+    /// The last error of each channel with failing deliveries.
+    public var lastErrors: [String: String]
+
+    public init(
+        id: UUID, category: String, tenant: String, state: FanoutState, createdAt: Date, notBefore: Date,
+        recipients: Int, processed: Int, notifications: Int, deliveries: [String: [String: Int]],
+        skipped: [String: [String: Int]], lastErrors: [String: String]
+    ) {
+        self.id = id
+        self.category = category
+        self.tenant = tenant
+        self.state = state
+        self.createdAt = createdAt
+        self.notBefore = notBefore
+        self.recipients = recipients
+        self.processed = processed
+        self.notifications = notifications
+        self.deliveries = deliveries
+        self.skipped = skipped
+        self.lastErrors = lastErrors
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, category, tenant, state, recipients, processed, notifications, deliveries, skipped
+        case createdAt = "created_at"
+        case notBefore = "not_before"
+        case lastErrors = "last_errors"
+    }
+}

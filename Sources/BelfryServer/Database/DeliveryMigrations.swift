@@ -1,0 +1,115 @@
+import Fluent
+
+// The delivery tables are read and written with SQLKit (batched statements on the hot paths),
+// so they have no Fluent models; Fluent's schema builder still creates them portably.
+
+struct CreateEvents: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events")
+            .id()
+            .field("category", .string, .required)
+            .field("tenant", .string, .required)
+            .field("title", .string, .required)
+            .field("body", .string, .required)
+            .field("url", .string)
+            .field("data", .string)
+            .field("state", .string, .required)
+            .field("not_before", .datetime, .required)
+            .field("recipients", .int, .required)
+            .field("processed", .int, .required)
+            .field("lease_expires_at", .datetime)
+            .field("created_at", .datetime, .required)
+            .create()
+        try await database.schema("event_recipients")
+            .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
+            .field("position", .int, .required)
+            .field("external_id", .string, .required)
+            .compositeIdentifier(over: "event_id", "position")
+            .create()
+        try await database.schema("idempotency_keys")
+            .field("key", .string, .identifier(auto: false))
+            .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
+            .field("created_at", .datetime, .required)
+            .create()
+        try await database.schema("event_skips")
+            .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
+            .field("channel", .string, .required)
+            .field("reason", .string, .required)
+            .field("count", .int, .required)
+            .compositeIdentifier(over: "event_id", "channel", "reason")
+            .create()
+        try await database.sql.raw("CREATE INDEX events_due ON events (state, not_before)").run()
+    }
+
+    func revert(on database: any Database) async throws {
+        for table in ["event_skips", "idempotency_keys", "event_recipients", "events"] {
+            try await database.schema(table).delete()
+        }
+    }
+}
+
+struct CreateNotifications: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("notifications")
+            .id()
+            .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
+            .field("user_id", .uuid, .required, .references(UserModel.schema, .id, onDelete: .cascade))
+            .field("category", .string, .required)
+            .field("tenant", .string, .required)
+            .field("title", .string, .required)
+            .field("body", .string, .required)
+            .field("url", .string)
+            .field("data", .string)
+            .field("in_inbox", .bool, .required)
+            .field("created_at", .datetime, .required)
+            .field("seen_at", .datetime)
+            .field("read_at", .datetime)
+            .field("archived_at", .datetime)
+            .unique(on: "event_id", "user_id")
+            .create()
+        try await database.sql.raw("CREATE INDEX notifications_inbox ON notifications (user_id, created_at)").run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("notifications").delete()
+    }
+}
+
+struct CreateDeliveries: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("deliveries")
+            .id()
+            .field("notification_id", .uuid, .required, .references("notifications", .id, onDelete: .cascade))
+            .field("event_id", .uuid, .required)
+            .field("user_id", .uuid, .required)
+            .field("channel", .string, .required)
+            .field("device_id", .uuid)
+            .field("status", .string, .required)
+            .field("attempts", .int, .required)
+            .field("next_attempt_at", .datetime, .required)
+            .field("lease_expires_at", .datetime)
+            .field("worker", .string)
+            .field("last_error", .string)
+            .field("last_status", .int)
+            .field("created_at", .datetime, .required)
+            .field("updated_at", .datetime, .required)
+            .create()
+        try await database.sql.raw("CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at)").run()
+        try await database.sql.raw("CREATE INDEX deliveries_event ON deliveries (event_id, channel, status)").run()
+        try await database.schema("delivery_attempts")
+            .id()
+            .field("delivery_id", .uuid, .required, .references("deliveries", .id, onDelete: .cascade))
+            .field("attempt", .int, .required)
+            .field("started_at", .datetime, .required)
+            .field("finished_at", .datetime, .required)
+            .field("outcome", .string, .required)
+            .field("status_code", .int)
+            .field("error", .string)
+            .create()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("delivery_attempts").delete()
+        try await database.schema("deliveries").delete()
+    }
+}

@@ -1,0 +1,173 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// Turns accepted events into notifications and deliveries, a batch of recipients at a time.
+///
+/// Each batch is one transaction that locks its event (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
+/// so several instances share events without waiting on each other), applies the preference
+/// rule to each recipient, writes their notification (the inbox) and queued deliveries for the
+/// other channels, and advances the event's cursor. A process that dies mid-batch loses
+/// nothing: the batch rolls back and the next worker does it again.
+struct Fanout: Sendable {
+    let context: BelfryContext
+    static let batchSize = 500
+
+    /// Processes one batch of the most overdue event, if any is due.
+    /// - Returns: whether there was a batch to process.
+    func processBatch(on db: any Database) async throws -> Bool {
+        let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx) }
+        if outcome.queuedDeliveries > 0 { context.deliveryWake() }
+        return outcome.processed
+    }
+
+    private struct Outcome: Sendable {
+        var processed: Bool
+        var queuedDeliveries: Int
+    }
+
+    private func batch(on db: any Database) async throws -> Outcome {
+        let sql = db.sql
+        let now = context.now()
+        let due = sql.select()
+            .columns("id", "category", "tenant", "title", "body", "url", "data", "recipients", "processed")
+            .from("events")
+            .where("state", .notEqual, EventStatus.FanoutState.done.rawValue)
+            .where("not_before", .lessThanOrEqual, now)
+            .orderBy("not_before")
+            .limit(1)
+        guard let event = try await context.database.lockingSkipLocked(due).first()
+        else { return Outcome(processed: false, queuedDeliveries: 0) }
+
+        let eventID = try event.decode(column: "id", as: UUID.self)
+        let processed = try event.decode(column: "processed", as: Int.self)
+        let total = try event.decode(column: "recipients", as: Int.self)
+        let tenant = try event.decode(column: "tenant", as: String.self)
+        let categoryID = try event.decode(column: "category", as: String.self)
+        let recipients = try await sql.select().column("external_id").from("event_recipients")
+            .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
+            .orderBy("position").limit(Self.batchSize).all()
+            .map { try $0.decode(column: "external_id", as: String.self) }
+
+        var queued = 0
+        if let category = context.workspace.category(categoryID) {
+            let users = try await userIDs(for: recipients, now: now, on: sql)
+            let preferences = try await preferenceSets(of: Array(users.values), tenant: tenant, on: sql)
+            var notifications: [[any Encodable & Sendable]] = []
+            var deliveries: [[any Encodable & Sendable]] = []
+            var skips: [String: [SkipReason: Int]] = [:]
+            for recipient in recipients {
+                guard let userID = users[recipient] else { continue }
+                let stored: [PreferenceScope: PreferenceSelections] = preferences[userID] ?? [:]
+                let resolved = ResolvedPreferences(
+                    config: context.workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
+                    tenant: stored[.tenant(tenant)] ?? PreferenceSelections())
+                // Devices come with the push channels; until then no push channel has one.
+                let decisions = PreferenceRule.decisions(
+                    for: category, preferences: resolved, authorizedPushChannels: [])
+                var delivering: [ChannelDefinition] = []
+                for (channelID, decision) in decisions {
+                    guard let channel = context.workspace.channel(channelID) else { continue }
+                    switch decision {
+                    case .deliver: delivering.append(channel)
+                    case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
+                    }
+                }
+                guard !delivering.isEmpty else { continue }
+                let notificationID = UUID()
+                let inInbox = delivering.contains { $0.kind == .inbox }
+                notifications.append([
+                    notificationID, eventID, userID, categoryID, tenant,
+                    try event.decode(column: "title", as: String.self),
+                    try event.decode(column: "body", as: String.self),
+                    try event.decode(column: "url", as: String?.self),
+                    try event.decode(column: "data", as: String?.self), inInbox, now,
+                ])
+                for channel in delivering {
+                    // The inbox is the notification row itself, written in this transaction.
+                    let status: DeliveryStatus = channel.kind == .inbox ? .sent : .queued
+                    if status == .queued { queued += 1 }
+                    deliveries.append([
+                        UUID(), notificationID, eventID, userID, channel.id, status.rawValue,
+                        status == .sent ? 1 : 0, now, now, now,
+                    ])
+                }
+            }
+            for rows in notifications.chunked(200) {
+                let insert = sql.insert(into: "notifications").columns(
+                    "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
+                    "created_at")
+                rows.forEach { insert.values($0) }
+                try await insert.ignoringConflicts(with: ["event_id", "user_id"]).run()
+            }
+            for rows in deliveries.chunked(300) {
+                let insert = sql.insert(into: "deliveries").columns(
+                    "id", "notification_id", "event_id", "user_id", "channel", "status", "attempts", "next_attempt_at",
+                    "created_at", "updated_at")
+                rows.forEach { insert.values($0) }
+                try await insert.run()
+            }
+            for (channel, reasons) in skips {
+                for (reason, count) in reasons {
+                    try await sql.raw(
+                        """
+                        INSERT INTO event_skips (event_id, channel, reason, count)
+                        VALUES (\(bind: eventID), \(bind: channel), \(bind: reason.rawValue), \(bind: count))
+                        ON CONFLICT (event_id, channel, reason) DO UPDATE SET count = event_skips.count + excluded.count
+                        """
+                    ).run()
+                }
+            }
+        }
+        let done = processed + recipients.count >= total || recipients.isEmpty
+        try await sql.update("events")
+            .set("processed", to: processed + recipients.count)
+            .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
+            .where("id", .equal, eventID)
+            .run()
+        return Outcome(processed: true, queuedDeliveries: queued)
+    }
+
+    /// The internal ids of these external ids, creating users Belfry does not know yet.
+    private func userIDs(for externalIDs: [String], now: Date, on sql: any SQLDatabase) async throws -> [String: UUID] {
+        func lookup() async throws -> [String: UUID] {
+            var found: [String: UUID] = [:]
+            for row in try await sql.select().columns("id", "external_id").from(UserModel.schema)
+                .where("external_id", .in, externalIDs).all()
+            {
+                found[try row.decode(column: "external_id", as: String.self)] = try row.decode(
+                    column: "id", as: UUID.self)
+            }
+            return found
+        }
+        let found = try await lookup()
+        let missing = externalIDs.filter { found[$0] == nil }
+        guard !missing.isEmpty else { return found }
+        let insert = sql.insert(into: UserModel.schema).columns("id", "external_id", "created_at", "updated_at")
+        for externalID in missing {
+            insert.values(UUID(), externalID, now, now)
+        }
+        try await insert.ignoringConflicts(with: ["external_id"]).run()
+        return try await lookup()
+    }
+
+    /// Each user's stored selections for the user's defaults and the event's tenant.
+    private func preferenceSets(
+        of users: [UUID], tenant: String, on sql: any SQLDatabase
+    ) async throws
+        -> [UUID: [PreferenceScope: PreferenceSelections]]
+    {
+        let scopes: [PreferenceScope] = [.userDefaults, .tenant(tenant)]
+        var sets: [UUID: [PreferenceScope: PreferenceSelections]] = [:]
+        for row in try await sql.select().columns("user_id", "scope", "selections").from(PreferenceSetModel.schema)
+            .where("user_id", .in, users).where("scope", .in, scopes.map(\.key)).all()
+        {
+            let key = try row.decode(column: "scope", as: String.self)
+            guard let scope = scopes.first(where: { $0.key == key }) else { continue }
+            sets[try row.decode(column: "user_id", as: UUID.self), default: [:]][scope] = try PreferenceStore.decode(
+                try row.decode(column: "selections", as: String.self))
+        }
+        return sets
+    }
+}

@@ -1,0 +1,211 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import SQLKit
+import Testing
+import Vapor
+import VaporTesting
+
+@testable import BelfryServer
+
+@Suite("Events: trigger, fan-out by the rule, status")
+struct EventsAPITests {
+    static func event(
+        _ category: String = "mention", to recipients: [String], tenant: String? = nil, key: String? = nil,
+        schedule: EventRequest.Schedule? = nil
+    ) -> EventRequest {
+        EventRequest(
+            category: category, recipients: recipients, tenant: tenant,
+            content: EventRequest.Content(
+                title: "Ada mentioned you", body: "On Talk:Belfry", url: "https://example.org/t"),
+            data: ["revision": .number(42)], idempotencyKey: key, schedule: schedule)
+    }
+
+    /// Runs fan-out batches until none is due.
+    static func fanOut(_ app: Application) async throws {
+        while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+    }
+
+    static func status(_ app: Application, _ id: UUID) async throws -> EventStatus {
+        try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+    }
+
+    @Test("bad events are refused with a clear error and store nothing")
+    func validation() async throws {
+        try await withBelfry(.sqlite) { app in
+            var tooMany = Self.event(to: (0...10_000).map { "user\($0)" })
+            tooMany.content.title = "x"
+            var longBody = Self.event(to: ["ada"])
+            longBody.content.body = String(repeating: "b", count: 64 * 1024 + 1)
+            var emptyTitle = Self.event(to: ["ada"])
+            emptyTitle.content.title = "  "
+            var badURL = Self.event(to: ["ada"])
+            badURL.content.url = "javascript:alert(1)"
+            let cases: [(EventRequest, HTTPStatus, String, String)] = [
+                (Self.event("nope", to: ["ada"]), .notFound, "category_not_found", #"no category "nope""#),
+                (Self.event(to: ["ada"], tenant: "frwiki"), .notFound, "tenant_not_found", #"no tenant "frwiki""#),
+                (Self.event(to: []), .unprocessableEntity, "invalid_request", "must list 1 to 10000 user ids, got 0"),
+                (tooMany, .unprocessableEntity, "invalid_request", "got 10001"),
+                (Self.event(to: ["a b"]), .unprocessableEntity, "invalid_request", #""recipients[0]""#),
+                (emptyTitle, .unprocessableEntity, "invalid_request", "content.title"),
+                (longBody, .unprocessableEntity, "invalid_request", "content.body\" is 65537 bytes"),
+                (badURL, .unprocessableEntity, "invalid_request", "content.url"),
+                (
+                    Self.event(to: ["ada"], schedule: .init(sendAt: Date(), delaySeconds: 5)), .unprocessableEntity,
+                    "invalid_request", "not both"
+                ),
+            ]
+            for (event, status, code, fragment) in cases {
+                let response = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event)
+                #expect(response.status == status, "\(fragment)")
+                #expect(response.errorCode == code, "\(response.body.string)")
+                #expect(response.errorMessage?.contains(fragment) == true, "\(response.body.string)")
+            }
+            let typo = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                rawBody:
+                    #"{"category": "mention", "recipients": ["ada"], "content": {"title": "t", "body": "b", "link": "x"}}"#
+            )
+            #expect(typo.errorMessage?.contains(#""content.link""#) == true)
+            let user = try await app.userToken("ada")
+            #expect(
+                try await app.send(.POST, "/v1/events", bearer: user, json: Self.event(to: ["ada"])).status
+                    == .forbidden)
+            let count = try await app.db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+                .from("events").first()?.decode(column: "n", as: Int.self)
+            #expect(count == 0)
+        }
+    }
+
+    @Test(
+        "fan-out follows each recipient's preferences; unknown recipients are created", arguments: TestDatabase.allCases
+    )
+    func fanOutByRule(database: TestDatabase) async throws {
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock) { app in
+            let ada = try await app.userToken("ada")
+            let bob = try await app.userToken("bob")
+            #expect(
+                try await app.send(
+                    .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: ada,
+                    json: ["preference": "opt_out"]
+                ).status == .ok)
+            #expect(
+                try await app.send(
+                    .PATCH, "/v1/me/preferences/categories/mention/channels/email?scope=defaults", bearer: bob,
+                    json: ["preference": "opt_in"]
+                ).status == .ok)
+
+            let accepted = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: Self.event(to: ["ada", "bob", "carol", "carol"], tenant: "dewiki"))
+            #expect(accepted.status == .accepted)
+            let id = try accepted.decode(EventAccepted.self).eventID
+            #expect(accepted.headers.first(name: .location) == "/v1/events/\(id)")
+            let pending = try await Self.status(app, id)
+            #expect(pending.state == .pending)
+            #expect(pending.recipients == 3, "duplicates are one recipient")
+
+            try await Self.fanOut(app)
+            let done = try await Self.status(app, id)
+            #expect(done.state == .done)
+            #expect(done.processed == 3)
+            #expect(done.notifications == 2, "ada opted out of mentions on dewiki")
+            #expect(done.deliveries == ["inbox": ["sent": 2], "email": ["queued": 1]])
+            #expect(
+                done.skipped == [
+                    "inbox": ["category_opted_out": 1],
+                    "ios_push": ["category_opted_out": 1, "no_authorized_device": 2],
+                    "web_push": ["category_opted_out": 1, "no_authorized_device": 2],
+                    "email": ["category_opted_out": 1, "channel_opted_out": 1],
+                ])
+            let carol = try await app.send(.GET, "/v1/users/carol", bearer: testAPIKey)
+            #expect(carol.status == .ok, "unknown recipients are created")
+        }
+    }
+
+    @Test("a channel set to required reaches only the categories that require it", arguments: TestDatabase.allCases)
+    func requiredChannel(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let ada = try await app.userToken("ada")
+            let change = PreferenceChangesRequest(
+                tenants: ["enwiki"],
+                changes: [.overallChannel("inbox", .required), .overallChannel("email", .required)])
+            #expect(try await app.send(.POST, "/v1/me/preferences/changes", bearer: ada, json: change).status == .ok)
+            let mention = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
+                .decode(EventAccepted.self).eventID
+            let loginFail = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event("login-fail", to: ["ada"])
+            )
+            .decode(EventAccepted.self).eventID
+            try await Self.fanOut(app)
+            let first = try await Self.status(app, mention)
+            #expect(first.notifications == 0)
+            #expect(first.skipped["inbox"] == ["channel_restricted": 1])
+            let second = try await Self.status(app, loginFail)
+            #expect(second.notifications == 1)
+            #expect(second.deliveries["inbox"] == ["sent": 1])
+            #expect(second.deliveries["email"] == ["queued": 1])
+            #expect(second.deliveries["webhook"] == ["queued": 1])
+        }
+    }
+
+    @Test("the same idempotency key within 24 hours answers with the first event", arguments: TestDatabase.allCases)
+    func idempotency(database: TestDatabase) async throws {
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock) { app in
+            let first = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"], key: "rev-42"))
+            let again = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "bob"]),
+                headers: ["Idempotency-Key": "rev-42"])
+            #expect(first.status == .accepted && again.status == .accepted)
+            #expect(try again.decode(EventAccepted.self) == first.decode(EventAccepted.self))
+            #expect(again.headers.first(name: "Idempotent-Replayed") == "true")
+            try await Self.fanOut(app)
+            #expect(try await Self.status(app, try first.decode(EventAccepted.self).eventID).notifications == 1)
+
+            clock.advance(by: 24 * 3600 + 1)
+            let later = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"], key: "rev-42"))
+            #expect(try later.decode(EventAccepted.self) != first.decode(EventAccepted.self))
+            #expect(later.headers.first(name: "Idempotent-Replayed") == nil)
+        }
+    }
+
+    @Test("a delayed event waits for its time")
+    func delayed() async throws {
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock) { app in
+            let id = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: Self.event(to: ["ada"], schedule: .init(delaySeconds: 60))
+            ).decode(EventAccepted.self).eventID
+            try await Self.fanOut(app)
+            #expect(try await Self.status(app, id).state == .pending)
+            clock.advance(by: 60)
+            try await Self.fanOut(app)
+            #expect(try await Self.status(app, id).state == .done)
+        }
+    }
+
+    @Test(
+        "a large event fans out in batches to exactly one notification per recipient", arguments: TestDatabase.allCases)
+    func batches(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let recipients = (0..<1_234).map { "reader-\($0)" }
+            let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: recipients))
+                .decode(EventAccepted.self).eventID
+            var batches = 0
+            while try await Fanout(context: app.belfry).processBatch(on: app.db) { batches += 1 }
+            #expect(batches == 3)
+            let status = try await Self.status(app, id)
+            #expect(status.notifications == 1_234)
+            #expect(status.deliveries == ["inbox": ["sent": 1_234]])
+            let distinct = try await app.db.sql.select()
+                .column(SQLFunction("COUNT", args: SQLDistinct("user_id")), as: "n").from("notifications")
+                .first()?.decode(column: "n", as: Int.self)
+            #expect(distinct == 1_234)
+        }
+    }
+}
