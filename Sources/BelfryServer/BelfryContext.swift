@@ -13,6 +13,8 @@ struct BelfryContext: Sendable {
     let now: @Sendable () -> Date
     /// A short digest of the workspace, part of every preference ETag so a config change shows as a new version.
     let workspaceFingerprint: String
+    /// A random number in 0..<1 for backoff jitter; tests replace it.
+    let jitter: @Sendable () -> Double
     /// Wakes the delivery worker after new work is committed.
     let workSignal: WorkSignal
 

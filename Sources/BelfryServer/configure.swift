@@ -26,10 +26,19 @@ public struct ConfigureOptions: Sendable {
     public var migrate: Bool
     /// The server's clock.
     public var now: @Sendable () -> Date
+    /// A random number in 0..<1 for backoff jitter.
+    public var jitter: @Sendable () -> Double
+    /// Run fan-out and delivery workers in the background while the application runs (`belfry serve`).
+    public var runWorkers: Bool
 
-    public init(migrate: Bool = true, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        migrate: Bool = true, runWorkers: Bool = false, now: @escaping @Sendable () -> Date = { Date() },
+        jitter: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
+    ) {
         self.migrate = migrate
+        self.runWorkers = runWorkers
         self.now = now
+        self.jitter = jitter
     }
 }
 
@@ -93,8 +102,16 @@ public func configure(
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
         now: now,
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
+        jitter: options.jitter,
         workSignal: WorkSignal()
     )
+    let worker = DeliveryWorker(
+        context: app.belfry, database: { [unowned app] in app.db }, channels: deliveryChannels(app, settings),
+        logger: app.logger)
+    app.deliveryWorker = worker
+    if options.runWorkers {
+        app.lifecycle.use(WorkerLifecycle(worker: worker))
+    }
 
     app.middleware = Middlewares()
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
@@ -105,6 +122,42 @@ public func configure(
     try app.register(collection: EventsController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
+}
+
+/// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
+private func deliveryChannels(_ app: Application, _ settings: ServerConfiguration) -> [ChannelKind: any DeliveryChannel]
+{
+    var channels: [ChannelKind: any DeliveryChannel] = [:]
+    if let webhook = settings.webhook {
+        channels[.webhook] = WebhookChannel(
+            url: webhook.url, secret: webhook.secret, client: app.http.client.shared, now: app.belfry.now)
+    }
+    return channels
+}
+
+/// Starts the background workers once the server has booted, and drains them at shutdown.
+private struct WorkerLifecycle: LifecycleHandler {
+    let worker: DeliveryWorker
+
+    func didBootAsync(_ application: Application) async throws {
+        worker.start()
+    }
+
+    func shutdownAsync(_ application: Application) async {
+        await worker.stop()
+    }
+}
+
+extension Application {
+    private struct WorkerKey: StorageKey {
+        typealias Value = DeliveryWorker
+    }
+
+    /// The delivery worker; running in the background only under `belfry serve`, driven by hand in tests.
+    var deliveryWorker: DeliveryWorker? {
+        get { storage[WorkerKey.self] }
+        set { storage[WorkerKey.self] = newValue }
+    }
 }
 
 /// Makes an application, configures it, runs `body`, and shuts the application down

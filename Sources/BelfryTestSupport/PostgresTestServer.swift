@@ -111,8 +111,20 @@ private func spawn(
         argv.forEach { free($0) }
         envp.forEach { free($0) }
     }
+    // A child inherits ignored signals and the signal mask; the test process may ignore SIGTERM
+    // (servers handle it themselves), so reset both for the child to be stoppable.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var defaults = sigset_t()
+    sigfillset(&defaults)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    var mask = sigset_t()
+    sigemptyset(&mask)
+    posix_spawnattr_setsigmask(&attributes, &mask)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
     var pid = pid_t()
-    let spawned = posix_spawn(&pid, executable, &actions, nil, argv, envp)
+    let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
     guard spawned == 0 else {
         throw TestProcess.Failure(command: executable, status: spawned, output: String(cString: strerror(spawned)))
     }
@@ -190,10 +202,10 @@ public final class BackgroundProcess: Sendable {
         throw TestFailure("no \"\(text)\" within \(seconds) s:\n\(output)")
     }
 
-    /// Sends SIGTERM and returns the exit code once the process has ended.
+    /// Sends `signal` (SIGTERM unless told otherwise) and returns the exit code once the process has ended.
     @discardableResult
-    public func terminate() -> Int32 {
-        kill(pid, SIGTERM)
+    public func terminate(signal: Int32 = SIGTERM) -> Int32 {
+        kill(pid, signal)
         let exitCode = reap(pid)
         try? FileManager.default.removeItem(atPath: outputPath)
         return exitCode

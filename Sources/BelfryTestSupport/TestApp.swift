@@ -72,13 +72,17 @@ public func withBelfryApp<T>(
     workspace: WorkspaceConfig = .demo,
     apiKeys: [String] = [testAPIKey],
     clock: TestClock? = nil,
+    jitter: Double? = nil,
+    webhook: ServerConfiguration.Webhook? = nil,
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
     _ = loggingBootstrapped
     let settings = ServerConfiguration(
-        port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error)
+        port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error, webhook: webhook)
     let now: @Sendable () -> Date = if let clock { { clock.now } } else { { Date() } }
-    return try await withBelfryApplication(.testing, settings: settings, options: ConfigureOptions(now: now), body)
+    var options = ConfigureOptions(now: now)
+    if let jitter { options.jitter = { jitter } }
+    return try await withBelfryApplication(.testing, settings: settings, options: options, body)
 }
 
 /// Runs `body` with a Belfry application on a fresh database of `kind`.
@@ -86,10 +90,15 @@ public func withBelfry<T>(
     _ kind: TestDatabase,
     workspace: WorkspaceConfig = .demo,
     clock: TestClock? = nil,
+    jitter: Double? = nil,
+    webhook: ServerConfiguration.Webhook? = nil,
     _ body: (Application) async throws -> T
 ) async throws -> T {
     try await withTestStorage(kind) { location in
-        try await withBelfryApp(location: location, workspace: workspace, clock: clock) { app, _ in
+        try await withBelfryApp(
+            location: location, workspace: workspace, clock: clock, jitter: jitter, webhook: webhook
+        ) {
+            app, _ in
             try await body(app)
         }
     }

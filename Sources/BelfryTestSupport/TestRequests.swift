@@ -20,13 +20,20 @@ extension Application {
         var body: ByteBuffer?
         if let json {
             headers.contentType = .json
-            body = ByteBuffer(data: try JSONEncoder().encode(json))
+            body = ByteBuffer(data: try Self.clientEncoder.encode(json))
         } else if let rawBody {
             headers.contentType = .json
             body = ByteBuffer(string: rawBody)
         }
         return try await testing().sendRequest(method, path, headers: headers, body: body)
     }
+
+    /// Encodes request bodies as a client would: dates as ISO 8601 text.
+    static let clientEncoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }()
 
     /// Creates or updates a user with the test API key.
     @discardableResult

@@ -104,4 +104,68 @@ struct CommandLineTests {
         }
         #expect(missing.output.contains(#"no user "bob""#))
     }
+
+    @Test(
+        "an accepted event survives SIGKILL right after its 202: one notification per recipient",
+        arguments: TestDatabase.allCases)
+    func acceptedMeansDurable(database: TestDatabase) async throws {
+        try await withTestStorage(database) { location in
+            let target: String
+            switch location {
+            case .sqlite(let path): target = path
+            case .postgres(let url): target = url
+            }
+            let key = "cli-test-key-0123456789abcdef"
+            let environment = ["BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": ""]
+            func start() async throws -> (BackgroundProcess, String) {
+                let server = try BackgroundProcess(
+                    Self.executable, ["serve", "--port", "0", "--database", target], environment: environment)
+                do {
+                    let output = try await server.waitForOutput(containing: "Belfry listening on ")
+                    let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
+                    return (server, "http://127.0.0.1:\(port)")
+                } catch {
+                    server.terminate()
+                    throw error
+                }
+            }
+            let recipients = (0..<300).map { "\"reader-\($0)\"" }.joined(separator: ",")
+            let event =
+                #"{"category": "mention", "recipients": [\#(recipients)], "content": {"title": "Hello", "body": "World"}, "idempotency_key": "launch-1"}"#
+
+            let (first, base) = try await start()
+            let accepted = try await Self.request("POST", "\(base)/v1/events", bearer: key, json: event)
+            #expect(first.terminate(signal: SIGKILL) == 128 + SIGKILL)
+            #expect(accepted.status == 202, "\(accepted.body)")
+            let id = try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID
+
+            let (second, again) = try await start()
+            defer { second.terminate() }
+            let deadline = Date().addingTimeInterval(60)
+            var status: EventStatus?
+            while Date() < deadline {
+                let answer = try await Self.request("GET", "\(again)/v1/events/\(id)", bearer: key)
+                status = try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(answer.body.utf8))
+                if status?.state == .done { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(status?.state == .done)
+            #expect(status?.recipients == 300)
+            #expect(
+                status?.notifications == 300, "one notification per recipient; at most one is the schema's unique rule")
+            #expect(status?.deliveries["inbox"] == ["sent": 300])
+
+            let replay = try await Self.request("POST", "\(again)/v1/events", bearer: key, json: event)
+            #expect(replay.status == 202)
+            #expect(try JSONDecoder().decode(EventAccepted.self, from: Data(replay.body.utf8)).eventID == id)
+        }
+    }
+}
+
+extension JSONDecoder {
+    static let iso8601: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
 }

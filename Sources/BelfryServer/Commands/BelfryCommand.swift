@@ -56,12 +56,13 @@ func withConfiguredApp<T>(
     _ settings: ServerConfiguration,
     arguments: [String],
     migrate: Bool = true,
+    runWorkers: Bool = false,
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
     bootstrapLogging(settings.logLevel)
     return try await withBelfryApplication(
         Environment(name: "production", arguments: arguments), settings: settings,
-        options: ConfigureOptions(migrate: migrate)
+        options: ConfigureOptions(migrate: migrate, runWorkers: runWorkers)
     ) { app, report in
         announceDevelopmentKey(report)
         return try await body(app, report)
@@ -98,7 +99,9 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         let settings = try ServerConfiguration.forCommand(
             .init(hostname: hostname, port: port, database: storage.database, config: storage.config))
-        try await withConfiguredApp(settings, arguments: ["belfry", "serve"], migrate: !skipMigrations) { app, report in
+        try await withConfiguredApp(
+            settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: true
+        ) { app, report in
             let workspace = settings.workspace
             say(
                 """
@@ -106,6 +109,7 @@ struct ServeCommand: AsyncParsableCommand {
                   config:   \(settings.workspaceSource) (\(workspace.channels.count) channels, \(workspace.categories.count) categories, \(workspace.tenants.count) tenants)
                   database: \(settings.database)
                   API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
+                  webhook:  \(settings.webhook.map { "\($0.url) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port

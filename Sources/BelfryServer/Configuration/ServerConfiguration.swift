@@ -20,6 +20,18 @@ public struct ServerConfiguration: Sendable {
     public var logLevel: Logger.Level
     /// Largest request body accepted.
     public var maxBodySize: Int
+    /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
+    public var webhook: Webhook?
+
+    public struct Webhook: Sendable, Hashable {
+        public var url: String
+        public var secret: String
+
+        public init(url: String, secret: String) {
+            self.url = url
+            self.secret = secret
+        }
+    }
 
     public init(
         hostname: String = "127.0.0.1",
@@ -31,7 +43,8 @@ public struct ServerConfiguration: Sendable {
         tokenSecret: String? = nil,
         tokenLifetime: Int = 3600,
         logLevel: Logger.Level = .info,
-        maxBodySize: Int = 256 * 1024
+        maxBodySize: Int = 256 * 1024,
+        webhook: Webhook? = nil
     ) {
         self.hostname = hostname
         self.port = port
@@ -43,6 +56,7 @@ public struct ServerConfiguration: Sendable {
         self.tokenLifetime = tokenLifetime
         self.logLevel = logLevel
         self.maxBodySize = maxBodySize
+        self.webhook = webhook
     }
 
     /// Values given on the command line; `nil` when a flag was not given.
@@ -64,7 +78,7 @@ public struct ServerConfiguration: Sendable {
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
-        "max_body_bytes",
+        "max_body_bytes", "webhook_url", "webhook_secret",
     ]
 
     /// Resolves the configuration.
@@ -166,11 +180,29 @@ public struct ServerConfiguration: Sendable {
             pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
             ?? 256 * 1024
 
+        let webhookURL = pick(env: "BELFRY_WEBHOOK_URL", file: "webhook_url") {
+            text -> Result<String, ConfigurationProblem> in
+            guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                return .failure(.init("expected an http or https URL, got \"\(text)\""))
+            }
+            return .success(text)
+        }
+        let webhookSecret = pick(env: "BELFRY_WEBHOOK_SECRET", file: "webhook_secret") { text in
+            checkSecrets([text], "the webhook secret").map { $0[0] }
+        }
+        var webhook: Webhook?
+        switch (webhookURL, webhookSecret) {
+        case (let url?, let secret?): webhook = Webhook(url: url, secret: secret)
+        case (.some, nil): issues.add("BELFRY_WEBHOOK_SECRET", "a webhook URL needs a secret to sign its requests")
+        case (nil, .some): issues.add("BELFRY_WEBHOOK_URL", "a webhook secret is set but no webhook URL")
+        case (nil, nil): break
+        }
+
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
-            tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize)
+            tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize, webhook: webhook)
     }
 
     /// A file value as the text an environment variable would hold: strings as they are,

@@ -36,4 +36,14 @@ final class WorkSignal: Sendable {
             if resumeNow { continuation.resume() }
         }
     }
+
+    /// Returns at the next wake, or after `seconds` at the latest.
+    func wait(upTo seconds: Double) async {
+        let timer = Task {
+            try? await Task.sleep(for: .seconds(seconds))
+            if !Task.isCancelled { self.wake() }
+        }
+        await wait()
+        timer.cancel()
+    }
 }

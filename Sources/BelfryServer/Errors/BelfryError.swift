@@ -128,7 +128,7 @@ extension Request {
             }
         }
         do {
-            return try JSONDecoder().decode(Body.self, from: buffer)
+            return try Self.bodyDecoder.decode(Body.self, from: buffer)
         } catch let error as DecodingError {
             if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
                 throw BelfryError.badRequest("the body is not valid JSON")
@@ -136,6 +136,25 @@ extension Request {
             throw BelfryError.invalid(BelfryErrorMiddleware.describeDecoding(error))
         }
     }
+
+    /// Reads dates as ISO 8601 text, with or without fractional seconds, as every Belfry answer writes them.
+    static let bodyDecoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            let plain = ISO8601DateFormatter()
+            let fractional = ISO8601DateFormatter()
+            fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            guard let date = plain.date(from: text) ?? fractional.date(from: text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container,
+                    debugDescription: "expected an ISO 8601 date such as 2026-12-01T08:00:00Z, got \"\(text)\"")
+            }
+            return date
+        }
+        return decoder
+    }()
 
     private static func collectUnknownKeys(
         _ value: JSONValue, allowed: Set<String>, nested: [String: Set<String>], path: String,

@@ -1,0 +1,237 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import SQLKit
+
+/// Runs queued deliveries: claims due ones with a lease, attempts them with bounded
+/// concurrency, and records each attempt. Several instances on PostgreSQL share the queue
+/// (`FOR UPDATE SKIP LOCKED`); a delivery claimed by a process that died is claimed again
+/// once its lease has expired. Deliveries are at least once: a receiver can recognise a
+/// repeat by its delivery id.
+final class DeliveryWorker: Sendable {
+    let context: BelfryContext
+    let database: @Sendable () -> any Database
+    let channels: [ChannelKind: any DeliveryChannel]
+    let logger: Logger
+    /// This process, as recorded on the deliveries it claims.
+    let name: String
+    let lease: TimeInterval
+    let concurrency: Int
+    let backoff = Backoff()
+    private let loop = NIOLockedValueBox<(task: Task<Void, Never>?, stopping: Bool)>((nil, false))
+
+    init(
+        context: BelfryContext, database: @escaping @Sendable () -> any Database,
+        channels: [ChannelKind: any DeliveryChannel], logger: Logger, lease: TimeInterval = 120, concurrency: Int = 16
+    ) {
+        self.context = context
+        self.database = database
+        self.channels = channels
+        self.logger = logger
+        self.lease = lease
+        self.concurrency = concurrency
+        self.name =
+            "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))"
+    }
+
+    /// Claims and runs the deliveries due now, at most `limit`.
+    /// - Returns: how many were attempted.
+    @discardableResult
+    func runOnce(limit: Int = 64) async throws -> Int {
+        let jobs = try await claim(limit: limit)
+        await withTaskGroup(of: Void.self) { group in
+            var running = 0
+            for job in jobs {
+                if running == concurrency {
+                    await group.next()
+                    running -= 1
+                }
+                group.addTask { await self.attempt(job) }
+                running += 1
+            }
+        }
+        return jobs.count
+    }
+
+    /// Marks up to `limit` due deliveries as running under this worker's lease and returns them.
+    func claim(limit: Int) async throws -> [DeliveryJob] {
+        let now = context.now()
+        let ids: [UUID] = try await context.database.write(database()) { db in
+            let due = db.sql.select().column("id").from("deliveries")
+                .where { group in
+                    group.where("status", .equal, DeliveryStatus.queued.rawValue)
+                        .where("next_attempt_at", .lessThanOrEqual, now)
+                }
+                .orWhere { group in
+                    group.where("status", .equal, DeliveryStatus.running.rawValue)
+                        .where("lease_expires_at", .lessThan, now)
+                }
+                .orderBy("next_attempt_at")
+                .limit(limit)
+            let ids = try await self.context.database.lockingSkipLocked(due).all()
+                .map { try $0.decode(column: "id", as: UUID.self) }
+            guard !ids.isEmpty else { return [] }
+            try await db.sql.update("deliveries")
+                .set("status", to: DeliveryStatus.running.rawValue)
+                .set("attempts", to: SQLRaw("attempts + 1"))
+                .set("lease_expires_at", to: now.addingTimeInterval(self.lease))
+                .set("worker", to: self.name)
+                .set("updated_at", to: now)
+                .where("id", .in, ids)
+                .run()
+            return ids
+        }
+        guard !ids.isEmpty else { return [] }
+        let rows = try await database().sql.select()
+            .column(SQLColumn("id", table: "deliveries"), as: "delivery_id")
+            .column(SQLColumn("event_id", table: "deliveries"))
+            .column(SQLColumn("notification_id", table: "deliveries"))
+            .column(SQLColumn("channel", table: "deliveries"))
+            .column(SQLColumn("attempts", table: "deliveries"))
+            .column(SQLColumn("external_id", table: UserModel.schema))
+            .columns(
+                SQLColumn("category", table: "notifications"), SQLColumn("tenant", table: "notifications"),
+                SQLColumn("title", table: "notifications"), SQLColumn("body", table: "notifications"),
+                SQLColumn("url", table: "notifications"), SQLColumn("data", table: "notifications"),
+                SQLColumn("created_at", table: "notifications")
+            )
+            .from("deliveries")
+            .join(
+                "notifications", on: SQLColumn("id", table: "notifications"), .equal,
+                SQLColumn("notification_id", table: "deliveries")
+            )
+            .join(
+                UserModel.schema, on: SQLColumn("id", table: UserModel.schema), .equal,
+                SQLColumn("user_id", table: "deliveries")
+            )
+            .where(SQLColumn("id", table: "deliveries"), .in, SQLBind.group(ids))
+            .all()
+        return try rows.compactMap { row in
+            let channelID = try row.decode(column: "channel", as: String.self)
+            guard let channel = context.workspace.channel(channelID) else { return nil }
+            return DeliveryJob(
+                id: try row.decode(column: "delivery_id", as: UUID.self),
+                eventID: try row.decode(column: "event_id", as: UUID.self),
+                notificationID: try row.decode(column: "notification_id", as: UUID.self),
+                channel: channel,
+                attempt: try row.decode(column: "attempts", as: Int.self),
+                externalUserID: try row.decode(column: "external_id", as: String.self),
+                category: try row.decode(column: "category", as: String.self),
+                tenant: try row.decode(column: "tenant", as: String.self),
+                title: try row.decode(column: "title", as: String.self),
+                body: try row.decode(column: "body", as: String.self),
+                url: try row.decode(column: "url", as: String?.self),
+                data: try row.decode(column: "data", as: String?.self),
+                createdAt: try row.decode(column: "created_at", as: Date.self))
+        }
+    }
+
+    private func attempt(_ job: DeliveryJob) async {
+        let started = context.now()
+        let outcome: DeliveryOutcome
+        let maxAttempts: Int
+        if let channel = channels[job.channel.kind] {
+            outcome = await channel.deliver(job)
+            maxAttempts = channel.maxAttempts
+        } else {
+            outcome = .permanentFailure(
+                status: nil, error: "no provider for \(job.channel.kind.rawValue) channels is configured")
+            maxAttempts = 1
+        }
+        do {
+            try await record(job, outcome: outcome, maxAttempts: maxAttempts, started: started)
+        } catch {
+            // The lease runs out and another attempt follows: at least once, never lost.
+            logger.error(
+                "could not record a delivery attempt",
+                metadata: ["belfry.delivery.id": "\(job.id)", "belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    private func record(_ job: DeliveryJob, outcome: DeliveryOutcome, maxAttempts: Int, started: Date) async throws {
+        let now = context.now()
+        let (final, next, error, code, outcomeName) = resolve(outcome, of: job, maxAttempts: maxAttempts, now: now)
+        try await context.database.write(database()) { db in
+            let updated = try await db.sql.update("deliveries")
+                .set("status", to: final.rawValue)
+                .set("next_attempt_at", to: next)
+                .set("lease_expires_at", to: Date?.none)
+                .set("last_error", to: error)
+                .set("last_status", to: code)
+                .set("updated_at", to: now)
+                .where("id", .equal, job.id)
+                .where("worker", .equal, self.name)
+                .where("status", .equal, DeliveryStatus.running.rawValue)
+                .returning("id")
+                .all()
+            // A worker whose lease expired meanwhile lost the delivery to another: its result is history only.
+            try await db.sql.insert(into: "delivery_attempts")
+                .columns("id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
+                .values(UUID(), job.id, job.attempt, started, now, outcomeName, code, error)
+                .run()
+            if updated.isEmpty {
+                self.logger.warning(
+                    "a delivery's lease expired during its attempt", metadata: ["belfry.delivery.id": "\(job.id)"])
+            }
+        }
+        logger.log(
+            level: final == .sent ? .debug : .info, "delivery attempt",
+            metadata: [
+                "belfry.delivery.id": "\(job.id)", "belfry.channel": "\(job.channel.id)",
+                "belfry.attempt": "\(job.attempt)", "belfry.outcome": "\(final.rawValue)",
+            ])
+    }
+
+    /// The delivery's new status, next attempt time, error, provider status code and attempt outcome.
+    private func resolve(
+        _ outcome: DeliveryOutcome, of job: DeliveryJob, maxAttempts: Int, now: Date
+    )
+        -> (DeliveryStatus, Date, String?, Int?, String)
+    {
+        switch outcome {
+        case .sent(let code):
+            return (.sent, now, nil, code, "sent")
+        case .retry(let code, let retryAfter, let error):
+            guard job.attempt < maxAttempts else { return (.dead, now, error, code, "retry") }
+            let delay = backoff.delay(afterAttempt: job.attempt, retryAfter: retryAfter, jitter: context.jitter())
+            return (.queued, now.addingTimeInterval(delay), error, code, "retry")
+        case .permanentFailure(let code, let error):
+            return (.failed, now, error, code, "failed")
+        }
+    }
+
+    // MARK: Running in the background
+
+    /// Starts fan-out and delivery in the background, waking on new work and polling each second for scheduled work.
+    func start() {
+        let task = Task {
+            let fanout = Fanout(context: context)
+            while !self.isStopping {
+                var worked = false
+                do {
+                    while !self.isStopping, try await fanout.processBatch(on: self.database()) { worked = true }
+                    if !self.isStopping, try await self.runOnce() > 0 { worked = true }
+                } catch {
+                    self.logger.error(
+                        "delivery work failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+                }
+                if !worked && !self.isStopping { await self.context.workSignal.wait(upTo: 1) }
+            }
+        }
+        loop.withLockedValue { $0.task = task }
+    }
+
+    private var isStopping: Bool { loop.withLockedValue { $0.stopping } }
+
+    /// Stops taking new work and waits for the attempts under way to finish and be recorded.
+    func stop() async {
+        let task = loop.withLockedValue { state -> Task<Void, Never>? in
+            state.stopping = true
+            return state.task
+        }
+        context.workSignal.wake()
+        await task?.value
+    }
+}

@@ -1,0 +1,229 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import SQLKit
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// A webhook receiver in Python (Support/webhook_receiver.py) that checks signatures with its own HMAC code.
+final class WebhookReceiver: Sendable {
+    static let secret = "webhook-secret-0123456789"
+    let process: BackgroundProcess
+    let url: String
+    let log: String
+
+    init(answers: String) async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("Support/webhook_receiver.py").path
+        log =
+            FileManager.default.temporaryDirectory.appendingPathComponent("belfry-webhook-\(UUID().uuidString).jsonl")
+            .path
+        process = try BackgroundProcess("/usr/bin/env", ["python3", script, Self.secret, answers, log])
+        let output = try await process.waitForOutput(containing: "listening ")
+        let port = try #require(output.firstMatch(of: /listening (\d+)/)).output.1
+        url = "http://127.0.0.1:\(port)/hooks/belfry"
+    }
+
+    var webhook: ServerConfiguration.Webhook { .init(url: url, secret: Self.secret) }
+
+    struct Entry: Decodable {
+        var valid: Bool
+        var delivery: String
+        var answered: Int
+        var body: JSONValue
+    }
+
+    func entries() throws -> [Entry] {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
+        return try text.split(separator: "\n").map { try JSONDecoder().decode(Entry.self, from: Data($0.utf8)) }
+    }
+
+    func stop() {
+        process.terminate()
+        try? FileManager.default.removeItem(atPath: log)
+    }
+}
+
+@Suite("Delivery worker and the webhook channel")
+struct DeliveryWorkerTests {
+    static func trigger(
+        _ app: Application, _ category: String = "login-fail", to users: [String] = ["ada"]
+    ) async throws
+        -> UUID
+    {
+        let event = EventRequest(
+            category: category, recipients: users,
+            content: .init(title: "Failed login attempts", body: "From an unknown device"),
+            data: ["ip": .string("192.0.2.1")])
+        let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
+            .eventID
+        while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+        return id
+    }
+
+    static func attempts(_ app: Application, channel: String) async throws -> [(outcome: String, status: Int?)] {
+        try await app.db.sql.select()
+            .column(SQLColumn("outcome", table: "delivery_attempts"))
+            .column(SQLColumn("status_code", table: "delivery_attempts"))
+            .from("delivery_attempts")
+            .join(
+                "deliveries", on: SQLColumn("id", table: "deliveries"), .equal,
+                SQLColumn("delivery_id", table: "delivery_attempts")
+            )
+            .where(SQLColumn("channel", table: "deliveries"), .equal, SQLBind(channel))
+            .orderBy(SQLColumn("attempt", table: "delivery_attempts"))
+            .all()
+            .map {
+                (try $0.decode(column: "outcome", as: String.self), try $0.decode(column: "status_code", as: Int?.self))
+            }
+    }
+
+    @Test(
+        "webhook deliveries are signed (checked by Python's hmac); a channel without a provider fails clearly",
+        arguments: TestDatabase.allCases)
+    func signedWebhook(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(database, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryWorker)
+            let id = try await Self.trigger(app)
+            #expect(try await worker.runOnce() == 2)
+            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries == ["inbox": ["sent": 1], "webhook": ["sent": 1], "email": ["failed": 1]])
+            #expect(status.lastErrors == ["email": "no provider for email channels is configured"])
+
+            let entries = try receiver.entries()
+            #expect(entries.count == 1)
+            #expect(entries.first?.valid == true, "the signature verifies with the shared secret")
+            guard case .object(let body) = entries.first?.body, case .object(let notification) = body["notification"]
+            else {
+                Issue.record("unexpected webhook body")
+                return
+            }
+            #expect(body["type"] == .string("notification.delivered"))
+            #expect(body["user"] == .object(["id": .string("ada")]))
+            #expect(body["delivery_id"] == .string(entries[0].delivery))
+            #expect(notification["title"] == .string("Failed login attempts"))
+            #expect(notification["data"] == .object(["ip": .string("192.0.2.1")]))
+            #expect(notification["category"] == .string("login-fail"))
+        }
+    }
+
+    @Test("a signature made with another secret does not verify")
+    func wrongSecret() throws {
+        let body = Data(#"{"a":1}"#.utf8)
+        let signature = WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_000, body: body)
+        #expect(signature.hasPrefix("t=1800000000,v1="))
+        #expect(
+            signature != WebhookChannel.signature(secret: "two-secret-0123456789", timestamp: 1_800_000_000, body: body)
+        )
+        #expect(
+            signature != WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_001, body: body)
+        )
+    }
+
+    @Test("retries back off exponentially with jitter, and honour Retry-After")
+    func retries() async throws {
+        let receiver = try await WebhookReceiver(answers: "500,503+120,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, jitter: 0.5, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryWorker)
+            _ = try await Self.trigger(app)
+            #expect(try await worker.runOnce() == 2, "webhook and email")
+            #expect(try await worker.runOnce() == 0, "nothing is due yet")
+            // First retry: half (the jitter) of the 5 s base.
+            clock.advance(by: 2.4)
+            #expect(try await worker.runOnce() == 0)
+            clock.advance(by: 0.1)
+            #expect(try await worker.runOnce() == 1)
+            // Then the receiver's Retry-After: 120 s, exactly.
+            clock.advance(by: 119.9)
+            #expect(try await worker.runOnce() == 0)
+            clock.advance(by: 0.1)
+            #expect(try await worker.runOnce() == 1)
+            #expect(try await worker.runOnce() == 0)
+
+            let attempts = try await Self.attempts(app, channel: "webhook")
+            #expect(attempts.map(\.outcome) == ["retry", "retry", "sent"])
+            #expect(attempts.map(\.status) == [500, 503, 200])
+            let entries = try receiver.entries()
+            #expect(entries.map(\.answered) == [500, 503, 200])
+            #expect(entries.allSatisfy { $0.valid })
+            #expect(Set(entries.map(\.delivery)).count == 1, "one delivery id across its attempts")
+            let numbers = entries.map { entry -> JSONValue? in
+                if case .object(let body) = entry.body { return body["attempt"] } else { return nil }
+            }
+            #expect(numbers == [.number(1), .number(2), .number(3)])
+        }
+    }
+
+    @Test(
+        "after the channel's attempt limit a delivery is dead; a 4xx answer is final at once",
+        arguments: ["500", "400"])
+    func deadAndFailed(answer: String) async throws {
+        let receiver = try await WebhookReceiver(answers: answer)
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, jitter: 1, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryWorker)
+            let id = try await Self.trigger(app)
+            for _ in 0..<12 {
+                try await worker.runOnce()
+                clock.advance(by: 3600)
+            }
+            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            let attempts = try await Self.attempts(app, channel: "webhook")
+            if answer == "500" {
+                #expect(status.deliveries["webhook"] == ["dead": 1])
+                #expect(attempts.count == 8)
+            } else {
+                #expect(status.deliveries["webhook"] == ["failed": 1])
+                #expect(attempts.map(\.outcome) == ["failed"])
+            }
+            #expect(status.lastErrors["webhook"] == "the webhook answered \(answer)")
+            #expect(try receiver.entries().count == attempts.count)
+        }
+    }
+
+    @Test(
+        "a delivery claimed by a worker that died is claimed again once its lease expires",
+        arguments: TestDatabase.allCases)
+    func leaseReclaim(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock, webhook: receiver.webhook) { app in
+            let crashed = try #require(app.deliveryWorker)
+            _ = try await Self.trigger(app)
+            #expect(try await crashed.claim(limit: 10).count == 2, "claimed, then never attempted")
+            let survivor = DeliveryWorker(
+                context: app.belfry, database: { app.db }, channels: crashed.channels, logger: app.logger)
+            #expect(try await survivor.runOnce() == 0, "the lease still holds")
+            clock.advance(by: 121)
+            #expect(try await survivor.runOnce() == 2)
+            let entries = try receiver.entries()
+            #expect(entries.count == 1)
+            if case .object(let body) = entries.first?.body { #expect(body["attempt"] == .number(2)) }
+        }
+    }
+
+    @Test("an unreachable webhook is retried, not lost")
+    func unreachable() async throws {
+        let clock = TestClock()
+        // Port 9 (discard) on loopback has no listener here: the connection is refused.
+        try await withBelfry(
+            .sqlite, clock: clock, jitter: 1,
+            webhook: .init(url: "http://127.0.0.1:9/hook", secret: WebhookReceiver.secret)
+        ) { app in
+            let worker = try #require(app.deliveryWorker)
+            let id = try await Self.trigger(app)
+            try await worker.runOnce()
+            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["queued": 1])
+            #expect(status.lastErrors["webhook"]?.hasPrefix("webhook request failed") == true)
+        }
+    }
+}
