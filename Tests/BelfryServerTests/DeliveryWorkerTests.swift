@@ -210,6 +210,27 @@ struct DeliveryWorkerTests {
         }
     }
 
+    @Test("a delivery whose attempts never finish is dead-lettered once past the attempt limit")
+    func poisonDelivery() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryWorker)
+            let id = try await Self.trigger(app)
+            // Eight workers claim it and die before recording anything.
+            for _ in 0..<8 {
+                #expect(try await worker.claim(limit: 10).contains { $0.channel.id == "webhook" })
+                clock.advance(by: 121)
+            }
+            try await worker.runOnce()
+            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["dead": 1])
+            #expect(status.lastErrors["webhook"] == "gave up after 8 attempts; the last ones did not finish")
+            #expect(try receiver.entries().isEmpty, "the provider was not called again")
+        }
+    }
+
     @Test("an unreachable webhook is retried, not lost")
     func unreachable() async throws {
         let clock = TestClock()

@@ -132,7 +132,14 @@ final class DeliveryWorker: Sendable {
         let started = context.now()
         let outcome: DeliveryOutcome
         let maxAttempts: Int
-        if let channel = channels[job.channel.kind] {
+        if let channel = channels[job.channel.kind], job.attempt > channel.maxAttempts {
+            // Claimed again after its last attempts never finished (the process died each time):
+            // stop here rather than let one delivery take workers down for ever.
+            outcome = .retry(
+                status: nil, retryAfter: nil,
+                error: "gave up after \(channel.maxAttempts) attempts; the last ones did not finish")
+            maxAttempts = channel.maxAttempts
+        } else if let channel = channels[job.channel.kind] {
             outcome = await channel.deliver(job)
             maxAttempts = channel.maxAttempts
         } else {
