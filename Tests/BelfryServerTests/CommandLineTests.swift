@@ -105,6 +105,47 @@ struct CommandLineTests {
         #expect(missing.output.contains(#"no user "bob""#))
     }
 
+    @Test("send reads recipients from files and arguments, batches them, and refuses bad ids before sending anything")
+    func send() async throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = directory.appendingPathComponent("belfry.sqlite").path
+        let file = directory.appendingPathComponent("readers.csv")
+        let rows = (0..<10_050).map { "reader-\($0),Reader \($0)" }
+        try Data((["user_id,name", "# imported", ""] + rows + ["reader-7,again"]).joined(separator: "\n").utf8)
+            .write(to: file)
+        let arguments = [
+            "send", "--database", database, "--category", "mention", "--tenant", "dewiki", "--title", "Hello",
+            "--body", "World", "--to", file.path, "--to", "ada", "--idempotency-key", "launch",
+        ]
+        let uuid = /[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}/
+        let output = try TestProcess.run(Self.executable, arguments)
+        #expect(output.hasPrefix("Accepted 2 events for 10051 recipients:"), "\(output)")
+        let ids = output.matches(of: uuid).map { String($0.output) }
+        #expect(ids.count == 2)
+        let again = try TestProcess.run(Self.executable, arguments)
+        #expect(again.matches(of: uuid).map { String($0.output) } == ids, "the same idempotency key sends nothing new")
+
+        try await withBelfryApp(location: .sqlite(path: database)) { app, _ in
+            let first = try await app.send(.GET, "/v1/events/\(ids[0])", bearer: testAPIKey).decode(EventStatus.self)
+            let second = try await app.send(.GET, "/v1/events/\(ids[1])", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(first.recipients == 10_000)
+            #expect(second.recipients == 51)
+            #expect(first.tenant == "dewiki")
+        }
+
+        try Data("ada\nnot valid!\nbob\n".utf8).write(to: file)
+        let base = ["send", "--database", database, "--title", "t", "--body", "b"]
+        let failure = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, base + ["--category", "mention", "--to", file.path])
+        }
+        #expect(failure.output.contains(#"line 2: "not valid!" is not a valid user id"#), "\(failure.output)")
+        let unknown = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, base + ["--category", "nope", "--to", "ada"])
+        }
+        #expect(unknown.output.contains(#"no category "nope" in this workspace"#), "\(unknown.output)")
+    }
+
     @Test(
         "an accepted event survives SIGKILL right after its 202: one notification per recipient",
         arguments: TestDatabase.allCases)

@@ -10,7 +10,7 @@ public struct BelfryCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "belfry",
         abstract: "Belfry, a self-hosted notification platform.",
-        subcommands: [ServeCommand.self, MigrateCommand.self, TokenCommand.self, ConfigCommand.self]
+        subcommands: [ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, ConfigCommand.self]
     )
 
     public init() {}
