@@ -127,7 +127,7 @@ public func configure(
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
 private func deliveryChannels(_ app: Application, _ settings: ServerConfiguration) -> [ChannelKind: any DeliveryChannel]
 {
-    var channels: [ChannelKind: any DeliveryChannel] = [:]
+    var channels: [ChannelKind: any DeliveryChannel] = [.inbox: InboxChannel()]
     if let webhook = settings.webhook {
         channels[.webhook] = WebhookChannel(
             url: webhook.url, secret: webhook.secret, client: app.http.client.shared, now: app.belfry.now)

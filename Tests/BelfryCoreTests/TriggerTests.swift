@@ -68,8 +68,11 @@ struct TriggerTests {
     @Test("moments and intervals")
     func momentsAndIntervals() {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
-        #expect(Trigger.at(now.addingTimeInterval(60)).nextDate(after: now, in: Self.berlin) == now.addingTimeInterval(60))
-        #expect(Trigger.at(now.addingTimeInterval(-60)).nextDate(after: now, in: Self.berlin) == now, "a past moment is due at once")
+        #expect(
+            Trigger.at(now.addingTimeInterval(60)).nextDate(after: now, in: Self.berlin) == now.addingTimeInterval(60))
+        #expect(
+            Trigger.at(now.addingTimeInterval(-60)).nextDate(after: now, in: Self.berlin) == now,
+            "a past moment is due at once")
         #expect(Trigger.interval(90, repeats: true).nextDate(after: now, in: Self.berlin) == now.addingTimeInterval(90))
         #expect(Trigger.interval(0, repeats: false).nextDate(after: now, in: Self.berlin) == nil)
         #expect(Trigger.calendar(CalendarRule(hour: 8, repeats: true)).repeats)

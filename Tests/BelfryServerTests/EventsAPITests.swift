@@ -52,7 +52,7 @@ struct EventsAPITests {
                 (badURL, .unprocessableEntity, "invalid_request", "content.url"),
                 (
                     Self.event(to: ["ada"], schedule: .init(sendAt: Date(), delaySeconds: 5)), .unprocessableEntity,
-                    "invalid_request", "not both"
+                    "invalid_request", "takes one of"
                 ),
             ]
             for (event, status, code, fragment) in cases {
@@ -206,6 +206,88 @@ struct EventsAPITests {
                 .column(SQLFunction("COUNT", args: SQLDistinct("user_id")), as: "n").from("notifications")
                 .first()?.decode(column: "n", as: Int.self)
             #expect(distinct == 1_234)
+        }
+    }
+
+    @Test("send_at takes an ISO 8601 time and refuses anything else")
+    func sendAt() async throws {
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock) { app in
+            let at = ISO8601DateFormatter().string(from: clock.now.addingTimeInterval(90))
+            let body =
+                #"{"category": "mention", "recipients": ["ada"], "content": {"title": "t", "body": "b"}, "schedule": {"send_at": "\#(at)"}}"#
+            let accepted = try await app.send(.POST, "/v1/events", bearer: testAPIKey, rawBody: body)
+            #expect(accepted.status == .accepted, "\(accepted.body.string)")
+            let id = try accepted.decode(EventAccepted.self).eventID
+            #expect(try await Self.status(app, id).notBefore == clock.now.addingTimeInterval(90))
+            let fractional = body.replacingOccurrences(of: at, with: "2027-01-15T08:00:00.250Z")
+            #expect(
+                try await app.send(.POST, "/v1/events", bearer: testAPIKey, rawBody: fractional).status == .accepted)
+            let bad = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                rawBody: body.replacingOccurrences(of: at, with: "next tuesday"))
+            #expect(bad.status == .unprocessableEntity)
+            #expect(bad.errorMessage?.contains(#"field "schedule.send_at": expected an ISO 8601 date"#) == true)
+        }
+    }
+
+    @Test(
+        "a calendar schedule is due at the next matching local time of each recipient", arguments: TestDatabase.allCases
+    )
+    func calendarSchedule(database: TestDatabase) async throws {
+        // 2027-01-15 08:00:00 UTC.
+        let clock = TestClock(Date(timeIntervalSince1970: 1_800_000_000))
+        try await withBelfry(database, clock: clock) { app in
+            #expect(try await app.putUser("ada", UserUpsert(timeZone: "Europe/Berlin")).status == .created)
+            #expect(try await app.putUser("kenji", UserUpsert(timeZone: "Asia/Tokyo")).status == .created)
+            let schedule = EventRequest.Schedule(calendar: CalendarRule(hour: 10))
+            let id = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: Self.event(to: ["ada", "kenji", "carol"], schedule: schedule)
+            ).decode(EventAccepted.self).eventID
+            try await Self.fanOut(app)
+            let worker = try #require(app.deliveryWorker)
+            var available: [String: TimeInterval] = [:]
+            for row in try await app.db.sql.select()
+                .column(SQLColumn("external_id", table: "users")).column(
+                    SQLColumn("available_at", table: "notifications")
+                )
+                .from("notifications")
+                .join(
+                    "users", on: SQLColumn("id", table: "users"), .equal, SQLColumn("user_id", table: "notifications")
+                )
+                .all()
+            {
+                available[try row.decode(column: "external_id", as: String.self)] =
+                    try row.decode(column: "available_at", as: Date.self).timeIntervalSince(clock.now)
+            }
+            // 10:00 in Berlin is 09:00 UTC; carol's zone is unknown, so UTC; in Tokyo it has passed: tomorrow 01:00 UTC.
+            #expect(available == ["ada": 3600, "carol": 7200, "kenji": 17 * 3600])
+            #expect(try await worker.runOnce() == 0)
+            #expect(try await Self.status(app, id).deliveries == ["inbox": ["queued": 3]])
+            clock.advance(by: 3600)
+            #expect(try await worker.runOnce() == 1)
+            clock.advance(by: 3600)
+            #expect(try await worker.runOnce() == 1)
+            clock.advance(by: 15 * 3600)
+            #expect(try await worker.runOnce() == 1)
+            #expect(try await Self.status(app, id).deliveries == ["inbox": ["sent": 3]])
+
+            let refused: [(String, String)] = [
+                (#"{"calendar": {"hour": 8, "repeats": true}}"#, "trigger one event per occurrence"),
+                (#"{"calendar": {"weekday": 9}}"#, #""weekday" must be from 1 to 7, got 9"#),
+                (
+                    #"{"calendar": {"hour": 8}, "delay_seconds": 5}"#,
+                    #"takes one of "send_at", "delay_seconds" or "calendar""#
+                ),
+            ]
+            for (schedule, message) in refused {
+                let body =
+                    #"{"category": "mention", "recipients": ["ada"], "content": {"title": "t", "body": "b"}, "schedule": \#(schedule)}"#
+                let response = try await app.send(.POST, "/v1/events", bearer: testAPIKey, rawBody: body)
+                #expect(response.status == .unprocessableEntity)
+                #expect(response.errorMessage?.contains(message) == true, "\(response.body.string)")
+            }
         }
     }
 }

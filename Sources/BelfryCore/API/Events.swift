@@ -14,17 +14,21 @@ public struct EventRequest: Codable, Hashable, Sendable {
         }
     }
 
-    /// When to send: at a time, or after a delay from acceptance. Absent means now.
+    /// When to send: at a time, after a delay from acceptance, or at the next local time
+    /// matching a calendar rule in each recipient's time zone. Absent means now.
     public struct Schedule: Codable, Hashable, Sendable {
         public var sendAt: Date?
         public var delaySeconds: Int?
+        public var calendar: CalendarRule?
 
-        public init(sendAt: Date? = nil, delaySeconds: Int? = nil) {
+        public init(sendAt: Date? = nil, delaySeconds: Int? = nil, calendar: CalendarRule? = nil) {
             self.sendAt = sendAt
             self.delaySeconds = delaySeconds
+            self.calendar = calendar
         }
 
         enum CodingKeys: String, CodingKey {
+            case calendar
             case sendAt = "send_at"
             case delaySeconds = "delay_seconds"
         }

@@ -95,7 +95,8 @@ public struct CalendarRule: Codable, Hashable, Sendable {
         // but it also turns a missing date (31 November, 29 February) into the next day. So its
         // answer counts only when the date still matches the rule; otherwise the strict match does.
         let lenient = calendar.nextDate(
-            after: date, matching: components, matchingPolicy: .nextTime, repeatedTimePolicy: .first, direction: .forward)
+            after: date, matching: components, matchingPolicy: .nextTime, repeatedTimePolicy: .first,
+            direction: .forward)
         if let lenient, matchesDate(lenient, calendar) { return lenient }
         return calendar.nextDate(
             after: date, matching: components, matchingPolicy: .strict, repeatedTimePolicy: .first, direction: .forward)

@@ -51,3 +51,13 @@ struct Backoff: Sendable {
         return ceiling * jitter
     }
 }
+
+/// The in-app inbox. Fan-out writes the notification itself; a notification due later (a
+/// calendar schedule) becomes available at its time, and this marks its delivery done then.
+struct InboxChannel: DeliveryChannel {
+    var maxAttempts: Int { 1 }
+
+    func deliver(_ job: DeliveryJob) async -> DeliveryOutcome {
+        .sent(status: nil)
+    }
+}

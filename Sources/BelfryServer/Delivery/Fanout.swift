@@ -31,7 +31,10 @@ struct Fanout: Sendable {
         let sql = db.sql
         let now = context.now()
         let due = sql.select()
-            .columns("id", "category", "tenant", "title", "body", "url", "data", "recipients", "processed")
+            .columns(
+                "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
+                "processed"
+            )
             .from("events")
             .where("state", .notEqual, EventStatus.FanoutState.done.rawValue)
             .where("not_before", .lessThanOrEqual, now)
@@ -45,6 +48,10 @@ struct Fanout: Sendable {
         let total = try event.decode(column: "recipients", as: Int.self)
         let tenant = try event.decode(column: "tenant", as: String.self)
         let categoryID = try event.decode(column: "category", as: String.self)
+        let calendar = try event.decode(column: "calendar_rule", as: String?.self).map {
+            try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
+        }
+        let acceptedAt = try event.decode(column: "created_at", as: Date.self)
         let recipients = try await sql.select().column("external_id").from("event_recipients")
             .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
             .orderBy("position").limit(Self.batchSize).all()
@@ -53,12 +60,16 @@ struct Fanout: Sendable {
         var queued = 0
         if let category = context.workspace.category(categoryID) {
             let users = try await userIDs(for: recipients, now: now, on: sql)
-            let preferences = try await preferenceSets(of: Array(users.values), tenant: tenant, on: sql)
+            let preferences = try await preferenceSets(of: users.values.map(\.0), tenant: tenant, on: sql)
             var notifications: [[any Encodable & Sendable]] = []
             var deliveries: [[any Encodable & Sendable]] = []
             var skips: [String: [SkipReason: Int]] = [:]
             for recipient in recipients {
-                guard let userID = users[recipient] else { continue }
+                guard let (userID, timeZone) = users[recipient] else { continue }
+                // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
+                let due =
+                    calendar.flatMap { $0.nextDate(after: acceptedAt, in: timeZone ?? .gmt) }.map { max($0, now) }
+                    ?? now
                 let stored: [PreferenceScope: PreferenceSelections] = preferences[userID] ?? [:]
                 let resolved = ResolvedPreferences(
                     config: context.workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
@@ -82,22 +93,23 @@ struct Fanout: Sendable {
                     try event.decode(column: "title", as: String.self),
                     try event.decode(column: "body", as: String.self),
                     try event.decode(column: "url", as: String?.self),
-                    try event.decode(column: "data", as: String?.self), inInbox, now,
+                    try event.decode(column: "data", as: String?.self), inInbox, now, due,
                 ])
                 for channel in delivering {
-                    // The inbox is the notification row itself, written in this transaction.
-                    let status: DeliveryStatus = channel.kind == .inbox ? .sent : .queued
+                    // The inbox is the notification row itself, written in this transaction; one
+                    // due later is marked sent by the worker when its time comes.
+                    let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
                     if status == .queued { queued += 1 }
                     deliveries.append([
                         UUID(), notificationID, eventID, userID, channel.id, status.rawValue,
-                        status == .sent ? 1 : 0, now, now, now,
+                        status == .sent ? 1 : 0, due, now, now,
                     ])
                 }
             }
             for rows in notifications.chunked(200) {
                 let insert = sql.insert(into: "notifications").columns(
                     "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
-                    "created_at")
+                    "created_at", "available_at")
                 rows.forEach { insert.values($0) }
                 try await insert.ignoringConflicts(with: ["event_id", "user_id"]).run()
             }
@@ -129,15 +141,21 @@ struct Fanout: Sendable {
         return Outcome(processed: true, queuedDeliveries: queued)
     }
 
-    /// The internal ids of these external ids, creating users Belfry does not know yet.
-    private func userIDs(for externalIDs: [String], now: Date, on sql: any SQLDatabase) async throws -> [String: UUID] {
-        func lookup() async throws -> [String: UUID] {
-            var found: [String: UUID] = [:]
-            for row in try await sql.select().columns("id", "external_id").from(UserModel.schema)
+    /// The internal ids and time zones of these external ids, creating users Belfry does not know yet.
+    private func userIDs(
+        for externalIDs: [String], now: Date, on sql: any SQLDatabase
+    ) async throws
+        -> [String: (UUID, TimeZone?)]
+    {
+        func lookup() async throws -> [String: (UUID, TimeZone?)] {
+            var found: [String: (UUID, TimeZone?)] = [:]
+            for row in try await sql.select().columns("id", "external_id", "time_zone").from(UserModel.schema)
                 .where("external_id", .in, externalIDs).all()
             {
-                found[try row.decode(column: "external_id", as: String.self)] = try row.decode(
-                    column: "id", as: UUID.self)
+                found[try row.decode(column: "external_id", as: String.self)] = (
+                    try row.decode(column: "id", as: UUID.self),
+                    try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:))
+                )
             }
             return found
         }

@@ -41,13 +41,13 @@ struct EventIntake: Sendable {
         let id = UUID()
         try await sql.insert(into: "events")
             .columns(
-                "id", "category", "tenant", "title", "body", "url", "data", "state", "not_before", "recipients",
-                "processed", "lease_expires_at", "created_at"
+                "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
+                "recipients", "processed", "lease_expires_at", "created_at"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
-                event.data, EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0,
-                Date?.none, now
+                event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
+                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, Date?.none, now
             )
             .run()
         for (batchIndex, batch) in event.recipients.chunked(EventsController.insertBatch).enumerated() {

@@ -25,7 +25,7 @@ struct EventsController: RouteCollection {
         var event = try req.decodeBody(
             EventRequest.self,
             keys: ["category", "recipients", "tenant", "content", "data", "idempotency_key", "schedule"],
-            nested: ["content": ["title", "body", "url"], "schedule": ["send_at", "delay_seconds"]])
+            nested: ["content": ["title", "body", "url"], "schedule": ["send_at", "delay_seconds", "calendar"]])
         if let header = req.headers.first(name: "Idempotency-Key") {
             if let key = event.idempotencyKey, key != header {
                 throw BelfryError.invalid("the Idempotency-Key header and \"idempotency_key\" differ; send one")
@@ -66,6 +66,8 @@ struct EventsController: RouteCollection {
         var data: String?
         var idempotencyKey: String?
         var notBefore: Date
+        /// A rule read in each recipient's time zone: their notification is due at its next match.
+        var calendar: CalendarRule?
     }
 
     static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Accepted {
@@ -114,23 +116,32 @@ struct EventsController: RouteCollection {
             problems.append("the idempotency key must have 1 to 255 characters")
         }
         var notBefore = now
+        var calendar: CalendarRule?
         if let schedule = event.schedule {
             let year: TimeInterval = 366 * 24 * 3600
-            switch (schedule.sendAt, schedule.delaySeconds) {
-            case (let sendAt?, nil):
+            let given = [schedule.sendAt != nil, schedule.delaySeconds != nil, schedule.calendar != nil].filter { $0 }
+            if given.count != 1 {
+                problems.append("field \"schedule\" takes one of \"send_at\", \"delay_seconds\" or \"calendar\"")
+            }
+            if let sendAt = schedule.sendAt {
                 if sendAt.timeIntervalSince(now) > year {
                     problems.append("field \"schedule.send_at\" must be within a year")
                 }
                 notBefore = max(now, sendAt)
-            case (nil, let delay?):
+            }
+            if let delay = schedule.delaySeconds {
                 if !(0...Int(year)).contains(delay) {
                     problems.append("field \"schedule.delay_seconds\" must be from 0 to \(Int(year)), got \(delay)")
                 }
-                notBefore = now.addingTimeInterval(TimeInterval(delay))
-            case (nil, nil):
-                problems.append("field \"schedule\" needs \"send_at\" or \"delay_seconds\"")
-            case (.some, .some):
-                problems.append("field \"schedule\" takes \"send_at\" or \"delay_seconds\", not both")
+                notBefore = now.addingTimeInterval(TimeInterval(max(delay, 0)))
+            }
+            if let rule = schedule.calendar {
+                problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
+                if rule.repeats {
+                    problems.append(
+                        "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
+                }
+                calendar = rule
             }
         }
         if !problems.isEmpty {
@@ -141,6 +152,6 @@ struct EventsController: RouteCollection {
         let recipients = event.recipients.filter { seen.insert($0).inserted }
         return Accepted(
             category: category, tenant: tenant, recipients: recipients, content: event.content, data: data,
-            idempotencyKey: event.idempotencyKey, notBefore: notBefore)
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar)
     }
 }
