@@ -120,6 +120,7 @@ public func configure(
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())
     try app.register(collection: EventsController())
+    try app.register(collection: QuietHoursController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }

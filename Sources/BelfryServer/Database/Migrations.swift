@@ -10,6 +10,7 @@ enum BelfryMigrations {
         CreateEvents(),
         CreateNotifications(),
         CreateDeliveries(),
+        AddQuietHours(),
     ]
 }
 
@@ -78,5 +79,20 @@ struct CreateServerSecrets: AsyncMigration {
 
     func revert(on database: any Database) async throws {
         try await database.schema(ServerSecretModel.schema).delete()
+    }
+}
+
+struct AddQuietHours: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        // One column per statement: SQLite's ALTER TABLE adds a single column.
+        for column in ["quiet_start", "quiet_end", "quiet_time_zone"] {
+            try await database.schema(UserModel.schema).field(.string(column), .string).update()
+        }
+    }
+
+    func revert(on database: any Database) async throws {
+        for column in ["quiet_start", "quiet_end", "quiet_time_zone"] {
+            try await database.schema(UserModel.schema).deleteField(.string(column)).update()
+        }
     }
 }

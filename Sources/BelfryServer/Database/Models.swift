@@ -1,3 +1,4 @@
+import BelfryCore
 import Fluent
 import Foundation
 
@@ -13,9 +14,18 @@ final class UserModel: Model, @unchecked Sendable {
     @OptionalField(key: "email") var email: String?
     @OptionalField(key: "time_zone") var timeZone: String?
     @OptionalField(key: "locale") var locale: String?
+    @OptionalField(key: "quiet_start") var quietStart: String?
+    @OptionalField(key: "quiet_end") var quietEnd: String?
+    @OptionalField(key: "quiet_time_zone") var quietTimeZone: String?
     @Field(key: "created_at") var createdAt: Date
     @Field(key: "updated_at") var updatedAt: Date
     @Children(for: \.$user) var tenants: [UserTenantModel]
+
+    /// The user's quiet hours, if set.
+    var quietHours: QuietHours? {
+        guard let quietStart, let quietEnd else { return nil }
+        return QuietHours(start: quietStart, end: quietEnd, timeZone: quietTimeZone)
+    }
 
     init() {}
 

@@ -60,12 +60,14 @@ struct Fanout: Sendable {
         var queued = 0
         if let category = context.workspace.category(categoryID) {
             let users = try await userIDs(for: recipients, now: now, on: sql)
-            let preferences = try await preferenceSets(of: users.values.map(\.0), tenant: tenant, on: sql)
+            let preferences = try await preferenceSets(of: users.values.map(\.id), tenant: tenant, on: sql)
+            let quietHoursApply = QuietHours.apply(to: category)
             var notifications: [[any Encodable & Sendable]] = []
             var deliveries: [[any Encodable & Sendable]] = []
             var skips: [String: [SkipReason: Int]] = [:]
             for recipient in recipients {
-                guard let (userID, timeZone) = users[recipient] else { continue }
+                guard let user = users[recipient] else { continue }
+                let (userID, timeZone) = (user.id, user.timeZone)
                 // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
                 let due =
                     calendar.flatMap { $0.nextDate(after: acceptedAt, in: timeZone ?? .gmt) }.map { max($0, now) }
@@ -100,9 +102,14 @@ struct Fanout: Sendable {
                     // due later is marked sent by the worker when its time comes.
                     let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
                     if status == .queued { queued += 1 }
+                    // Quiet hours hold push channels only; the inbox and the rest go at once.
+                    var nextAttempt = due
+                    if channel.kind.isPush, quietHoursApply, let quietHours = user.quietHours {
+                        nextAttempt = quietHours.release(of: due, userTimeZone: timeZone)
+                    }
                     deliveries.append([
                         UUID(), notificationID, eventID, userID, channel.id, status.rawValue,
-                        status == .sent ? 1 : 0, due, now, now,
+                        status == .sent ? 1 : 0, nextAttempt, now, now,
                     ])
                 }
             }
@@ -141,21 +148,36 @@ struct Fanout: Sendable {
         return Outcome(processed: true, queuedDeliveries: queued)
     }
 
+    /// What fan-out needs to know of a recipient.
+    struct Recipient: Sendable {
+        var id: UUID
+        var timeZone: TimeZone?
+        var quietHours: QuietHours?
+    }
+
     /// The internal ids and time zones of these external ids, creating users Belfry does not know yet.
     private func userIDs(
         for externalIDs: [String], now: Date, on sql: any SQLDatabase
     ) async throws
-        -> [String: (UUID, TimeZone?)]
+        -> [String: Recipient]
     {
-        func lookup() async throws -> [String: (UUID, TimeZone?)] {
-            var found: [String: (UUID, TimeZone?)] = [:]
-            for row in try await sql.select().columns("id", "external_id", "time_zone").from(UserModel.schema)
-                .where("external_id", .in, externalIDs).all()
+        func lookup() async throws -> [String: Recipient] {
+            var found: [String: Recipient] = [:]
+            for row in try await sql.select()
+                .columns("id", "external_id", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone")
+                .from(UserModel.schema).where("external_id", .in, externalIDs).all()
             {
-                found[try row.decode(column: "external_id", as: String.self)] = (
-                    try row.decode(column: "id", as: UUID.self),
-                    try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:))
-                )
+                var quietHours: QuietHours?
+                if let start = try row.decode(column: "quiet_start", as: String?.self),
+                    let end = try row.decode(column: "quiet_end", as: String?.self)
+                {
+                    quietHours = QuietHours(
+                        start: start, end: end, timeZone: try row.decode(column: "quiet_time_zone", as: String?.self))
+                }
+                found[try row.decode(column: "external_id", as: String.self)] = Recipient(
+                    id: try row.decode(column: "id", as: UUID.self),
+                    timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
+                    quietHours: quietHours)
             }
             return found
         }

@@ -1,0 +1,50 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Vapor
+
+/// A user's quiet hours: `/v1/me/quiet-hours` (user token) and `/v1/users/{user_id}/quiet-hours`
+/// (API key or that user's token).
+struct QuietHoursController: RouteCollection {
+    func boot(routes: any RoutesBuilder) throws {
+        for route in [["v1", "me", "quiet-hours"], ["v1", "users", ":user_id", "quiet-hours"]] {
+            let path = route.map { PathComponent(stringLiteral: $0) }
+            routes.get(path) { req in try await show(try await owner(req)) }
+            routes.put(path) { req in try await update(req, try await owner(req)) }
+            routes.delete(path) { req in try await clear(req, try await owner(req)) }
+        }
+    }
+
+    private func owner(_ req: Request) async throws -> UserModel {
+        req.parameters.get("user_id") == nil
+            ? try await req.requireUser() : try await req.requireServerOrUser(externalID: try req.userIDParameter())
+    }
+
+    private func show(_ user: UserModel) throws -> Response {
+        guard let hours = user.quietHours else {
+            throw BelfryError.notFound("quiet_hours_not_set", "no quiet hours are set; PUT them to start")
+        }
+        return try Response.json(hours)
+    }
+
+    private func update(_ req: Request, _ user: UserModel) async throws -> Response {
+        let hours = try req.decodeBody(QuietHours.self, keys: ["start", "end", "time_zone"])
+        let problems = hours.problems
+        guard problems.isEmpty else { throw BelfryError.invalid(problems.joined(separator: "; ")) }
+        user.quietStart = hours.start
+        user.quietEnd = hours.end
+        user.quietTimeZone = hours.timeZone
+        user.updatedAt = req.belfry.now()
+        try await req.belfry.database.write(req.db) { db in try await user.save(on: db) }
+        return try Response.json(hours)
+    }
+
+    private func clear(_ req: Request, _ user: UserModel) async throws -> HTTPStatus {
+        user.quietStart = nil
+        user.quietEnd = nil
+        user.quietTimeZone = nil
+        user.updatedAt = req.belfry.now()
+        try await req.belfry.database.write(req.db) { db in try await user.save(on: db) }
+        return .noContent
+    }
+}
