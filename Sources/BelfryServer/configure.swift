@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import BelfryCore
 import Fluent
 import Foundation
@@ -130,10 +131,25 @@ private func deliveryChannels(_ app: Application, _ settings: ServerConfiguratio
 {
     var channels: [ChannelKind: any DeliveryChannel] = [.inbox: InboxChannel()]
     if let webhook = settings.webhook {
+        // A client of its own that never follows redirects: a 301 would turn the signed POST into
+        // a GET elsewhere and its 2xx would count as delivered.
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(10))
+        let client = HTTPClient(eventLoopGroup: app.eventLoopGroup, configuration: configuration)
+        app.lifecycle.use(HTTPClientShutdown(client: client))
         channels[.webhook] = WebhookChannel(
-            url: webhook.url, secret: webhook.secret, client: app.http.client.shared, now: app.belfry.now)
+            url: webhook.url, secret: webhook.secret, client: client, now: app.belfry.now)
     }
     return channels
+}
+
+/// Shuts an HTTP client down with the application.
+private struct HTTPClientShutdown: LifecycleHandler {
+    let client: HTTPClient
+
+    func shutdownAsync(_ application: Application) async {
+        try? await client.shutdown()
+    }
 }
 
 /// Starts the background workers once the server has booted, and drains them at shutdown.

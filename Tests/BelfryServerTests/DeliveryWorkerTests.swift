@@ -14,13 +14,13 @@ final class WebhookReceiver: Sendable {
     let url: String
     let log: String
 
-    init(answers: String) async throws {
+    init(answers: String, secret: String = WebhookReceiver.secret) async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("Support/webhook_receiver.py").path
         log =
             FileManager.default.temporaryDirectory.appendingPathComponent("belfry-webhook-\(UUID().uuidString).jsonl")
             .path
-        process = try BackgroundProcess("/usr/bin/env", ["python3", script, Self.secret, answers, log])
+        process = try BackgroundProcess("/usr/bin/env", ["python3", script, secret, answers, log])
         let output = try await process.waitForOutput(containing: "listening ")
         let port = try #require(output.firstMatch(of: /listening (\d+)/)).output.1
         url = "http://127.0.0.1:\(port)/hooks/belfry"
@@ -111,8 +111,21 @@ struct DeliveryWorkerTests {
         }
     }
 
-    @Test("a signature made with another secret does not verify")
-    func wrongSecret() throws {
+    @Test("a receiver holding another secret rejects the signature")
+    func wrongSecretRejected() async throws {
+        let receiver = try await WebhookReceiver(answers: "200", secret: "some-other-secret-0123456789")
+        defer { receiver.stop() }
+        try await withBelfry(.sqlite, webhook: .init(url: receiver.url, secret: WebhookReceiver.secret)) { app in
+            _ = try await Self.trigger(app)
+            try await #require(app.deliveryWorker).runOnce()
+            let entries = try receiver.entries()
+            #expect(entries.count == 1)
+            #expect(entries.first?.valid == false)
+        }
+    }
+
+    @Test("a signature changes with the secret and the timestamp")
+    func signatureInputs() throws {
         let body = Data(#"{"a":1}"#.utf8)
         let signature = WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_000, body: body)
         #expect(signature.hasPrefix("t=1800000000,v1="))
@@ -228,6 +241,30 @@ struct DeliveryWorkerTests {
             #expect(status.deliveries["webhook"] == ["dead": 1])
             #expect(status.lastErrors["webhook"] == "gave up after 8 attempts; the last ones did not finish")
             #expect(try receiver.entries().isEmpty, "the provider was not called again")
+        }
+    }
+
+    @Test("deliveries of a channel removed from the config fail visibly")
+    func removedChannel() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withTestStorage(.sqlite) { location in
+            let id = try await withBelfryApp(location: location, webhook: receiver.webhook) { app, _ in
+                try await Self.trigger(app)
+            }
+            var workspace = WorkspaceConfig.demo
+            workspace.channels.removeAll { $0.id == "webhook" }
+            for index in workspace.categories.indices {
+                workspace.categories[index].channels.removeAll { $0.channel == "webhook" }
+                workspace.categories[index].mandatoryChannels.removeAll { $0 == "webhook" }
+            }
+            try await withBelfryApp(location: location, workspace: workspace, webhook: receiver.webhook) { app, _ in
+                try await #require(app.deliveryWorker).runOnce()
+                let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+                #expect(status.deliveries["webhook"] == ["failed": 1])
+                #expect(status.lastErrors["webhook"] == "the channel is no longer in the workspace config")
+            }
+            #expect(try receiver.entries().isEmpty)
         }
     }
 

@@ -290,4 +290,65 @@ struct EventsAPITests {
             }
         }
     }
+
+    @Test(
+        "a failing event backs off, does not hold up others, and fails visibly after its last try",
+        arguments: TestDatabase.allCases)
+    func poisonEvent(database: TestDatabase) async throws {
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock) { app in
+            let ada = try await app.userToken("ada")
+            #expect(
+                try await app.send(
+                    .PATCH, "/v1/me/preferences/channels/email", bearer: ada, json: ["preference": "all"]
+                ).status == .ok)
+            // Damage ada's stored preferences so that any fan-out reaching her fails.
+            try await app.db.sql.update("preference_sets").set("selections", to: "not json").run()
+            let poisoned = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
+                .decode(EventAccepted.self).eventID
+            clock.advance(by: 1)
+            let healthy = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["bob"]))
+                .decode(EventAccepted.self).eventID
+            try await Self.fanOut(app)
+            #expect(try await Self.status(app, healthy).state == .done, "the broken event does not block the queue")
+            var status = try await Self.status(app, poisoned)
+            #expect(status.state == .pending)
+            #expect(status.error?.isEmpty == false)
+            for _ in 0..<Fanout.maxFailures {
+                clock.advance(by: 3600)
+                try await Self.fanOut(app)
+            }
+            status = try await Self.status(app, poisoned)
+            #expect(status.state == .failed)
+            #expect(status.notifications == 0)
+        }
+    }
+
+    @Test("an event whose category left the config fails visibly")
+    func removedCategory() async throws {
+        try await withTestStorage(.sqlite) { location in
+            let id = try await withBelfryApp(location: location) { app, _ in
+                try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event("reverted", to: ["ada"]))
+                    .decode(EventAccepted.self).eventID
+            }
+            var workspace = WorkspaceConfig.demo
+            workspace.categories.removeAll { $0.id == "reverted" }
+            try await withBelfryApp(location: location, workspace: workspace) { app, _ in
+                try await Self.fanOut(app)
+                let status = try await Self.status(app, id)
+                #expect(status.state == .failed)
+                #expect(status.error == #"category "reverted" is no longer in the workspace config"#)
+            }
+        }
+    }
+
+    @Test("a calendar rule no date matches is refused")
+    func impossibleDate() async throws {
+        try await withBelfry(.sqlite) { app in
+            let event = Self.event(to: ["ada"], schedule: .init(calendar: CalendarRule(month: 2, day: 30)))
+            let response = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event)
+            #expect(response.status == .unprocessableEntity)
+            #expect(response.errorMessage?.contains("no date matches it") == true)
+        }
+    }
 }

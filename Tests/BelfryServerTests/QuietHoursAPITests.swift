@@ -57,20 +57,25 @@ struct QuietHoursAPITests {
         }
     }
 
-    @Test("quiet hours do not hold the inbox")
-    func inboxNotHeld() async throws {
-        // 2027-01-15 08:00 UTC is 09:00 in Berlin: inside a 08:00-10:00 window.
-        let clock = TestClock(Date(timeIntervalSince1970: 1_800_000_000))
-        try await withBelfry(.sqlite, clock: clock) { app in
-            let ada = try await app.userToken("ada")
-            let hours = QuietHours(start: "08:00", end: "10:00", timeZone: "Europe/Berlin")
-            #expect(try await app.send(.PUT, "/v1/me/quiet-hours", bearer: ada, json: hours).status == .ok)
-            let event = EventRequest(category: "mention", recipients: ["ada"], content: .init(title: "t", body: "b"))
-            let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
-                .eventID
-            while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
-            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
-            #expect(status.deliveries == ["inbox": ["sent": 1]])
-        }
+    @Test("fan-out holds push channels in quiet hours, but not the inbox nor categories that break through")
+    func hold() throws {
+        let berlin = TimeZone(identifier: "Europe/Berlin")!
+        // 2027-01-15 08:00 UTC is 09:00 in Berlin: inside an 08:00-10:00 window, which ends at 09:00 UTC.
+        let due = Date(timeIntervalSince1970: 1_800_000_000)
+        let user = Fanout.Recipient(
+            id: UUID(), timeZone: berlin, quietHours: QuietHours(start: "08:00", end: "10:00"))
+        let workspace = WorkspaceConfig.demo
+        let push = try #require(workspace.channel("ios_push"))
+        let inbox = try #require(workspace.channel("inbox"))
+        let mention = try #require(workspace.category("mention"))
+        let loginFail = try #require(workspace.category("login-fail"))
+        let loginSuccess = try #require(workspace.category("login-success"))
+        #expect(Fanout.firstAttempt(on: push, of: mention, for: user, due: due) == due.addingTimeInterval(3600))
+        #expect(Fanout.firstAttempt(on: inbox, of: mention, for: user, due: due) == due)
+        #expect(Fanout.firstAttempt(on: push, of: loginFail, for: user, due: due) == due, "users cannot turn it off")
+        #expect(Fanout.firstAttempt(on: push, of: loginSuccess, for: user, due: due) == due, "time-sensitive")
+        var awake = user
+        awake.quietHours = QuietHours(start: "22:00", end: "07:00")
+        #expect(Fanout.firstAttempt(on: push, of: mention, for: awake, due: due) == due)
     }
 }

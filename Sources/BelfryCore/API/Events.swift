@@ -88,6 +88,8 @@ public struct EventStatus: Codable, Hashable, Sendable {
         case running
         /// Every recipient has been processed.
         case done
+        /// Fan-out stopped for good; `error` says why.
+        case failed
     }
 
     public var id: UUID
@@ -107,11 +109,13 @@ public struct EventStatus: Codable, Hashable, Sendable {
     public var skipped: [String: [String: Int]]
     /// The last error of each channel with failing deliveries.
     public var lastErrors: [String: String]
+    /// Why fan-out failed or is being retried, if it did.
+    public var error: String?
 
     public init(
         id: UUID, category: String, tenant: String, state: FanoutState, createdAt: Date, notBefore: Date,
         recipients: Int, processed: Int, notifications: Int, deliveries: [String: [String: Int]],
-        skipped: [String: [String: Int]], lastErrors: [String: String]
+        skipped: [String: [String: Int]], lastErrors: [String: String], error: String? = nil
     ) {
         self.id = id
         self.category = category
@@ -125,10 +129,11 @@ public struct EventStatus: Codable, Hashable, Sendable {
         self.deliveries = deliveries
         self.skipped = skipped
         self.lastErrors = lastErrors
+        self.error = error
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, category, tenant, state, recipients, processed, notifications, deliveries, skipped
+        case id, category, tenant, state, recipients, processed, notifications, deliveries, skipped, error
         case createdAt = "created_at"
         case notBefore = "not_before"
         case lastErrors = "last_errors"

@@ -109,7 +109,7 @@ struct ServeCommand: AsyncParsableCommand {
                   config:   \(settings.workspaceSource) (\(workspace.channels.count) channels, \(workspace.categories.count) categories, \(workspace.tenants.count) tenants)
                   database: \(settings.database)
                   API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
-                  webhook:  \(settings.webhook.map { "\($0.url) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
+                  webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port
@@ -190,4 +190,11 @@ struct ConfigCommand: AsyncParsableCommand {
                     + "database \(settings.database)")
         }
     }
+}
+
+/// The scheme, host and port of a URL: its path and query may carry a token, so start-up shows only this.
+private func origin(of url: String) -> String {
+    guard let components = URLComponents(string: url), let scheme = components.scheme, let host = components.host
+    else { return "(not shown)" }
+    return "\(scheme)://\(host)\(components.port.map { ":\($0)" } ?? "")/…"
 }

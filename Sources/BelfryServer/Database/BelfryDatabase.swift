@@ -62,6 +62,9 @@ struct BelfryDatabase: Sendable {
         guard let gate else { return try await database.transaction(body) }
         return try await gate.run {
             try await database.withConnection { connection in
+                // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
+                // it, sleeping, instead of the driver's default of retrying in a busy loop.
+                try await connection.sql.raw("PRAGMA busy_timeout = 10000").run()
                 try await connection.sql.raw("BEGIN IMMEDIATE TRANSACTION").run()
                 do {
                     let result = try await body(connection)

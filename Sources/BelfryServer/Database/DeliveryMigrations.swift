@@ -18,6 +18,8 @@ struct CreateEvents: AsyncMigration {
             .field("not_before", .datetime, .required)
             .field("recipients", .int, .required)
             .field("processed", .int, .required)
+            .field("failures", .int, .required)
+            .field("last_error", .string)
             .field("lease_expires_at", .datetime)
             .field("created_at", .datetime, .required)
             .create()

@@ -108,9 +108,13 @@ final class DeliveryWorker: Sendable {
             )
             .where(SQLColumn("id", table: "deliveries"), .in, SQLBind.group(ids))
             .all()
-        return try rows.compactMap { row in
+        var orphans: [UUID] = []
+        let jobs: [DeliveryJob] = try rows.compactMap { row in
             let channelID = try row.decode(column: "channel", as: String.self)
-            guard let channel = context.workspace.channel(channelID) else { return nil }
+            guard let channel = context.workspace.channel(channelID) else {
+                orphans.append(try row.decode(column: "delivery_id", as: UUID.self))
+                return nil
+            }
             return DeliveryJob(
                 id: try row.decode(column: "delivery_id", as: UUID.self),
                 eventID: try row.decode(column: "event_id", as: UUID.self),
@@ -126,6 +130,21 @@ final class DeliveryWorker: Sendable {
                 data: try row.decode(column: "data", as: String?.self),
                 createdAt: try row.decode(column: "created_at", as: Date.self))
         }
+        if !orphans.isEmpty {
+            // The workspace config no longer has their channel: fail them visibly instead of
+            // leaving them to be claimed again for ever.
+            let ids = orphans
+            try await context.database.write(database()) { db in
+                try await db.sql.update("deliveries")
+                    .set("status", to: DeliveryStatus.failed.rawValue)
+                    .set("last_error", to: "the channel is no longer in the workspace config")
+                    .set("lease_expires_at", to: Date?.none)
+                    .set("updated_at", to: now)
+                    .where("id", .in, ids)
+                    .run()
+            }
+        }
+        return jobs
     }
 
     private func attempt(_ job: DeliveryJob) async {
@@ -216,13 +235,18 @@ final class DeliveryWorker: Sendable {
         let task = Task {
             let fanout = Fanout(context: context)
             while !self.isStopping {
+                // One fan-out batch, then one round of deliveries: neither starves the other,
+                // and a failure in one does not stop the other.
                 var worked = false
                 do {
-                    while !self.isStopping, try await fanout.processBatch(on: self.database()) { worked = true }
+                    worked = try await fanout.processBatch(on: self.database())
+                } catch {
+                    self.logger.error("fan-out failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+                }
+                do {
                     if !self.isStopping, try await self.runOnce() > 0 { worked = true }
                 } catch {
-                    self.logger.error(
-                        "delivery work failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+                    self.logger.error("delivery failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
                 }
                 if !worked && !self.isStopping { await self.context.workSignal.wait(upTo: 1) }
             }

@@ -1,6 +1,7 @@
 import BelfryCore
 import Fluent
 import Foundation
+import NIOConcurrencyHelpers
 import SQLKit
 
 /// Turns accepted events into notifications and deliveries, a batch of recipients at a time.
@@ -13,13 +14,46 @@ import SQLKit
 struct Fanout: Sendable {
     let context: BelfryContext
     static let batchSize = 500
+    /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
+    /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
+    /// passing database problem, short enough that a broken event is reported.
+    static let maxFailures = 8
 
-    /// Processes one batch of the most overdue event, if any is due.
-    /// - Returns: whether there was a batch to process.
+    /// Processes one batch of the most overdue event, if any is due. A batch that fails rolls
+    /// back, and its event waits (behind the others) before it is tried again; after
+    /// `maxFailures` the event is marked `failed` with its error.
+    /// - Returns: whether there was an event to work on.
     func processBatch(on db: any Database) async throws -> Bool {
-        let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx) }
-        if outcome.queuedDeliveries > 0 { context.deliveryWake() }
-        return outcome.processed
+        let picked = NIOLockedValueBox<UUID?>(nil)
+        do {
+            let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx, picked: picked) }
+            if outcome.queuedDeliveries > 0 { context.deliveryWake() }
+            return outcome.processed
+        } catch {
+            guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
+            try await recordFailure(of: eventID, error: "\(error)", on: db)
+            return true
+        }
+    }
+
+    private func recordFailure(of eventID: UUID, error: String, on db: any Database) async throws {
+        let now = context.now()
+        try await context.database.write(db) { tx in
+            let failures =
+                try await tx.sql.update("events")
+                .set("failures", to: SQLRaw("failures + 1"))
+                .set("last_error", to: String(error.prefix(1000)))
+                .where("id", .equal, eventID)
+                .returning("failures")
+                .first()?.decode(column: "failures", as: Int.self) ?? Self.maxFailures
+            let update = tx.sql.update("events").where("id", .equal, eventID)
+            if failures >= Self.maxFailures {
+                update.set("state", to: EventStatus.FanoutState.failed.rawValue)
+            } else {
+                update.set("not_before", to: now.addingTimeInterval(5 * pow(2, Double(failures - 1))))
+            }
+            try await update.run()
+        }
     }
 
     private struct Outcome: Sendable {
@@ -27,7 +61,7 @@ struct Fanout: Sendable {
         var queuedDeliveries: Int
     }
 
-    private func batch(on db: any Database) async throws -> Outcome {
+    private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
         let sql = db.sql
         let now = context.now()
         let due = sql.select()
@@ -36,7 +70,7 @@ struct Fanout: Sendable {
                 "processed"
             )
             .from("events")
-            .where("state", .notEqual, EventStatus.FanoutState.done.rawValue)
+            .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
             .limit(1)
@@ -44,6 +78,7 @@ struct Fanout: Sendable {
         else { return Outcome(processed: false, queuedDeliveries: 0) }
 
         let eventID = try event.decode(column: "id", as: UUID.self)
+        picked.withLockedValue { $0 = eventID }
         let processed = try event.decode(column: "processed", as: Int.self)
         let total = try event.decode(column: "recipients", as: Int.self)
         let tenant = try event.decode(column: "tenant", as: String.self)
@@ -57,11 +92,24 @@ struct Fanout: Sendable {
             .orderBy("position").limit(Self.batchSize).all()
             .map { try $0.decode(column: "external_id", as: String.self) }
 
+        guard let category = context.workspace.category(categoryID) else {
+            // The workspace no longer has this category: say so on the event rather than drop it.
+            try await sql.update("events")
+                .set("state", to: EventStatus.FanoutState.failed.rawValue)
+                .set("last_error", to: "category \"\(categoryID)\" is no longer in the workspace config")
+                .where("id", .equal, eventID)
+                .run()
+            return Outcome(processed: true, queuedDeliveries: 0)
+        }
+        // The content is the same for every recipient: read it once per batch.
+        let title = try event.decode(column: "title", as: String.self)
+        let body = try event.decode(column: "body", as: String.self)
+        let url = try event.decode(column: "url", as: String?.self)
+        let data = try event.decode(column: "data", as: String?.self)
         var queued = 0
-        if let category = context.workspace.category(categoryID) {
+        do {
             let users = try await userIDs(for: recipients, now: now, on: sql)
             let preferences = try await preferenceSets(of: users.values.map(\.id), tenant: tenant, on: sql)
-            let quietHoursApply = QuietHours.apply(to: category)
             var notifications: [[any Encodable & Sendable]] = []
             var deliveries: [[any Encodable & Sendable]] = []
             var skips: [String: [SkipReason: Int]] = [:]
@@ -91,25 +139,17 @@ struct Fanout: Sendable {
                 let notificationID = UUID()
                 let inInbox = delivering.contains { $0.kind == .inbox }
                 notifications.append([
-                    notificationID, eventID, userID, categoryID, tenant,
-                    try event.decode(column: "title", as: String.self),
-                    try event.decode(column: "body", as: String.self),
-                    try event.decode(column: "url", as: String?.self),
-                    try event.decode(column: "data", as: String?.self), inInbox, now, due,
+                    notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
                 ])
                 for channel in delivering {
                     // The inbox is the notification row itself, written in this transaction; one
                     // due later is marked sent by the worker when its time comes.
                     let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
                     if status == .queued { queued += 1 }
-                    // Quiet hours hold push channels only; the inbox and the rest go at once.
-                    var nextAttempt = due
-                    if channel.kind.isPush, quietHoursApply, let quietHours = user.quietHours {
-                        nextAttempt = quietHours.release(of: due, userTimeZone: timeZone)
-                    }
                     deliveries.append([
                         UUID(), notificationID, eventID, userID, channel.id, status.rawValue,
-                        status == .sent ? 1 : 0, nextAttempt, now, now,
+                        status == .sent ? 1 : 0, Self.firstAttempt(on: channel, of: category, for: user, due: due),
+                        now, now,
                     ])
                 }
             }
@@ -118,7 +158,8 @@ struct Fanout: Sendable {
                     "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
                     "created_at", "available_at")
                 rows.forEach { insert.values($0) }
-                try await insert.ignoringConflicts(with: ["event_id", "user_id"]).run()
+                // No conflict is expected: a batch is one transaction, so it never runs twice.
+                try await insert.run()
             }
             for rows in deliveries.chunked(300) {
                 let insert = sql.insert(into: "deliveries").columns(
@@ -146,6 +187,15 @@ struct Fanout: Sendable {
             .where("id", .equal, eventID)
             .run()
         return Outcome(processed: true, queuedDeliveries: queued)
+    }
+
+    /// When a delivery due at `due` may first be attempted: quiet hours hold push channels
+    /// (not the inbox or the others), except for categories that break through them.
+    static func firstAttempt(
+        on channel: ChannelDefinition, of category: CategoryDefinition, for user: Recipient, due: Date
+    ) -> Date {
+        guard channel.kind.isPush, QuietHours.apply(to: category), let quietHours = user.quietHours else { return due }
+        return quietHours.release(of: due, userTimeZone: user.timeZone)
     }
 
     /// What fan-out needs to know of a recipient.
@@ -182,7 +232,8 @@ struct Fanout: Sendable {
             return found
         }
         let found = try await lookup()
-        let missing = externalIDs.filter { found[$0] == nil }
+        // Sorted, so two instances creating the same users take their locks in the same order.
+        let missing = externalIDs.filter { found[$0] == nil }.sorted()
         guard !missing.isEmpty else { return found }
         let insert = sql.insert(into: UserModel.schema).columns("id", "external_id", "created_at", "updated_at")
         for externalID in missing {

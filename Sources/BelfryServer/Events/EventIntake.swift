@@ -42,12 +42,12 @@ struct EventIntake: Sendable {
         try await sql.insert(into: "events")
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
-                "recipients", "processed", "lease_expires_at", "created_at"
+                "recipients", "processed", "failures", "lease_expires_at", "created_at"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
-                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, Date?.none, now
+                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, 0, Date?.none, now
             )
             .run()
         for (batchIndex, batch) in event.recipients.chunked(EventsController.insertBatch).enumerated() {
@@ -68,7 +68,9 @@ struct EventIntake: Sendable {
         let sql = db.sql
         guard
             let event = try await sql.select()
-                .columns("category", "tenant", "state", "created_at", "not_before", "recipients", "processed")
+                .columns(
+                    "category", "tenant", "state", "created_at", "not_before", "recipients", "processed", "last_error"
+                )
                 .from("events").where("id", .equal, id).first()
         else { return nil }
         let notifications =
@@ -109,7 +111,8 @@ struct EventIntake: Sendable {
             notBefore: try event.decode(column: "not_before", as: Date.self),
             recipients: try event.decode(column: "recipients", as: Int.self),
             processed: try event.decode(column: "processed", as: Int.self),
-            notifications: notifications, deliveries: deliveries, skipped: skipped, lastErrors: lastErrors)
+            notifications: notifications, deliveries: deliveries, skipped: skipped, lastErrors: lastErrors,
+            error: try event.decode(column: "last_error", as: String?.self))
     }
 }
 

@@ -137,6 +137,9 @@ struct EventsController: RouteCollection {
             }
             if let rule = schedule.calendar {
                 problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
+                if rule.problems.isEmpty, rule.nextDate(after: now, in: .gmt) == nil {
+                    problems.append("field \"schedule.calendar\": no date matches it (such as 30 February)")
+                }
                 if rule.repeats {
                     problems.append(
                         "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
