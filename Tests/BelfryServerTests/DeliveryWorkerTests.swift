@@ -268,6 +268,27 @@ struct DeliveryWorkerTests {
         }
     }
 
+    @Test("a stopping worker starts nothing new and returns what it claimed to the queue")
+    func stopping() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(.sqlite, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryWorker)
+            let id = try await Self.trigger(app)
+            let claimed = try await worker.claim(limit: 10)
+            #expect(claimed.count == 2)
+            worker.beginStopping()
+            #expect(try await worker.runOnce() == 0)
+            try await worker.release(claimed.map(\.id))
+            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["queued": 1])
+            let attempts = try await app.db.sql.select().column("attempts").from("deliveries")
+                .where("channel", .equal, "webhook").first()?.decode(column: "attempts", as: Int.self)
+            #expect(attempts == 0, "a released claim does not count as an attempt")
+            #expect(try receiver.entries().isEmpty)
+        }
+    }
+
     @Test("an unreachable webhook is retried, not lost")
     func unreachable() async throws {
         let clock = TestClock()

@@ -157,8 +157,12 @@ struct EventsAPITests {
             let first = try await app.send(
                 .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"], key: "rev-42"))
             let again = try await app.send(
-                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "bob"]),
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]),
                 headers: ["Idempotency-Key": "rev-42"])
+            let different = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "bob"], key: "rev-42"))
+            #expect(different.status == .unprocessableEntity)
+            #expect(different.errorCode == "idempotency_key_reused")
             #expect(first.status == .accepted && again.status == .accepted)
             #expect(try again.decode(EventAccepted.self) == first.decode(EventAccepted.self))
             #expect(again.headers.first(name: "Idempotent-Replayed") == "true")
@@ -339,6 +343,27 @@ struct EventsAPITests {
                 #expect(status.state == .failed)
                 #expect(status.error == #"category "reverted" is no longer in the workspace config"#)
             }
+        }
+    }
+
+    @Test("concurrent requests with one idempotency key make one event", arguments: TestDatabase.allCases)
+    func concurrentIdempotency(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let ids = try await withThrowingTaskGroup(of: UUID.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await app.send(
+                            .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"], key: "once")
+                        )
+                        .decode(EventAccepted.self).eventID
+                    }
+                }
+                return try await group.reduce(into: Set<UUID>()) { $0.insert($1) }
+            }
+            #expect(ids.count == 1)
+            let events = try await app.db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+                .from("events").first()?.decode(column: "n", as: Int.self)
+            #expect(events == 1)
         }
     }
 

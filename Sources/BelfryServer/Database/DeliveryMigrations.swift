@@ -32,6 +32,7 @@ struct CreateEvents: AsyncMigration {
         try await database.schema("idempotency_keys")
             .field("key", .string, .identifier(auto: false))
             .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
+            .field("request_hash", .string, .required)
             .field("created_at", .datetime, .required)
             .create()
         try await database.schema("event_skips")

@@ -40,7 +40,9 @@ final class DeliveryWorker: Sendable {
     /// - Returns: how many were attempted.
     @discardableResult
     func runOnce(limit: Int = 64) async throws -> Int {
+        guard !isStopping else { return 0 }
         let jobs = try await claim(limit: limit)
+        let unstarted = NIOLockedValueBox<[UUID]>([])
         await withTaskGroup(of: Void.self) { group in
             var running = 0
             for job in jobs {
@@ -48,11 +50,34 @@ final class DeliveryWorker: Sendable {
                     await group.next()
                     running -= 1
                 }
+                // Once stopping, claimed deliveries not yet started go back to the queue for
+                // another worker, so shutdown waits only for the attempts under way.
+                if isStopping {
+                    unstarted.withLockedValue { $0.append(job.id) }
+                    continue
+                }
                 group.addTask { await self.attempt(job) }
                 running += 1
             }
         }
-        return jobs.count
+        let released = unstarted.withLockedValue { $0 }
+        if !released.isEmpty { try await release(released) }
+        return jobs.count - released.count
+    }
+
+    /// Returns claimed deliveries that were never attempted to the queue, as if never claimed.
+    func release(_ ids: [UUID]) async throws {
+        try await context.database.write(database()) { db in
+            try await db.sql.update("deliveries")
+                .set("status", to: DeliveryStatus.queued.rawValue)
+                .set("attempts", to: SQLRaw("attempts - 1"))
+                .set("lease_expires_at", to: Date?.none)
+                .set("worker", to: String?.none)
+                .where("id", .in, ids)
+                .where("worker", .equal, self.name)
+                .where("status", .equal, DeliveryStatus.running.rawValue)
+                .run()
+        }
     }
 
     /// Marks up to `limit` due deliveries as running under this worker's lease and returns them.
@@ -254,7 +279,12 @@ final class DeliveryWorker: Sendable {
         loop.withLockedValue { $0.task = task }
     }
 
-    private var isStopping: Bool { loop.withLockedValue { $0.stopping } }
+    var isStopping: Bool { loop.withLockedValue { $0.stopping } }
+
+    /// Stops taking new work without waiting (`stop()` waits too).
+    func beginStopping() {
+        loop.withLockedValue { $0.stopping = true }
+    }
 
     /// Stops taking new work and waits for the attempts under way to finish and be recorded.
     func stop() async {

@@ -1,4 +1,5 @@
 import BelfryCore
+import Crypto
 import Fluent
 import Foundation
 import SQLKit
@@ -28,11 +29,17 @@ struct EventIntake: Sendable {
         let sql = db.sql
         let now = context.now()
         if let key = event.idempotencyKey {
-            let rows = try await sql.select().columns("event_id", "created_at").from("idempotency_keys")
+            let rows = try await sql.select().columns("event_id", "created_at", "request_hash").from("idempotency_keys")
                 .where("key", .equal, key).all()
             if let row = rows.first {
                 let created = try row.decode(column: "created_at", as: Date.self)
                 if now.timeIntervalSince(created) < EventsController.idempotencyWindow {
+                    guard try row.decode(column: "request_hash", as: String.self) == Self.fingerprint(event) else {
+                        throw BelfryError(
+                            .unprocessableEntity, "idempotency_key_reused",
+                            "the idempotency key \"\(key)\" was used in the last 24 hours for a different event; use a new key"
+                        )
+                    }
                     return (try row.decode(column: "event_id", as: UUID.self), true)
                 }
                 try await sql.delete(from: "idempotency_keys").where("key", .equal, key).run()
@@ -58,10 +65,20 @@ struct EventIntake: Sendable {
             try await insert.run()
         }
         if let key = event.idempotencyKey {
-            try await sql.insert(into: "idempotency_keys").columns("key", "event_id", "created_at")
-                .values(key, id, now).run()
+            try await sql.insert(into: "idempotency_keys").columns("key", "event_id", "request_hash", "created_at")
+                .values(key, id, Self.fingerprint(event), now).run()
         }
         return (id, false)
+    }
+
+    /// A digest of what the event asks for, to tell a retry of the same event from a different
+    /// event that reuses its key.
+    static func fingerprint(_ event: EventsController.Accepted) -> String {
+        var text = [event.category.id, event.tenant, event.content.title, event.content.body, event.content.url ?? ""]
+        text += [event.data ?? "", "\(String(describing: event.schedule))"]
+        text += event.recipients
+        let data = Data(text.joined(separator: "\u{0}").utf8)
+        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
     }
 
     func status(of id: UUID, on db: any Database) async throws -> EventStatus? {

@@ -68,6 +68,8 @@ struct EventsController: RouteCollection {
         var notBefore: Date
         /// A rule read in each recipient's time zone: their notification is due at its next match.
         var calendar: CalendarRule?
+        /// The schedule as asked for, so that a retry can be recognised.
+        var schedule: EventRequest.Schedule?
     }
 
     static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Accepted {
@@ -155,6 +157,6 @@ struct EventsController: RouteCollection {
         let recipients = event.recipients.filter { seen.insert($0).inserted }
         return Accepted(
             category: category, tenant: tenant, recipients: recipients, content: event.content, data: data,
-            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar)
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule)
     }
 }
