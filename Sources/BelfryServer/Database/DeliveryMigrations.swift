@@ -3,16 +3,23 @@ import Fluent
 // The delivery tables are read and written with SQLKit (batched statements on the hot paths),
 // so they have no Fluent models; Fluent's schema builder still creates them portably.
 
-struct CreateEvents: AsyncMigration {
-    func prepare(on database: any Database) async throws {
-        try await database.schema("events")
-            .id()
-            .field("category", .string, .required)
+extension SchemaBuilder {
+    /// What a notification says, stored alike on the event and on each notification made from it.
+    fileprivate func notificationContent() -> Self {
+        field("category", .string, .required)
             .field("tenant", .string, .required)
             .field("title", .string, .required)
             .field("body", .string, .required)
             .field("url", .string)
             .field("data", .string)
+    }
+}
+
+struct CreateEvents: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events")
+            .id()
+            .notificationContent()
             .field("calendar_rule", .string)
             .field("state", .string, .required)
             .field("not_before", .datetime, .required)
@@ -58,12 +65,7 @@ struct CreateNotifications: AsyncMigration {
             .id()
             .field("event_id", .uuid, .required, .references("events", .id, onDelete: .cascade))
             .field("user_id", .uuid, .required, .references(UserModel.schema, .id, onDelete: .cascade))
-            .field("category", .string, .required)
-            .field("tenant", .string, .required)
-            .field("title", .string, .required)
-            .field("body", .string, .required)
-            .field("url", .string)
-            .field("data", .string)
+            .notificationContent()
             .field("in_inbox", .bool, .required)
             .field("created_at", .datetime, .required)
             .field("available_at", .datetime, .required)
