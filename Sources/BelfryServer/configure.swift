@@ -122,6 +122,7 @@ public func configure(
     try app.register(collection: PreferencesController())
     try app.register(collection: EventsController())
     try app.register(collection: QuietHoursController())
+    try app.register(collection: InboxController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }

@@ -1,0 +1,74 @@
+import Foundation
+
+/// One notification in a user's inbox.
+public struct InboxNotification: Codable, Hashable, Sendable {
+    public var id: UUID
+    public var category: String
+    public var tenant: String
+    public var title: String
+    public var body: String
+    public var url: String?
+    public var data: [String: JSONValue]?
+    /// The category's custom actions, for buttons.
+    public var actions: [NotificationAction]
+    /// When it appeared in the inbox.
+    public var createdAt: Date
+    public var seenAt: Date?
+    public var readAt: Date?
+    public var archivedAt: Date?
+
+    public init(
+        id: UUID, category: String, tenant: String, title: String, body: String, url: String?,
+        data: [String: JSONValue]?, actions: [NotificationAction], createdAt: Date, seenAt: Date?, readAt: Date?,
+        archivedAt: Date?
+    ) {
+        self.id = id
+        self.category = category
+        self.tenant = tenant
+        self.title = title
+        self.body = body
+        self.url = url
+        self.data = data
+        self.actions = actions
+        self.createdAt = createdAt
+        self.seenAt = seenAt
+        self.readAt = readAt
+        self.archivedAt = archivedAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, category, tenant, title, body, url, data, actions
+        case createdAt = "created_at"
+        case seenAt = "seen_at"
+        case readAt = "read_at"
+        case archivedAt = "archived_at"
+    }
+}
+
+/// A page of the inbox, newest first.
+public struct InboxPage: Codable, Hashable, Sendable {
+    public var notifications: [InboxNotification]
+    /// Pass as `cursor` for the next (older) page; `nil` on the last page.
+    public var nextCursor: String?
+
+    public init(notifications: [InboxNotification], nextCursor: String?) {
+        self.notifications = notifications
+        self.nextCursor = nextCursor
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case notifications
+        case nextCursor = "next_cursor"
+    }
+}
+
+/// The bell badge: unread and unseen notifications, archived ones left out.
+public struct InboxCounts: Codable, Hashable, Sendable {
+    public var unread: Int
+    public var unseen: Int
+
+    public init(unread: Int, unseen: Int) {
+        self.unread = unread
+        self.unseen = unseen
+    }
+}

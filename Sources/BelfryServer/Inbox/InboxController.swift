@@ -1,0 +1,94 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Vapor
+
+/// The inbox API, `/v1/me/notifications` (user token): the bell's source of truth.
+struct InboxController: RouteCollection {
+    func boot(routes: any RoutesBuilder) throws {
+        let inbox = routes.grouped("v1", "me", "notifications")
+        inbox.get(use: list)
+        inbox.get("counts", use: counts)
+        inbox.post("read-all") { req in try await markAll(req, .read) }
+        inbox.post("seen-all") { req in try await markAll(req, .seen) }
+        for mark in InboxStore.Mark.allCases {
+            inbox.post(":notification_id", .constant(mark.rawValue)) { req in try await self.mark(req, mark) }
+        }
+    }
+
+    private func store(_ req: Request) -> InboxStore {
+        InboxStore(context: req.belfry)
+    }
+
+    @Sendable func list(req: Request) async throws -> Response {
+        let user = try await req.requireUser()
+        var filter = InboxStore.Filter()
+        if let status = req.query[String.self, at: "status"] {
+            guard let parsed = InboxStore.Status(rawValue: status) else {
+                throw BelfryError.invalid(
+                    "query parameter \"status\" must be one of \(InboxStore.Status.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(status)\""
+                )
+            }
+            filter.status = parsed
+        }
+        filter.category = req.query[String.self, at: "category"]
+        filter.tenant = try req.tenantFilter()
+        let limitText = req.query[String.self, at: "limit"]
+        guard let limit = limitText.map({ Int($0) }) ?? 20, (1...100).contains(limit) else {
+            throw BelfryError.invalid("query parameter \"limit\" must be from 1 to 100, got \"\(limitText ?? "")\"")
+        }
+        var cursor: UUID?
+        if let text = req.query[String.self, at: "cursor"] {
+            guard let parsed = InboxStore.parseCursor(text) else {
+                throw BelfryError.invalid("query parameter \"cursor\" is not a cursor this server gave out")
+            }
+            cursor = parsed
+        }
+        let page = try await store(req).page(
+            userID: try user.requireID(), filter: filter, limit: limit, after: cursor, on: req.db)
+        return try Response.json(page)
+    }
+
+    @Sendable func counts(req: Request) async throws -> Response {
+        let user = try await req.requireUser()
+        return try Response.json(
+            try await store(req).counts(userID: try user.requireID(), tenant: try req.tenantFilter(), on: req.db))
+    }
+
+    private func mark(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
+        let user = try await req.requireUser()
+        let text = req.parameters.get("notification_id") ?? ""
+        // Another user's notification answers exactly like one that does not exist.
+        guard let id = UUID(uuidString: text),
+            let item = try await store(req).mark(id, mark, userID: try user.requireID(), on: req.db)
+        else {
+            throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
+        }
+        return try Response.json(item)
+    }
+
+    private func markAll(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
+        let user = try await req.requireUser()
+        let userID = try user.requireID()
+        let tenant = try req.tenantFilter()
+        let updated = try await store(req).markAll(
+            mark, userID: userID, tenant: tenant, category: req.query[String.self, at: "category"], on: req.db)
+        struct Answer: Encodable {
+            var updated: Int
+            var counts: InboxCounts
+        }
+        return try Response.json(
+            Answer(updated: updated, counts: try await store(req).counts(userID: userID, tenant: tenant, on: req.db)))
+    }
+}
+
+extension Request {
+    /// The optional `tenant` query parameter of inbox routes: absent means every tenant.
+    func tenantFilter() throws -> String? {
+        guard let tenant = query[String.self, at: "tenant"] else { return nil }
+        guard belfry.workspace.tenant(tenant) != nil else {
+            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(tenant)\" in this workspace")
+        }
+        return tenant
+    }
+}

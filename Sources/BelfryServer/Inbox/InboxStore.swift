@@ -1,0 +1,168 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// A user's inbox: the notifications fan-out wrote with the inbox channel, once they are due.
+struct InboxStore: Sendable {
+    let context: BelfryContext
+
+    enum Status: String, CaseIterable, Sendable {
+        case unread, read, all, archived
+    }
+
+    enum Mark: String, CaseIterable, Sendable {
+        case seen, read, unread, archive, unarchive
+    }
+
+    struct Filter: Sendable {
+        var status: Status = .all
+        var category: String?
+        var tenant: String?
+    }
+
+    static let columns = [
+        "id", "category", "tenant", "title", "body", "url", "data", "available_at", "seen_at", "read_at", "archived_at",
+    ]
+
+    /// The rows a user sees: theirs, meant for the inbox, and due.
+    private func visible(_ select: SQLSelectBuilder, userID: UUID) -> SQLSelectBuilder {
+        select.where("user_id", .equal, userID).where("in_inbox", .equal, true)
+            .where("available_at", .lessThanOrEqual, context.now())
+    }
+
+    /// Newest first. The cursor is the last notification of the previous page: the next page
+    /// holds what sorts after it, so notifications arriving meanwhile neither repeat nor push
+    /// items off the pages.
+    func page(
+        userID: UUID, filter: Filter, limit: Int, after cursor: UUID?, on db: any Database
+    ) async throws
+        -> InboxPage
+    {
+        let select = visible(db.sql.select().columns(Self.columns).from("notifications"), userID: userID)
+        switch filter.status {
+        case .unread: select.where("read_at", .is, SQLLiteral.null).where("archived_at", .is, SQLLiteral.null)
+        case .read: select.where("read_at", .isNot, SQLLiteral.null).where("archived_at", .is, SQLLiteral.null)
+        case .all: select.where("archived_at", .is, SQLLiteral.null)
+        case .archived: select.where("archived_at", .isNot, SQLLiteral.null)
+        }
+        if let category = filter.category { select.where("category", .equal, category) }
+        if let tenant = filter.tenant { select.where("tenant", .equal, tenant) }
+        if let cursor {
+            // Compared with the cursor row's own stored values, so no timestamp leaves the database.
+            select.where(
+                SQLQueryString(
+                    """
+                    (available_at < (SELECT available_at FROM notifications WHERE id = \(bind: cursor))
+                     OR (available_at = (SELECT available_at FROM notifications WHERE id = \(bind: cursor)) AND id < \(bind: cursor)))
+                    """))
+        }
+        let rows = try await select.orderBy("available_at", .descending).orderBy("id", .descending)
+            .limit(limit + 1).all()
+        let items = try rows.prefix(limit).map(item)
+        return InboxPage(
+            notifications: items, nextCursor: rows.count > limit ? items.last.map { Self.cursor(for: $0.id) } : nil)
+    }
+
+    func counts(userID: UUID, tenant: String?, on db: any Database) async throws -> InboxCounts {
+        let select = visible(
+            db.sql.select()
+                .column(SQLRaw("SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"), as: "unread")
+                .column(SQLRaw("SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"), as: "unseen")
+                .from("notifications"),
+            userID: userID
+        ).where("archived_at", .is, SQLLiteral.null)
+        if let tenant { select.where("tenant", .equal, tenant) }
+        let row = try await select.first()
+        return InboxCounts(
+            unread: try row?.decode(column: "unread", as: Int?.self) ?? 0,
+            unseen: try row?.decode(column: "unseen", as: Int?.self) ?? 0)
+    }
+
+    /// Changes one notification's state; `nil` when the user has no such notification.
+    func mark(_ id: UUID, _ mark: Mark, userID: UUID, on db: any Database) async throws -> InboxNotification? {
+        let now = context.now()
+        let updated = try await context.database.write(db) { tx in
+            let update = tx.sql.update("notifications")
+            Self.apply(mark, to: update, now: now)
+            return try await update.where("id", .equal, id).where("user_id", .equal, userID)
+                .where("in_inbox", .equal, true).where("available_at", .lessThanOrEqual, now)
+                .returning("id").all().count
+        }
+        guard updated == 1 else { return nil }
+        let row = try await db.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id).first()
+        return try row.map(item)
+    }
+
+    /// Marks every visible notification (of a tenant or category, if given) read or seen.
+    /// - Returns: how many changed.
+    func markAll(
+        _ mark: Mark, userID: UUID, tenant: String?, category: String?, on db: any Database
+    ) async throws
+        -> Int
+    {
+        let now = context.now()
+        return try await context.database.write(db) { tx in
+            let update = tx.sql.update("notifications")
+            Self.apply(mark, to: update, now: now)
+            update.where("user_id", .equal, userID).where("in_inbox", .equal, true)
+                .where("available_at", .lessThanOrEqual, now).where("archived_at", .is, SQLLiteral.null)
+                .where(mark == .read ? "read_at" : "seen_at", .is, SQLLiteral.null)
+            if let tenant { update.where("tenant", .equal, tenant) }
+            if let category { update.where("category", .equal, category) }
+            return try await update.returning("id").all().count
+        }
+    }
+
+    private static func apply(_ mark: Mark, to update: SQLUpdateBuilder, now: Date) {
+        func keepOrSet(_ column: String) {
+            update.set(column, to: SQLFunction("COALESCE", args: SQLColumn(column), SQLBind(now)))
+        }
+        switch mark {
+        case .seen:
+            keepOrSet("seen_at")
+        case .read:
+            keepOrSet("seen_at")
+            keepOrSet("read_at")
+        case .unread:
+            update.set("read_at", to: SQLLiteral.null)
+        case .archive:
+            keepOrSet("seen_at")
+            keepOrSet("archived_at")
+        case .unarchive:
+            update.set("archived_at", to: SQLLiteral.null)
+        }
+    }
+
+    private func item(_ row: any SQLRow) throws -> InboxNotification {
+        let category = try row.decode(column: "category", as: String.self)
+        return InboxNotification(
+            id: try row.decode(column: "id", as: UUID.self),
+            category: category,
+            tenant: try row.decode(column: "tenant", as: String.self),
+            title: try row.decode(column: "title", as: String.self),
+            body: try row.decode(column: "body", as: String.self),
+            url: try row.decode(column: "url", as: String?.self),
+            data: try row.decode(column: "data", as: String?.self).map {
+                try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8))
+            },
+            actions: context.workspace.category(category)?.actions ?? [],
+            createdAt: try row.decode(column: "available_at", as: Date.self),
+            seenAt: try row.decode(column: "seen_at", as: Date?.self),
+            readAt: try row.decode(column: "read_at", as: Date?.self),
+            archivedAt: try row.decode(column: "archived_at", as: Date?.self))
+    }
+
+    static func cursor(for id: UUID) -> String {
+        Data("n1:\(id.uuidString)".utf8).base64URLEncodedString()
+    }
+
+    static func parseCursor(_ text: String) -> UUID? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        guard let data = Data(base64Encoded: base64), let decoded = String(data: data, encoding: .utf8),
+            decoded.hasPrefix("n1:")
+        else { return nil }
+        return UUID(uuidString: String(decoded.dropFirst(3)))
+    }
+}
