@@ -157,4 +157,71 @@ struct InboxAPITests {
             #expect(try await app.send(.POST, "/v1/me/notifications/not-a-uuid/read", bearer: ada).status == .notFound)
         }
     }
+
+    @Test(
+        "an action is recorded, marks the notification read and reaches the webhook signed",
+        arguments: TestDatabase.allCases)
+    func actions(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(database, webhook: receiver.webhook) { app in
+            let ada = try await app.userToken("ada")
+            let bob = try await app.userToken("bob")
+            try await Self.notify(app, ["ada"], title: "Reply?", category: "edit-user-talk")
+            let item = try #require(try await Self.page(app, ada).notifications.first)
+            #expect(item.actions.map(\.id) == ["reply", "mark-read"])
+
+            let unknown = try await app.send(.POST, "/v1/me/notifications/\(item.id)/actions/delete-all", bearer: ada)
+            #expect(unknown.status == .notFound)
+            #expect(unknown.errorCode == "action_not_found")
+            let foreign = try await app.send(.POST, "/v1/me/notifications/\(item.id)/actions/reply", bearer: bob)
+            #expect(foreign.errorCode == "notification_not_found")
+
+            let answer = try await app.send(.POST, "/v1/me/notifications/\(item.id)/actions/reply", bearer: ada)
+            #expect(answer.status == .ok)
+            #expect(answer.body.string.contains(#""forwarded":true"#))
+            #expect(try await Self.counts(app, ada) == InboxCounts(unread: 0, unseen: 0))
+
+            try await #require(app.deliveryWorker).runOnce()
+            let entries = try receiver.entries()
+            #expect(entries.count == 1)
+            #expect(entries.first?.valid == true)
+            guard case .object(let body) = entries.first?.body else {
+                Issue.record("no webhook body")
+                return
+            }
+            #expect(body["type"] == .string("notification.action"))
+            #expect(
+                body["action"]
+                    == .object([
+                        "id": .string("reply"), "title": .string("Reply"), "destructive": .bool(false),
+                        "opens_app": .bool(true),
+                    ]))
+            #expect(body["user"] == .object(["id": .string("ada")]))
+        }
+    }
+
+    @Test(
+        "read and archived notifications older than the retention age are purged; unread ones stay",
+        arguments: TestDatabase.allCases)
+    func retention(database: TestDatabase) async throws {
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock) { app in
+            let ada = try await app.userToken("ada")
+            for title in ["read", "archived", "unread"] { try await Self.notify(app, ["ada"], title: title) }
+            let items = try await Self.page(app, ada).notifications
+            for (title, action) in [("read", "read"), ("archived", "archive")] {
+                let item = try #require(items.first { $0.title == title })
+                #expect(
+                    try await app.send(.POST, "/v1/me/notifications/\(item.id)/\(action)", bearer: ada).status == .ok)
+            }
+            clock.advance(by: 89 * 86_400)
+            #expect(try await InboxRetention(context: app.belfry).purge(on: app.db) == 0, "not old enough yet")
+            clock.advance(by: 2 * 86_400)
+            #expect(try await InboxRetention(context: app.belfry).purge(on: app.db) == 2)
+            let later = try await app.userToken("ada")
+            #expect(try await Self.page(app, later, "?status=all").notifications.map(\.title) == ["unread"])
+            #expect(try await Self.page(app, later, "?status=archived").notifications.isEmpty)
+        }
+    }
 }

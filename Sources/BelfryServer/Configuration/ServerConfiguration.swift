@@ -20,6 +20,8 @@ public struct ServerConfiguration: Sendable {
     public var logLevel: Logger.Level
     /// Largest request body accepted.
     public var maxBodySize: Int
+    /// Days after which read or archived inbox notifications are purged.
+    public var retentionDays: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
     public var webhook: Webhook?
 
@@ -44,6 +46,7 @@ public struct ServerConfiguration: Sendable {
         tokenLifetime: Int = 3600,
         logLevel: Logger.Level = .info,
         maxBodySize: Int = 256 * 1024,
+        retentionDays: Int = 90,
         webhook: Webhook? = nil
     ) {
         self.hostname = hostname
@@ -56,6 +59,7 @@ public struct ServerConfiguration: Sendable {
         self.tokenLifetime = tokenLifetime
         self.logLevel = logLevel
         self.maxBodySize = maxBodySize
+        self.retentionDays = retentionDays
         self.webhook = webhook
     }
 
@@ -78,7 +82,7 @@ public struct ServerConfiguration: Sendable {
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
-        "max_body_bytes", "webhook_url", "webhook_secret",
+        "max_body_bytes", "webhook_url", "webhook_secret", "retention_days",
     ]
 
     /// Resolves the configuration.
@@ -180,6 +184,8 @@ public struct ServerConfiguration: Sendable {
             pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
             ?? 256 * 1024
 
+        let retentionDays =
+            pick(env: "BELFRY_RETENTION_DAYS", file: "retention_days") { parseInt($0, in: 1...3650) } ?? 90
         let webhookURL = pick(env: "BELFRY_WEBHOOK_URL", file: "webhook_url") {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
@@ -202,7 +208,8 @@ public struct ServerConfiguration: Sendable {
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
-            tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize, webhook: webhook)
+            tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
+            retentionDays: retentionDays, webhook: webhook)
     }
 
     /// A file value as the text an environment variable would hold: strings as they are,

@@ -90,6 +90,8 @@ struct CreateDeliveries: AsyncMigration {
             .field("event_id", .uuid, .required)
             .field("user_id", .uuid, .required)
             .field("channel", .string, .required)
+            .field("kind", .string, .required)
+            .field("action_id", .string)
             .field("device_id", .uuid)
             .field("status", .string, .required)
             .field("attempts", .int, .required)
@@ -113,9 +115,16 @@ struct CreateDeliveries: AsyncMigration {
             .field("status_code", .int)
             .field("error", .string)
             .create()
+        try await database.schema("notification_actions")
+            .id()
+            .field("notification_id", .uuid, .required, .references("notifications", .id, onDelete: .cascade))
+            .field("action_id", .string, .required)
+            .field("created_at", .datetime, .required)
+            .create()
     }
 
     func revert(on database: any Database) async throws {
+        try await database.schema("notification_actions").delete()
         try await database.schema("delivery_attempts").delete()
         try await database.schema("deliveries").delete()
     }

@@ -3,7 +3,17 @@ import Foundation
 
 /// One delivery to attempt, as a channel sees it.
 struct DeliveryJob: Sendable {
+    enum Kind: String, Sendable {
+        /// A notification to deliver.
+        case notification
+        /// A user's answer to one of a notification's custom actions, forwarded to the backend.
+        case action
+    }
+
     var id: UUID
+    var kind: Kind = .notification
+    /// For `.action`: the action the user chose.
+    var action: NotificationAction?
     var eventID: UUID
     var notificationID: UUID
     var channel: ChannelDefinition

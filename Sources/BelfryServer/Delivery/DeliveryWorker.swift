@@ -115,6 +115,8 @@ final class DeliveryWorker: Sendable {
             .column(SQLColumn("notification_id", table: "deliveries"))
             .column(SQLColumn("channel", table: "deliveries"))
             .column(SQLColumn("attempts", table: "deliveries"))
+            .column(SQLColumn("kind", table: "deliveries"))
+            .column(SQLColumn("action_id", table: "deliveries"))
             .column(SQLColumn("external_id", table: UserModel.schema))
             .columns(
                 SQLColumn("category", table: "notifications"), SQLColumn("tenant", table: "notifications"),
@@ -140,14 +142,19 @@ final class DeliveryWorker: Sendable {
                 orphans.append(try row.decode(column: "delivery_id", as: UUID.self))
                 return nil
             }
+            let category = try row.decode(column: "category", as: String.self)
+            let actionID = try row.decode(column: "action_id", as: String?.self)
             return DeliveryJob(
                 id: try row.decode(column: "delivery_id", as: UUID.self),
+                kind: DeliveryJob.Kind(rawValue: try row.decode(column: "kind", as: String.self)) ?? .notification,
+                action: actionID.flatMap { id in context.workspace.category(category)?.actions.first { $0.id == id } }
+                    ?? actionID.map { NotificationAction(id: $0, title: $0) },
                 eventID: try row.decode(column: "event_id", as: UUID.self),
                 notificationID: try row.decode(column: "notification_id", as: UUID.self),
                 channel: channel,
                 attempt: try row.decode(column: "attempts", as: Int.self),
                 externalUserID: try row.decode(column: "external_id", as: String.self),
-                category: try row.decode(column: "category", as: String.self),
+                category: category,
                 tenant: try row.decode(column: "tenant", as: String.self),
                 title: try row.decode(column: "title", as: String.self),
                 body: try row.decode(column: "body", as: String.self),
@@ -273,6 +280,7 @@ final class DeliveryWorker: Sendable {
                 } catch {
                     self.logger.error("delivery failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
                 }
+                await self.purgeIfDue()
                 if !worked && !self.isStopping { await self.context.workSignal.wait(upTo: 1) }
             }
         }
@@ -280,6 +288,25 @@ final class DeliveryWorker: Sendable {
     }
 
     var isStopping: Bool { loop.withLockedValue { $0.stopping } }
+
+    private let lastPurge = NIOLockedValueBox<Date?>(nil)
+
+    /// Runs the inbox retention purge at most once an hour.
+    private func purgeIfDue() async {
+        let now = context.now()
+        let due = lastPurge.withLockedValue { last -> Bool in
+            guard last.map({ now.timeIntervalSince($0) >= 3600 }) ?? true else { return false }
+            last = now
+            return true
+        }
+        guard due else { return }
+        do {
+            let purged = try await InboxRetention(context: context).purge(on: database())
+            if purged > 0 { logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"]) }
+        } catch {
+            logger.error("inbox purge failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
 
     /// Stops taking new work without waiting (`stop()` waits too).
     func beginStopping() {

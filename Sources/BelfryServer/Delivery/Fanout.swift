@@ -147,7 +147,8 @@ struct Fanout: Sendable {
                     let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
                     if status == .queued { queued += 1 }
                     deliveries.append([
-                        UUID(), notificationID, eventID, userID, channel.id, status.rawValue,
+                        UUID(), notificationID, eventID, userID, channel.id, DeliveryJob.Kind.notification.rawValue,
+                        status.rawValue,
                         status == .sent ? 1 : 0, Self.firstAttempt(on: channel, of: category, for: user, due: due),
                         now, now,
                     ])
@@ -163,8 +164,8 @@ struct Fanout: Sendable {
             }
             for rows in deliveries.chunked(300) {
                 let insert = sql.insert(into: "deliveries").columns(
-                    "id", "notification_id", "event_id", "user_id", "channel", "status", "attempts", "next_attempt_at",
-                    "created_at", "updated_at")
+                    "id", "notification_id", "event_id", "user_id", "channel", "kind", "status", "attempts",
+                    "next_attempt_at", "created_at", "updated_at")
                 rows.forEach { insert.values($0) }
                 try await insert.run()
             }

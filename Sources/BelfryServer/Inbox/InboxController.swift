@@ -11,6 +11,7 @@ struct InboxController: RouteCollection {
         inbox.get("counts", use: counts)
         inbox.post("read-all") { req in try await markAll(req, .read) }
         inbox.post("seen-all") { req in try await markAll(req, .seen) }
+        inbox.post(":notification_id", "actions", ":action_id", use: respond)
         for mark in InboxStore.Mark.allCases {
             inbox.post(":notification_id", .constant(mark.rawValue)) { req in try await self.mark(req, mark) }
         }
@@ -65,6 +66,29 @@ struct InboxController: RouteCollection {
             throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
         }
         return try Response.json(item)
+    }
+
+    /// A custom action chosen on a notification (seed 003's notification actions).
+    @Sendable func respond(req: Request) async throws -> Response {
+        let user = try await req.requireUser()
+        let text = req.parameters.get("notification_id") ?? ""
+        let actionID = req.parameters.get("action_id") ?? ""
+        let outcome: InboxStore.ActionOutcome =
+            if let id = UUID(uuidString: text) {
+                try await store(req).respond(to: id, action: actionID, userID: try user.requireID(), on: req.db)
+            } else { .notFound }
+        switch outcome {
+        case .notFound:
+            throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
+        case .unknownAction:
+            throw BelfryError.notFound("action_not_found", "this notification has no action \"\(actionID)\"")
+        case .recorded(let item, let forwarded):
+            struct Answer: Encodable {
+                var notification: InboxNotification
+                var forwarded: Bool
+            }
+            return try Response.json(Answer(notification: item, forwarded: forwarded))
+        }
     }
 
     private func markAll(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {

@@ -94,6 +94,60 @@ struct InboxStore: Sendable {
         return try row.map(item)
     }
 
+    enum ActionOutcome: Sendable {
+        case notFound
+        case unknownAction
+        case recorded(InboxNotification, forwarded: Bool)
+    }
+
+    /// Records the user's answer to one of a notification's actions, marks it read, and queues
+    /// the answer for the workspace's webhook channel (if it has one), all in one transaction.
+    func respond(
+        to id: UUID, action actionID: String, userID: UUID, on db: any Database
+    ) async throws
+        -> ActionOutcome
+    {
+        let now = context.now()
+        let webhook = context.workspace.channels.first { $0.kind == .webhook }
+        let outcome: ActionOutcome = try await context.database.write(db) { tx in
+            guard
+                let row = try await self.visible(
+                    tx.sql.select().columns("category", "event_id").from("notifications"), userID: userID
+                ).where("id", .equal, id).first()
+            else { return .notFound }
+            let category = try row.decode(column: "category", as: String.self)
+            guard self.context.workspace.category(category)?.actions.contains(where: { $0.id == actionID }) == true
+            else {
+                return .unknownAction
+            }
+            try await tx.sql.insert(into: "notification_actions").columns(
+                "id", "notification_id", "action_id", "created_at"
+            )
+            .values(UUID(), id, actionID, now).run()
+            let update = tx.sql.update("notifications")
+            Self.apply(.read, to: update, now: now)
+            try await update.where("id", .equal, id).run()
+            if let webhook {
+                try await tx.sql.insert(into: "deliveries")
+                    .columns(
+                        "id", "notification_id", "event_id", "user_id", "channel", "kind", "action_id", "status",
+                        "attempts", "next_attempt_at", "created_at", "updated_at"
+                    )
+                    .values(
+                        UUID(), id, try row.decode(column: "event_id", as: UUID.self), userID, webhook.id,
+                        DeliveryJob.Kind.action.rawValue, actionID, DeliveryStatus.queued.rawValue, 0, now, now, now
+                    )
+                    .run()
+            }
+            let item = try await tx.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id)
+                .first()
+            guard let item else { return .notFound }
+            return .recorded(try self.item(item), forwarded: webhook != nil)
+        }
+        if case .recorded(_, true) = outcome { context.deliveryWake() }
+        return outcome
+    }
+
     /// Marks every visible notification (of a tenant or category, if given) read or seen.
     /// - Returns: how many changed.
     func markAll(

@@ -35,15 +35,17 @@ struct WebhookChannel: DeliveryChannel {
             }
         }
 
-        var type = "notification.delivered"
+        var type: String
         var deliveryID: UUID
         var eventID: UUID
         var attempt: Int
         var user: [String: String]
         var notification: Notification
+        /// The action the user chose, for `notification.action`.
+        var action: NotificationAction?
 
         enum CodingKeys: String, CodingKey {
-            case type, attempt, user, notification
+            case type, attempt, user, notification, action
             case deliveryID = "delivery_id"
             case eventID = "event_id"
         }
@@ -61,10 +63,12 @@ struct WebhookChannel: DeliveryChannel {
             let data = try job.data.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
             body = try Response.jsonEncoder.encode(
                 Envelope(
+                    type: job.kind == .action ? "notification.action" : "notification.delivered",
                     deliveryID: job.id, eventID: job.eventID, attempt: job.attempt, user: ["id": job.externalUserID],
                     notification: .init(
                         id: job.notificationID, category: job.category, tenant: job.tenant, title: job.title,
-                        body: job.body, url: job.url, data: data, createdAt: job.createdAt)))
+                        body: job.body, url: job.url, data: data, createdAt: job.createdAt),
+                    action: job.action))
         } catch {
             return .permanentFailure(status: nil, error: "could not encode the webhook body: \(error)")
         }

@@ -1,0 +1,33 @@
+import Fluent
+import Foundation
+import SQLKit
+
+/// Purges inbox notifications that are read or archived and older than the retention age,
+/// with their deliveries and attempts (by cascade). Unread ones are kept however old.
+struct InboxRetention: Sendable {
+    let context: BelfryContext
+    /// Rows deleted per statement, so one purge never holds the database for long.
+    static let batch = 1_000
+
+    /// - Returns: how many notifications were purged.
+    @discardableResult
+    func purge(on db: any Database) async throws -> Int {
+        let cutoff = context.now().addingTimeInterval(-TimeInterval(context.settings.retentionDays) * 86_400)
+        var purged = 0
+        while true {
+            let deleted = try await context.database.write(db) { tx in
+                try await tx.sql.raw(
+                    """
+                    DELETE FROM notifications WHERE id IN (
+                      SELECT id FROM notifications
+                      WHERE available_at < \(bind: cutoff) AND (read_at IS NOT NULL OR archived_at IS NOT NULL)
+                      LIMIT \(literal: Self.batch))
+                    RETURNING id
+                    """
+                ).all().count
+            }
+            purged += deleted
+            if deleted < Self.batch { return purged }
+        }
+    }
+}
