@@ -73,6 +73,7 @@ let package = Package(
                 "BelfryTestSupport",
                 .product(name: "VaporTesting", package: "vapor"),
                 .product(name: "SQLKit", package: "sql-kit"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings
         ),

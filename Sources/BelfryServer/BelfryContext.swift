@@ -1,5 +1,6 @@
 import BelfryCore
 import Crypto
+import Fluent
 import Foundation
 import Vapor
 
@@ -17,9 +18,25 @@ struct BelfryContext: Sendable {
     let jitter: @Sendable () -> Double
     /// Wakes the delivery worker after new work is committed.
     let workSignal: WorkSignal
+    /// Live inbox events for the streams open on this process.
+    let inboxHub: InboxHub
 
     func deliveryWake() {
         workSignal.wake()
+    }
+
+    /// Sends an event to `user`'s open streams, if they have any. Call it after the change committed.
+    func publish(to user: UUID, _ name: String, _ value: some Encodable) {
+        guard inboxHub.isFollowed(user, now: now()), let data = try? Response.jsonEncoder.encode(value) else { return }
+        inboxHub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self), now: now())
+    }
+
+    /// Sends `user`'s current bell counts to their open streams, if they have any.
+    func publishCounts(to user: UUID, on db: any Database) async {
+        guard inboxHub.isFollowed(user, now: now()),
+            let counts = try? await InboxStore(context: self).counts(userID: user, tenant: nil, on: db)
+        else { return }
+        publish(to: user, "counts", counts)
     }
 
     var workspace: WorkspaceConfig { settings.workspace }

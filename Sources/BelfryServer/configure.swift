@@ -104,8 +104,10 @@ public func configure(
         now: now,
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
         jitter: options.jitter,
-        workSignal: WorkSignal()
+        workSignal: WorkSignal(),
+        inboxHub: InboxHub()
     )
+    app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
     let worker = DeliveryWorker(
         context: app.belfry, database: { [unowned app] in app.db }, channels: deliveryChannels(app, settings),
         logger: app.logger)
@@ -142,6 +144,15 @@ private func deliveryChannels(_ app: Application, _ settings: ServerConfiguratio
             url: webhook.url, secret: webhook.secret, client: client, now: app.belfry.now)
     }
     return channels
+}
+
+/// Ends the open inbox streams at shutdown, so that their responses finish.
+private struct StreamShutdown: LifecycleHandler {
+    let hub: InboxHub
+
+    func shutdownAsync(_ application: Application) async {
+        hub.finishAll()
+    }
 }
 
 /// Shuts an HTTP client down with the application.

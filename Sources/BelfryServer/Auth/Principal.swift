@@ -44,8 +44,17 @@ extension Request {
     }
 
     /// Requires a user token for a user that still exists.
-    func requireUser() async throws -> UserModel {
-        guard case .user(let subject) = try await principal() else {
+    ///
+    /// - Parameter allowingQueryToken: also accept the token as a `token` query parameter, for
+    ///   browsers' EventSource, which cannot send headers. Request logs show paths only, not queries.
+    func requireUser(allowingQueryToken: Bool = false) async throws -> UserModel {
+        let principal: Principal
+        if allowingQueryToken, headers.bearerAuthorization == nil, let token = query[String.self, at: "token"] {
+            principal = try await self.principal(for: token)
+        } else {
+            principal = try await self.principal()
+        }
+        guard case .user(let subject) = principal else {
             throw BelfryError(
                 .forbidden, "forbidden",
                 "this endpoint acts as one user: send a user token (POST /v1/users/{user_id}/tokens), not an API key")

@@ -28,6 +28,11 @@ struct Fanout: Sendable {
         do {
             let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx, picked: picked) }
             if outcome.queuedDeliveries > 0 { context.deliveryWake() }
+            // Only now, after the commit, may streams hear of the new notifications.
+            for (user, item) in outcome.created {
+                context.publish(to: user, "notification.created", item)
+                await context.publishCounts(to: user, on: db)
+            }
             return outcome.processed
         } catch {
             guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
@@ -59,6 +64,8 @@ struct Fanout: Sendable {
     private struct Outcome: Sendable {
         var processed: Bool
         var queuedDeliveries: Int
+        /// New inbox notifications of users with an open stream.
+        var created: [(UUID, InboxNotification)] = []
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -107,6 +114,8 @@ struct Fanout: Sendable {
         let url = try event.decode(column: "url", as: String?.self)
         let data = try event.decode(column: "data", as: String?.self)
         var queued = 0
+        var created: [(UUID, InboxNotification)] = []
+        let decodedData = try data.map { try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8)) }
         do {
             let users = try await userIDs(for: recipients, now: now, on: sql)
             let preferences = try await preferenceSets(of: users.values.map(\.id), tenant: tenant, on: sql)
@@ -141,6 +150,16 @@ struct Fanout: Sendable {
                 notifications.append([
                     notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
                 ])
+                if inInbox, due <= now, context.inboxHub.isFollowed(userID, now: now) {
+                    created.append(
+                        (
+                            userID,
+                            InboxNotification(
+                                id: notificationID, category: categoryID, tenant: tenant, title: title, body: body,
+                                url: url, data: decodedData, actions: category.actions, createdAt: due, seenAt: nil,
+                                readAt: nil, archivedAt: nil)
+                        ))
+                }
                 for channel in delivering {
                     // The inbox is the notification row itself, written in this transaction; one
                     // due later is marked sent by the worker when its time comes.
@@ -187,7 +206,7 @@ struct Fanout: Sendable {
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
             .where("id", .equal, eventID)
             .run()
-        return Outcome(processed: true, queuedDeliveries: queued)
+        return Outcome(processed: true, queuedDeliveries: queued, created: created)
     }
 
     /// When a delivery due at `due` may first be attempted: quiet hours hold push channels

@@ -9,6 +9,7 @@ struct InboxController: RouteCollection {
         let inbox = routes.grouped("v1", "me", "notifications")
         inbox.get(use: list)
         inbox.get("counts", use: counts)
+        routes.get("v1", "me", "stream", use: stream)
         inbox.post("read-all") { req in try await markAll(req, .read) }
         inbox.post("seen-all") { req in try await markAll(req, .seen) }
         inbox.post(":notification_id", "actions", ":action_id", use: respond)
@@ -60,11 +61,14 @@ struct InboxController: RouteCollection {
         let user = try await req.requireUser()
         let text = req.parameters.get("notification_id") ?? ""
         // Another user's notification answers exactly like one that does not exist.
+        let userID = try user.requireID()
         guard let id = UUID(uuidString: text),
-            let item = try await store(req).mark(id, mark, userID: try user.requireID(), on: req.db)
+            let item = try await store(req).mark(id, mark, userID: userID, on: req.db)
         else {
             throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
         }
+        req.belfry.publish(to: userID, "notification.updated", item)
+        await req.belfry.publishCounts(to: userID, on: req.db)
         return try Response.json(item)
     }
 
@@ -83,6 +87,9 @@ struct InboxController: RouteCollection {
         case .unknownAction:
             throw BelfryError.notFound("action_not_found", "this notification has no action \"\(actionID)\"")
         case .recorded(let item, let forwarded):
+            let userID = try user.requireID()
+            req.belfry.publish(to: userID, "notification.updated", item)
+            await req.belfry.publishCounts(to: userID, on: req.db)
             struct Answer: Encodable {
                 var notification: InboxNotification
                 var forwarded: Bool
@@ -101,8 +108,52 @@ struct InboxController: RouteCollection {
             var updated: Int
             var counts: InboxCounts
         }
+        await req.belfry.publishCounts(to: userID, on: req.db)
         return try Response.json(
             Answer(updated: updated, counts: try await store(req).counts(userID: userID, tenant: tenant, on: req.db)))
+    }
+}
+
+extension InboxController {
+    /// `GET /v1/me/stream`: server-sent events of the user's inbox. The user token comes in the
+    /// `Authorization` header or, for EventSource (which cannot set headers), a `token` query
+    /// parameter. A `counts` event comes first; `Last-Event-ID` replays what a reconnecting
+    /// client missed in the last few minutes; a comment every 15 s keeps proxies from closing it.
+    @Sendable func stream(req: Request) async throws -> Response {
+        let user = try await req.requireUser(allowingQueryToken: true)
+        let userID = try user.requireID()
+        let context = req.belfry
+        let lastEventID = req.headers.first(name: "Last-Event-ID").flatMap(Int.init)
+        let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID, now: context.now())
+        let counts = try await InboxStore(context: context).counts(userID: userID, tenant: nil, on: req.db)
+        let first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
+        var headers = HTTPHeaders()
+        headers.replaceOrAdd(name: .contentType, value: "text/event-stream")
+        headers.replaceOrAdd(name: .cacheControl, value: "no-cache")
+        headers.replaceOrAdd(name: "X-Accel-Buffering", value: "no")
+        let body = Response.Body(asyncStream: { writer in
+            defer { close() }
+            try await writer.writeBuffer(ByteBuffer(string: "retry: 3000\nevent: counts\ndata: \(first)\n\n"))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await event in events {
+                        try await writer.writeBuffer(
+                            ByteBuffer(string: "id: \(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"))
+                    }
+                }
+                group.addTask {
+                    while !Task.isCancelled {
+                        try await Task.sleep(for: .seconds(15))
+                        try await writer.writeBuffer(ByteBuffer(string: ": heartbeat\n\n"))
+                    }
+                }
+                // Ends when the client goes (a write fails) or the server shuts down (the events end).
+                _ = try? await group.next()
+                group.cancelAll()
+            }
+            try? await writer.write(.end)
+        })
+        return Response(status: .ok, headers: headers, body: body)
     }
 }
 

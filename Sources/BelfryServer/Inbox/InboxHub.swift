@@ -1,0 +1,96 @@
+import Foundation
+import NIOConcurrencyHelpers
+
+/// Live inbox events for the streams open on this process, by user.
+///
+/// Each stream has a bounded buffer (the newest events win), so a slow client never holds up
+/// publishers or other streams. Recent events of users with an open stream (or one closed in the
+/// last few minutes) are kept for a short window, so a reconnecting client sends `Last-Event-ID`
+/// and gets what it missed. Event ids are per process.
+final class InboxHub: Sendable {
+    struct Event: Sendable, Equatable {
+        var id: Int
+        var name: String
+        /// The event's JSON.
+        var data: String
+    }
+
+    private struct Subscriber {
+        var continuation: AsyncStream<Event>.Continuation
+    }
+
+    private struct State {
+        var nextID = 1
+        var subscribers: [UUID: [UUID: Subscriber]] = [:]
+        var recent: [UUID: [(event: Event, at: Date)]] = [:]
+        /// When each user's last stream closed, to keep their recent events a while longer.
+        var lastClosed: [UUID: Date] = [:]
+        var finished = false
+    }
+
+    static let replayWindow: TimeInterval = 300
+    static let replayLimit = 200
+    static let bufferPerStream = 256
+
+    private let state = NIOLockedValueBox(State())
+
+    /// Whether anyone may want `user`'s events: publishers skip building them otherwise.
+    func isFollowed(_ user: UUID, now: Date) -> Bool {
+        state.withLockedValue { state in
+            !(state.subscribers[user]?.isEmpty ?? true)
+                || state.lastClosed[user].map { now.timeIntervalSince($0) < Self.replayWindow } ?? false
+        }
+    }
+
+    /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first.
+    func subscribe(
+        user: UUID, lastEventID: Int?, now: Date
+    ) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
+        let key = UUID()
+        let (stream, continuation) = AsyncStream<Event>.makeStream(
+            bufferingPolicy: .bufferingNewest(Self.bufferPerStream))
+        let finished = state.withLockedValue { state -> Bool in
+            if let lastEventID {
+                for (event, at) in state.recent[user] ?? []
+                where event.id > lastEventID && now.timeIntervalSince(at) < Self.replayWindow {
+                    continuation.yield(event)
+                }
+            }
+            guard !state.finished else { return true }
+            state.subscribers[user, default: [:]][key] = Subscriber(continuation: continuation)
+            return false
+        }
+        if finished { continuation.finish() }
+        let close: @Sendable () -> Void = { [weak self] in
+            self?.state.withLockedValue { state in
+                state.subscribers[user]?[key] = nil
+                if state.subscribers[user]?.isEmpty ?? false { state.subscribers[user] = nil }
+                state.lastClosed[user] = Date()
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in close() }
+        return (stream, close)
+    }
+
+    func publish(to user: UUID, name: String, data: String, now: Date) {
+        let (event, targets) = state.withLockedValue { state -> (Event, [AsyncStream<Event>.Continuation]) in
+            let event = Event(id: state.nextID, name: name, data: data)
+            state.nextID += 1
+            var recent = (state.recent[user] ?? []).filter { now.timeIntervalSince($0.at) < Self.replayWindow }
+            recent.append((event, now))
+            state.recent[user] = Array(recent.suffix(Self.replayLimit))
+            return (event, (state.subscribers[user] ?? [:]).values.map(\.continuation))
+        }
+        for continuation in targets { continuation.yield(event) }
+    }
+
+    /// Ends every stream, at shutdown.
+    func finishAll() {
+        let all = state.withLockedValue { state -> [AsyncStream<Event>.Continuation] in
+            state.finished = true
+            return state.subscribers.values.flatMap { $0.values.map(\.continuation) }
+        }
+        all.forEach { $0.finish() }
+    }
+}
