@@ -29,9 +29,13 @@ struct Fanout: Sendable {
             let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx, picked: picked) }
             if outcome.queuedDeliveries > 0 { context.deliveryWake() }
             // Only now, after the commit, may streams hear of the new notifications.
-            for (user, item) in outcome.created {
-                context.publish(to: user, "notification.created", item)
-                await context.publishCounts(to: user, on: db)
+            if !outcome.created.isEmpty {
+                let counts =
+                    (try? await InboxStore(context: context).counts(of: outcome.created.map(\.0), on: db)) ?? [:]
+                for (user, item) in outcome.created {
+                    context.publish(to: user, "notification.created", item)
+                    if let counts = counts[user] { context.publish(to: user, "counts", counts) }
+                }
             }
             return outcome.processed
         } catch {
