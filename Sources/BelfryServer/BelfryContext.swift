@@ -27,13 +27,13 @@ struct BelfryContext: Sendable {
 
     /// Sends an event to `user`'s open streams, if they have any. Call it after the change committed.
     func publish(to user: UUID, _ name: String, _ value: some Encodable) {
-        guard inboxHub.isFollowed(user, now: now()), let data = try? Response.jsonEncoder.encode(value) else { return }
-        inboxHub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self), now: now())
+        guard inboxHub.isFollowed(user), let data = try? Response.jsonEncoder.encode(value) else { return }
+        inboxHub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self))
     }
 
     /// Sends `user`'s current bell counts to their open streams, if they have any.
     func publishCounts(to user: UUID, on db: any Database) async {
-        guard inboxHub.isFollowed(user, now: now()),
+        guard inboxHub.isFollowed(user),
             let counts = try? await InboxStore(context: self).counts(userID: user, tenant: nil, on: db)
         else { return }
         publish(to: user, "counts", counts)

@@ -105,7 +105,7 @@ public func configure(
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
         jitter: options.jitter,
         workSignal: WorkSignal(),
-        inboxHub: InboxHub()
+        inboxHub: InboxHub(now: now)
     )
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
     let worker = DeliveryWorker(

@@ -154,7 +154,7 @@ struct Fanout: Sendable {
                 notifications.append([
                     notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
                 ])
-                if inInbox, due <= now, context.inboxHub.isFollowed(userID, now: now) {
+                if inInbox, due <= now, context.inboxHub.isFollowed(userID) {
                     created.append(
                         (
                             userID,

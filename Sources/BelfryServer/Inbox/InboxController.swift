@@ -124,7 +124,7 @@ extension InboxController {
         let userID = try user.requireID()
         let context = req.belfry
         let lastEventID = req.headers.first(name: "Last-Event-ID").flatMap(Int.init)
-        let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID, now: context.now())
+        let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID)
         let counts = try await InboxStore(context: context).counts(userID: userID, tenant: nil, on: req.db)
         let first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
         var headers = HTTPHeaders()

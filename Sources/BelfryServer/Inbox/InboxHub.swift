@@ -15,13 +15,9 @@ final class InboxHub: Sendable {
         var data: String
     }
 
-    private struct Subscriber {
-        var continuation: AsyncStream<Event>.Continuation
-    }
-
     private struct State {
         var nextID = 1
-        var subscribers: [UUID: [UUID: Subscriber]] = [:]
+        var subscribers: [UUID: [UUID: AsyncStream<Event>.Continuation]] = [:]
         var recent: [UUID: [(event: Event, at: Date)]] = [:]
         /// When each user's last stream closed, to keep their recent events a while longer.
         var lastClosed: [UUID: Date] = [:]
@@ -33,19 +29,25 @@ final class InboxHub: Sendable {
     static let bufferPerStream = 256
 
     private let state = NIOLockedValueBox(State())
+    /// The server's clock.
+    private let now: @Sendable () -> Date
+
+    init(now: @escaping @Sendable () -> Date) {
+        self.now = now
+    }
 
     /// Whether anyone may want `user`'s events: publishers skip building them otherwise.
-    func isFollowed(_ user: UUID, now: Date) -> Bool {
-        state.withLockedValue { state in
+    func isFollowed(_ user: UUID) -> Bool {
+        let now = self.now()
+        return state.withLockedValue { state in
             !(state.subscribers[user]?.isEmpty ?? true)
                 || state.lastClosed[user].map { now.timeIntervalSince($0) < Self.replayWindow } ?? false
         }
     }
 
     /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first.
-    func subscribe(
-        user: UUID, lastEventID: Int?, now: Date
-    ) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
+    func subscribe(user: UUID, lastEventID: Int?) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
+        let now = self.now()
         let key = UUID()
         let (stream, continuation) = AsyncStream<Event>.makeStream(
             bufferingPolicy: .bufferingNewest(Self.bufferPerStream))
@@ -57,15 +59,23 @@ final class InboxHub: Sendable {
                 }
             }
             guard !state.finished else { return true }
-            state.subscribers[user, default: [:]][key] = Subscriber(continuation: continuation)
+            state.subscribers[user, default: [:]][key] = continuation
             return false
         }
         if finished { continuation.finish() }
         let close: @Sendable () -> Void = { [weak self] in
-            self?.state.withLockedValue { state in
+            guard let self else { return }
+            let now = self.now()
+            self.state.withLockedValue { state in
                 state.subscribers[user]?[key] = nil
                 if state.subscribers[user]?.isEmpty ?? false { state.subscribers[user] = nil }
-                state.lastClosed[user] = Date()
+                state.lastClosed[user] = now
+                // Forget users whose replay window has passed and who have no stream open.
+                for (other, closed) in state.lastClosed
+                where now.timeIntervalSince(closed) >= Self.replayWindow && state.subscribers[other] == nil {
+                    state.lastClosed[other] = nil
+                    state.recent[other] = nil
+                }
             }
             continuation.finish()
         }
@@ -73,14 +83,15 @@ final class InboxHub: Sendable {
         return (stream, close)
     }
 
-    func publish(to user: UUID, name: String, data: String, now: Date) {
+    func publish(to user: UUID, name: String, data: String) {
+        let now = self.now()
         let (event, targets) = state.withLockedValue { state -> (Event, [AsyncStream<Event>.Continuation]) in
             let event = Event(id: state.nextID, name: name, data: data)
             state.nextID += 1
             var recent = (state.recent[user] ?? []).filter { now.timeIntervalSince($0.at) < Self.replayWindow }
             recent.append((event, now))
             state.recent[user] = Array(recent.suffix(Self.replayLimit))
-            return (event, (state.subscribers[user] ?? [:]).values.map(\.continuation))
+            return (event, Array((state.subscribers[user] ?? [:]).values))
         }
         for continuation in targets { continuation.yield(event) }
     }
@@ -89,7 +100,7 @@ final class InboxHub: Sendable {
     func finishAll() {
         let all = state.withLockedValue { state -> [AsyncStream<Event>.Continuation] in
             state.finished = true
-            return state.subscribers.values.flatMap { $0.values.map(\.continuation) }
+            return state.subscribers.values.flatMap { Array($0.values) }
         }
         all.forEach { $0.finish() }
     }

@@ -64,40 +64,29 @@ struct InboxStore: Sendable {
             notifications: items, nextCursor: rows.count > limit ? items.last.map { Self.cursor(for: $0.id) } : nil)
     }
 
-    /// The counts of many users in one query (all tenants), for announcing after a fan-out batch.
-    func counts(of users: [UUID], on db: any Database) async throws -> [UUID: InboxCounts] {
+    func counts(userID: UUID, tenant: String?, on db: any Database) async throws -> InboxCounts {
+        try await counts(of: [userID], tenant: tenant, on: db)[userID] ?? InboxCounts(unread: 0, unseen: 0)
+    }
+
+    /// The counts of many users in one query (of one tenant, or all when `tenant` is nil); a
+    /// user without notifications counts zero.
+    func counts(of users: [UUID], tenant: String? = nil, on db: any Database) async throws -> [UUID: InboxCounts] {
         guard !users.isEmpty else { return [:] }
         var result = Dictionary(uniqueKeysWithValues: users.map { ($0, InboxCounts(unread: 0, unseen: 0)) })
-        let rows = try await db.sql.select()
+        let select = db.sql.select()
             .column("user_id")
             .column(SQLRaw("SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"), as: "unread")
             .column(SQLRaw("SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"), as: "unseen")
             .from("notifications")
             .where("user_id", .in, users).where("in_inbox", .equal, true)
             .where("available_at", .lessThanOrEqual, context.now()).where("archived_at", .is, SQLLiteral.null)
-            .groupBy("user_id")
-            .all()
-        for row in rows {
+        if let tenant { select.where("tenant", .equal, tenant) }
+        for row in try await select.groupBy("user_id").all() {
             result[try row.decode(column: "user_id", as: UUID.self)] = InboxCounts(
                 unread: try row.decode(column: "unread", as: Int?.self) ?? 0,
                 unseen: try row.decode(column: "unseen", as: Int?.self) ?? 0)
         }
         return result
-    }
-
-    func counts(userID: UUID, tenant: String?, on db: any Database) async throws -> InboxCounts {
-        let select = visible(
-            db.sql.select()
-                .column(SQLRaw("SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"), as: "unread")
-                .column(SQLRaw("SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"), as: "unseen")
-                .from("notifications"),
-            userID: userID
-        ).where("archived_at", .is, SQLLiteral.null)
-        if let tenant { select.where("tenant", .equal, tenant) }
-        let row = try await select.first()
-        return InboxCounts(
-            unread: try row?.decode(column: "unread", as: Int?.self) ?? 0,
-            unseen: try row?.decode(column: "unseen", as: Int?.self) ?? 0)
     }
 
     /// Changes one notification's state; `nil` when the user has no such notification.
