@@ -10,34 +10,12 @@ Usage: python3 scripts/benchmark_streams.py --binary .build/release/belfry --dat
 """
 import argparse
 import asyncio
-import json
-import re
 import resource
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 
-KEY = "benchmark-key-0123456789abcdef"
-
-
-def call(base, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(base + path, data=data, method=method)
-    request.add_header("Authorization", f"Bearer {KEY}")
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.loads(response.read() or b"null")
-
-
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+from benchmark_support import call, memory_mib, start_server
 
 
 async def open_stream(port, token, ready, arrivals, key):
@@ -83,30 +61,18 @@ def main():
     wanted = min(hard, max(soft, 4 * args.streams + 1024))
     resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
-    env = {"BELFRY_API_KEY": KEY, "BELFRY_LOG_LEVEL": "warning", "PATH": "/usr/bin:/bin"}
-    server = subprocess.Popen(
-        [args.binary, "serve", "--port", "0", "--database", args.database],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    server, base, port = start_server(args.binary, args.database)
     try:
-        base = None
-        for line in server.stdout:
-            match = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
-            if match:
-                base, port = match.group(1), int(match.group(2))
-                break
-        if base is None:
-            sys.exit("belfry serve did not start")
-
         users = [f"streamer-{i}" for i in range(args.streams)]
         tokens = []
         for user in users:
             call(base, "PUT", f"/v1/users/{user}", {})
             tokens.append(call(base, "POST", f"/v1/users/{user}/tokens")["token"])
-        before = rss_mib(server.pid)
+        before = memory_mib(server.pid, "VmRSS")
 
         loop = asyncio.new_event_loop()
         tasks, arrivals = loop.run_until_complete(run(base, port, tokens))
-        with_streams = rss_mib(server.pid)
+        with_streams = memory_mib(server.pid, "VmRSS")
 
         accepted = call(base, "POST", "/v1/events", {
             "category": "mention", "recipients": users,

@@ -1,0 +1,44 @@
+"""What Belfry's benchmark scripts share: the API key, HTTP calls, memory readings, and starting
+`belfry serve` on a free port."""
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+
+KEY = "benchmark-key-0123456789abcdef"
+
+
+def call(base, method, path, body=None):
+    """Calls the Belfry API with the benchmark's key; returns the decoded JSON answer (or None)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {KEY}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read() or b"null")
+
+
+def memory_mib(pid, field):
+    """A memory figure of a process from /proc, in MiB: VmRSS (now) or VmHWM (peak)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_server(binary, database):
+    """Starts `belfry serve` on a free loopback port; returns the process, its base URL and port."""
+    env = dict(os.environ, BELFRY_API_KEY=KEY, BELFRY_LOG_LEVEL="warning", DATABASE_URL="", BELFRY_CONFIG="")
+    server = subprocess.Popen(
+        [binary, "serve", "--port", "0", "--database", database],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    for line in server.stdout:
+        match = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
+        if match:
+            return server, match.group(1), int(match.group(2))
+    server.terminate()
+    sys.exit("belfry serve did not start")
