@@ -20,6 +20,11 @@ struct BelfryContext: Sendable {
     let workSignal: WorkSignal
     /// Live inbox events for the streams open on this process.
     let inboxHub: InboxHub
+    /// This process, among the instances sharing a database.
+    let instance = UUID()
+    /// A short name for this process in stream event ids.
+    var instanceTag: String { String(instance.uuidString.prefix(8).lowercased()) }
+    let logger: Logger
 
     func deliveryWake() {
         workSignal.wake()

@@ -105,9 +105,15 @@ public func configure(
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
         jitter: options.jitter,
         workSignal: WorkSignal(),
-        inboxHub: InboxHub(now: now)
+        inboxHub: InboxHub(now: now),
+        logger: app.logger
     )
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
+    if case .postgres(let url) = settings.database {
+        let listener = try InboxRelayListener(url: url)
+        app.inboxRelayListener = listener
+        app.lifecycle.use(listener)
+    }
     let worker = DeliveryWorker(
         context: app.belfry, database: { [unowned app] in app.db }, channels: deliveryChannels(app, settings),
         logger: app.logger)
@@ -180,6 +186,16 @@ private struct WorkerLifecycle: LifecycleHandler {
 extension Application {
     private struct WorkerKey: StorageKey {
         typealias Value = DeliveryWorker
+    }
+
+    private struct RelayListenerKey: StorageKey {
+        typealias Value = InboxRelayListener
+    }
+
+    /// On PostgreSQL, what listens for other instances' inbox changes.
+    var inboxRelayListener: InboxRelayListener? {
+        get { storage[RelayListenerKey.self] }
+        set { storage[RelayListenerKey.self] = newValue }
     }
 
     /// The delivery worker; running in the background only under `belfry serve`, driven by hand in tests.

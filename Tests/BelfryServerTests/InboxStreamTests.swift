@@ -8,8 +8,8 @@ import Vapor
 
 @testable import BelfryServer
 
-/// Reads server-sent events from a live stream.
-final class EventStreamReader {
+/// Reads server-sent events from a live stream. Used by one test task at a time.
+final class EventStreamReader: @unchecked Sendable {
     struct Event: Equatable {
         var id: String?
         var name: String
@@ -23,8 +23,21 @@ final class EventStreamReader {
         iterator = response.body.makeAsyncIterator()
     }
 
-    /// The next event (comments such as heartbeats are skipped).
-    func next() async throws -> Event? {
+    /// The next event (comments such as heartbeats are skipped); fails when none comes within
+    /// `seconds`, so a missing event fails the test instead of hanging it.
+    func next(within seconds: Double = 20) async throws -> Event? {
+        try await withThrowingTaskGroup(of: Event?.self) { group in
+            group.addTask { try await self.nextEvent() }
+            group.addTask {
+                try await Task.sleep(for: .seconds(seconds))
+                throw TestFailure("no server-sent event within \(seconds) s")
+            }
+            defer { group.cancelAll() }
+            return try await group.next() ?? nil
+        }
+    }
+
+    private func nextEvent() async throws -> Event? {
         while true {
             if let end = pending.range(of: "\n\n") {
                 let block = String(pending[..<end.lowerBound])
@@ -110,10 +123,51 @@ struct InboxStreamTests {
                 #expect(try await replay.next()?.id == counts?.id)
                 #expect(try await replay.next()?.name == "notification.updated")
 
+                // An id another instance gave replays nothing here: fresh counts, then only what comes next.
+                let (_, elsewhere) = try await Self.open(port, token: ada, lastEventID: "0000abcd-1", client: client)
+                #expect(try await elsewhere.next()?.name == "counts")
+                #expect(try await app.send(.POST, "/v1/me/notifications/\(item.id)/unread", bearer: ada).status == .ok)
+                #expect(try await elsewhere.next()?.name == "notification.updated")
+
                 let refused = try await client.execute(
                     HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/me/stream?token=nonsense"),
                     timeout: .seconds(10))
                 #expect(refused.status == .unauthorized)
+            } catch {
+                try? await client.shutdown()
+                await app.server.shutdown()
+                throw error
+            }
+            try await client.shutdown()
+            await app.server.shutdown()
+        }
+    }
+
+    @Test("a notification scheduled for later is streamed when it becomes due")
+    func scheduledBecomesDue() async throws {
+        // 2027-03-01 08:00 UTC; ada's notification is due at 10:00 her time (UTC, as Belfry does not know her zone).
+        let clock = TestClock(Date(timeIntervalSince1970: 1_803_888_000))
+        try await withBelfry(.sqlite, clock: clock) { app in
+            try await app.server.start(address: .hostname("127.0.0.1", port: 0))
+            let port = try #require(app.http.server.shared.localAddress?.port)
+            let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+            do {
+                let ada = try await app.userToken("ada")
+                let (_, stream) = try await Self.open(port, token: ada, client: client)
+                #expect(try await stream.next()?.name == "counts")
+                try await InboxAPITests.notify(
+                    app, ["ada"], title: "At ten", schedule: .init(calendar: CalendarRule(hour: 10)))
+                try await app.deliveryWorker?.runOnce()
+                #expect(try await InboxAPITests.page(app, ada).notifications.isEmpty, "not due yet")
+
+                clock.advance(by: 2 * 3600)
+                #expect(try await app.deliveryWorker?.runOnce() == 1)
+                let created = try await stream.next()
+                #expect(created?.name == "notification.created")
+                #expect(created?.data.contains(#""title":"At ten""#) == true)
+                let counts = try await stream.next()
+                #expect(counts?.name == "counts")
+                #expect(counts?.data == #"{"unread":1,"unseen":1}"#)
             } catch {
                 try? await client.shutdown()
                 await app.server.shutdown()

@@ -96,11 +96,17 @@ struct ServeCommand: AsyncParsableCommand {
     @ArgumentParser.Flag(help: "Do not run pending migrations at start (run `belfry migrate` once instead).")
     var skipMigrations = false
 
+    @ArgumentParser.Flag(
+        help:
+            "Serve the API and streams only; fan-out and delivery run in other instances on the same PostgreSQL database."
+    )
+    var noWorkers = false
+
     func run() async throws {
         let settings = try ServerConfiguration.forCommand(
             .init(hostname: hostname, port: port, database: storage.database, config: storage.config))
         try await withConfiguredApp(
-            settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: true
+            settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: !noWorkers
         ) { app, report in
             let workspace = settings.workspace
             say(
@@ -109,6 +115,7 @@ struct ServeCommand: AsyncParsableCommand {
                   config:   \(settings.workspaceSource) (\(workspace.channels.count) channels, \(workspace.categories.count) categories, \(workspace.tenants.count) tenants)
                   database: \(settings.database)
                   API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
+                  workers:  \(noWorkers ? "off (--no-workers)" : "fan-out and delivery")
                   webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
                 """)
             try await app.startup()

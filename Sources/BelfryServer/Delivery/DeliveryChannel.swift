@@ -19,6 +19,7 @@ struct DeliveryJob: Sendable {
     var channel: ChannelDefinition
     /// This attempt's number, from 1.
     var attempt: Int
+    var userID: UUID
     var externalUserID: String
     var category: String
     var tenant: String

@@ -117,6 +117,7 @@ final class DeliveryWorker: Sendable {
             .column(SQLColumn("attempts", table: "deliveries"))
             .column(SQLColumn("kind", table: "deliveries"))
             .column(SQLColumn("action_id", table: "deliveries"))
+            .column(SQLColumn("user_id", table: "deliveries"))
             .column(SQLColumn("external_id", table: UserModel.schema))
             .columns(
                 SQLColumn("category", table: "notifications"), SQLColumn("tenant", table: "notifications"),
@@ -153,6 +154,7 @@ final class DeliveryWorker: Sendable {
                 notificationID: try row.decode(column: "notification_id", as: UUID.self),
                 channel: channel,
                 attempt: try row.decode(column: "attempts", as: Int.self),
+                userID: try row.decode(column: "user_id", as: UUID.self),
                 externalUserID: try row.decode(column: "external_id", as: String.self),
                 category: category,
                 tenant: try row.decode(column: "tenant", as: String.self),
@@ -211,7 +213,7 @@ final class DeliveryWorker: Sendable {
     private func record(_ job: DeliveryJob, outcome: DeliveryOutcome, maxAttempts: Int, started: Date) async throws {
         let now = context.now()
         let (final, next, error, code, outcomeName) = resolve(outcome, of: job, maxAttempts: maxAttempts, now: now)
-        try await context.database.write(database()) { db in
+        let recorded = try await context.database.write(database()) { db in
             let updated = try await db.sql.update("deliveries")
                 .set("status", to: final.rawValue)
                 .set("next_attempt_at", to: next)
@@ -233,6 +235,11 @@ final class DeliveryWorker: Sendable {
                 self.logger.warning(
                     "a delivery's lease expired during its attempt", metadata: ["belfry.delivery.id": "\(job.id)"])
             }
+            return !updated.isEmpty
+        }
+        if recorded, final == .sent, job.kind == .notification, job.channel.kind == .inbox {
+            // A scheduled notification just became visible in the inbox.
+            await context.inboxEvents.becameAvailable(event: job.eventID, user: job.userID, on: database())
         }
         logger.log(
             level: final == .sent ? .debug : .info, "delivery attempt",

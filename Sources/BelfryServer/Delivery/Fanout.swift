@@ -29,13 +29,9 @@ struct Fanout: Sendable {
             let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx, picked: picked) }
             if outcome.queuedDeliveries > 0 { context.deliveryWake() }
             // Only now, after the commit, may streams hear of the new notifications.
-            if !outcome.created.isEmpty {
-                let counts =
-                    (try? await InboxStore(context: context).counts(of: outcome.created.map(\.0), on: db)) ?? [:]
-                for (user, item) in outcome.created {
-                    context.publish(to: user, "notification.created", item)
-                    if let counts = counts[user] { context.publish(to: user, "counts", counts) }
-                }
+            if let eventID = picked.withLockedValue({ $0 }), !outcome.inboxUsers.isEmpty {
+                await context.inboxEvents.created(
+                    event: eventID, items: outcome.created, users: outcome.inboxUsers, on: db)
             }
             return outcome.processed
         } catch {
@@ -70,6 +66,8 @@ struct Fanout: Sendable {
         var queuedDeliveries: Int
         /// New inbox notifications of users with an open stream.
         var created: [(UUID, InboxNotification)] = []
+        /// Every user with a new notification in their inbox now, for streams on other instances.
+        var inboxUsers: [UUID] = []
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -119,6 +117,7 @@ struct Fanout: Sendable {
         let data = try event.decode(column: "data", as: String?.self)
         var queued = 0
         var created: [(UUID, InboxNotification)] = []
+        var inboxUsers: [UUID] = []
         let decodedData = try data.map { try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8)) }
         do {
             let users = try await userIDs(for: recipients, now: now, on: sql)
@@ -154,6 +153,7 @@ struct Fanout: Sendable {
                 notifications.append([
                     notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
                 ])
+                if inInbox, due <= now { inboxUsers.append(userID) }
                 if inInbox, due <= now, context.inboxHub.isFollowed(userID) {
                     created.append(
                         (
@@ -210,7 +210,7 @@ struct Fanout: Sendable {
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
             .where("id", .equal, eventID)
             .run()
-        return Outcome(processed: true, queuedDeliveries: queued, created: created)
+        return Outcome(processed: true, queuedDeliveries: queued, created: created, inboxUsers: inboxUsers)
     }
 
     /// When a delivery due at `due` may first be attempted: quiet hours hold push channels

@@ -67,8 +67,7 @@ struct InboxController: RouteCollection {
         else {
             throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
         }
-        req.belfry.publish(to: userID, "notification.updated", item)
-        await req.belfry.publishCounts(to: userID, on: req.db)
+        await req.belfry.inboxEvents.updated(item, user: userID, on: req.db)
         return try Response.json(item)
     }
 
@@ -88,8 +87,7 @@ struct InboxController: RouteCollection {
             throw BelfryError.notFound("action_not_found", "this notification has no action \"\(actionID)\"")
         case .recorded(let item, let forwarded):
             let userID = try user.requireID()
-            req.belfry.publish(to: userID, "notification.updated", item)
-            await req.belfry.publishCounts(to: userID, on: req.db)
+            await req.belfry.inboxEvents.updated(item, user: userID, on: req.db)
             struct Answer: Encodable {
                 var notification: InboxNotification
                 var forwarded: Bool
@@ -108,7 +106,7 @@ struct InboxController: RouteCollection {
             var updated: Int
             var counts: InboxCounts
         }
-        await req.belfry.publishCounts(to: userID, on: req.db)
+        await req.belfry.inboxEvents.countsChanged(user: userID, on: req.db)
         return try Response.json(
             Answer(updated: updated, counts: try await store(req).counts(userID: userID, tenant: tenant, on: req.db)))
     }
@@ -123,7 +121,13 @@ extension InboxController {
         let user = try await req.requireUser(allowingQueryToken: true)
         let userID = try user.requireID()
         let context = req.belfry
-        let lastEventID = req.headers.first(name: "Last-Event-ID").flatMap(Int.init)
+        // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
+        // replays nothing, and the first `counts` brings the client up to date.
+        let lastEventID = req.headers.first(name: "Last-Event-ID").flatMap { id -> Int? in
+            let parts = id.split(separator: "-")
+            guard parts.count == 2, parts[0] == context.instanceTag else { return nil }
+            return Int(parts[1])
+        }
         let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID)
         let counts = try await InboxStore(context: context).counts(userID: userID, tenant: nil, on: req.db)
         let first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
@@ -138,7 +142,10 @@ extension InboxController {
                 group.addTask {
                     for await event in events {
                         try await writer.writeBuffer(
-                            ByteBuffer(string: "id: \(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"))
+                            ByteBuffer(
+                                string:
+                                    "id: \(context.instanceTag)-\(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"
+                            ))
                     }
                 }
                 group.addTask {

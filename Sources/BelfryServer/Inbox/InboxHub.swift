@@ -45,6 +45,11 @@ final class InboxHub: Sendable {
         }
     }
 
+    /// Users with an open stream here.
+    func followedUsers() -> [UUID] {
+        state.withLockedValue { Array($0.subscribers.keys) }
+    }
+
     /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first.
     func subscribe(user: UUID, lastEventID: Int?) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
         let now = self.now()

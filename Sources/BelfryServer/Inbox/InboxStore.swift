@@ -89,6 +89,22 @@ struct InboxStore: Sendable {
         return result
     }
 
+    /// The visible notifications an event gave `users`, with whose they are.
+    func items(ofEvent eventID: UUID, users: [UUID], on db: any Database) async throws -> [(UUID, InboxNotification)] {
+        guard !users.isEmpty else { return [] }
+        let rows = try await db.sql.select().columns(Self.columns + ["user_id"]).from("notifications")
+            .where("event_id", .equal, eventID).where("user_id", .in, users).where("in_inbox", .equal, true)
+            .where("available_at", .lessThanOrEqual, context.now())
+            .all()
+        return try rows.map { (try $0.decode(column: "user_id", as: UUID.self), try item($0)) }
+    }
+
+    /// One of the user's visible notifications.
+    func item(_ id: UUID, userID: UUID, on db: any Database) async throws -> InboxNotification? {
+        try await visible(db.sql.select().columns(Self.columns).from("notifications"), userID: userID)
+            .where("id", .equal, id).first().map(item)
+    }
+
     /// Changes one notification's state; `nil` when the user has no such notification.
     func mark(_ id: UUID, _ mark: Mark, userID: UUID, on db: any Database) async throws -> InboxNotification? {
         let now = context.now()

@@ -76,7 +76,7 @@ struct PreferencesController: RouteCollection {
         let views = try await store(req).change(
             userID: try user.requireID(), scopes: [scope], changes: [change], expected: expected, on: req.db)
         log(req, user: user, scopes: [scope], count: 1)
-        try announce(req, user: user, views: views)
+        try await announce(req, user: user, views: views)
         return try Response.json(views[0].data, headers: ["ETag": views[0].etag])
     }
 
@@ -110,7 +110,7 @@ struct PreferencesController: RouteCollection {
         let views = try await store(req).change(
             userID: try user.requireID(), scopes: scopes, changes: body.changes, expected: expected, on: req.db)
         log(req, user: user, scopes: scopes, count: body.changes.count)
-        try announce(req, user: user, views: views)
+        try await announce(req, user: user, views: views)
         let results = views.map { view in
             let tenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
             return PreferenceChangesResponse.Result(tenant: tenant, etag: view.etag, preferences: view.data)
@@ -119,15 +119,11 @@ struct PreferencesController: RouteCollection {
     }
 
     /// Tells the user's open streams (their other devices) that preferences changed.
-    private func announce(_ req: Request, user: UserModel, views: [PreferenceView]) throws {
-        struct Changed: Encodable {
-            var tenant: String?
-            var etag: String
-        }
+    private func announce(_ req: Request, user: UserModel, views: [PreferenceView]) async throws {
         for view in views {
             let tenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
-            req.belfry.publish(
-                to: try user.requireID(), "preferences.updated", Changed(tenant: tenant, etag: view.etag))
+            await req.belfry.inboxEvents.preferencesChanged(
+                user: try user.requireID(), tenant: tenant, etag: view.etag, on: req.db)
         }
     }
 

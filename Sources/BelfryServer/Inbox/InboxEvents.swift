@@ -1,0 +1,129 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// What changed in a user's inbox or preferences, small enough to tell other instances.
+///
+/// It names rows, never their content: a receiver reads what it needs for the streams it
+/// holds, and PostgreSQL's NOTIFY payloads stay under their 8 000-byte limit.
+enum InboxSignal: Codable, Sendable, Equatable {
+    /// An event's notifications became visible in these users' inboxes.
+    case created(event: UUID, users: [UUID])
+    /// One notification changed state.
+    case updated(user: UUID, notification: UUID)
+    /// Several notifications changed state at once (read-all, seen-all).
+    case counts(user: UUID)
+    /// A preference scope has a new version.
+    case preferences(user: UUID, tenant: String?, etag: String)
+}
+
+/// Tells the open inbox streams about changes, after they committed: streams on this instance
+/// directly, and on PostgreSQL those on every other instance through `NOTIFY` (see
+/// `InboxRelayListener`). On SQLite there is one instance, so the first is all there is.
+struct InboxEvents: Sendable {
+    static let channel = "belfry_inbox"
+    /// Users named in one `created` message: 150 UUIDs keep it well under NOTIFY's 8 000 bytes.
+    static let usersPerMessage = 150
+
+    /// A message between instances; each instance ignores its own.
+    struct Message: Codable, Sendable {
+        var origin: UUID
+        var signal: InboxSignal
+    }
+
+    let context: BelfryContext
+
+    /// New notifications of one event. `items` are those of users followed here, already built;
+    /// `users` are all whose inbox got one, for the other instances.
+    func created(event: UUID, items: [(UUID, InboxNotification)], users: [UUID], on db: any Database) async {
+        if !items.isEmpty {
+            let counts = (try? await store.counts(of: items.map(\.0), on: db)) ?? [:]
+            for (user, item) in items {
+                context.publish(to: user, "notification.created", item)
+                if let counts = counts[user] { context.publish(to: user, "counts", counts) }
+            }
+        }
+        for chunk in users.chunked(Self.usersPerMessage) {
+            await relay(.created(event: event, users: Array(chunk)), on: db)
+        }
+    }
+
+    /// A notification of an event that only now became due (a calendar schedule).
+    func becameAvailable(event: UUID, user: UUID, on db: any Database) async {
+        await apply(.created(event: event, users: [user]), on: db)
+        await relay(.created(event: event, users: [user]), on: db)
+    }
+
+    func updated(_ item: InboxNotification, user: UUID, on db: any Database) async {
+        context.publish(to: user, "notification.updated", item)
+        await context.publishCounts(to: user, on: db)
+        await relay(.updated(user: user, notification: item.id), on: db)
+    }
+
+    func countsChanged(user: UUID, on db: any Database) async {
+        await context.publishCounts(to: user, on: db)
+        await relay(.counts(user: user), on: db)
+    }
+
+    func preferencesChanged(user: UUID, tenant: String?, etag: String, on db: any Database) async {
+        await apply(.preferences(user: user, tenant: tenant, etag: etag), on: db)
+        await relay(.preferences(user: user, tenant: tenant, etag: etag), on: db)
+    }
+
+    /// Brings this instance's streams up to date with a signal, reading what they need.
+    func apply(_ signal: InboxSignal, on db: any Database) async {
+        let hub = context.inboxHub
+        do {
+            switch signal {
+            case .created(let event, let users):
+                let followed = users.filter(hub.isFollowed)
+                guard !followed.isEmpty else { return }
+                let items = try await store.items(ofEvent: event, users: followed, on: db)
+                let counts = try await store.counts(of: followed, on: db)
+                for (user, item) in items {
+                    context.publish(to: user, "notification.created", item)
+                    if let counts = counts[user] { context.publish(to: user, "counts", counts) }
+                }
+            case .updated(let user, let notification):
+                guard hub.isFollowed(user) else { return }
+                if let item = try await store.item(notification, userID: user, on: db) {
+                    context.publish(to: user, "notification.updated", item)
+                }
+                await context.publishCounts(to: user, on: db)
+            case .counts(let user):
+                await context.publishCounts(to: user, on: db)
+            case .preferences(let user, let tenant, let etag):
+                struct Changed: Encodable {
+                    var tenant: String?
+                    var etag: String
+                }
+                context.publish(to: user, "preferences.updated", Changed(tenant: tenant, etag: etag))
+            }
+        } catch {
+            context.logger.warning(
+                "could not update inbox streams", metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// Tells the other instances; a lost message costs their streams one update, never data.
+    private func relay(_ signal: InboxSignal, on db: any Database) async {
+        guard context.database.kind == .postgres else { return }
+        do {
+            let payload = try JSONEncoder().encode(Message(origin: context.instance, signal: signal))
+            try await db.sql.raw(
+                "SELECT pg_notify(\(bind: Self.channel), \(bind: String(decoding: payload, as: UTF8.self)))"
+            ).run()
+        } catch {
+            context.logger.warning(
+                "could not tell other instances of an inbox change",
+                metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    private var store: InboxStore { InboxStore(context: context) }
+}
+
+extension BelfryContext {
+    var inboxEvents: InboxEvents { InboxEvents(context: self) }
+}
