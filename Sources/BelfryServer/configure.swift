@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import BelfryCore
 import Fluent
 import Foundation
+import NIOSSL
 import Vapor
 
 /// What `configure` did that the operator should hear about once.
@@ -115,7 +116,7 @@ public func configure(
         app.lifecycle.use(listener)
     }
     let worker = DeliveryWorker(
-        context: app.belfry, database: { [unowned app] in app.db }, channels: deliveryChannels(app, settings),
+        context: app.belfry, database: { [unowned app] in app.db }, channels: try deliveryChannels(app, settings),
         logger: app.logger)
     app.deliveryWorker = worker
     if options.runWorkers {
@@ -131,25 +132,45 @@ public func configure(
     try app.register(collection: EventsController())
     try app.register(collection: QuietHoursController())
     try app.register(collection: InboxController())
+    try app.register(collection: DevicesController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
 
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
-private func deliveryChannels(_ app: Application, _ settings: ServerConfiguration) -> [ChannelKind: any DeliveryChannel]
-{
+private func deliveryChannels(
+    _ app: Application, _ settings: ServerConfiguration
+) throws -> [ChannelKind: any DeliveryChannel] {
     var channels: [ChannelKind: any DeliveryChannel] = [.inbox: InboxChannel()]
+    guard settings.webhook != nil || settings.apns != nil else { return channels }
+    let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
-        // A client of its own that never follows redirects: a 301 would turn the signed POST into
-        // a GET elsewhere and its 2xx would count as delivered.
-        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-        configuration.timeout = .init(connect: .seconds(5), read: .seconds(10))
-        let client = HTTPClient(eventLoopGroup: app.eventLoopGroup, configuration: configuration)
-        app.lifecycle.use(HTTPClientShutdown(client: client))
         channels[.webhook] = WebhookChannel(
             url: webhook.url, secret: webhook.secret, client: client, now: app.belfry.now)
     }
+    if let apns = settings.apns {
+        channels[.apns] = APNsChannel(
+            context: app.belfry, database: { [unowned app] in app.db },
+            provider: try APNsProvider(configuration: apns, client: client, now: app.belfry.now))
+    }
     return channels
+}
+
+/// One HTTP client for every provider: it keeps connections open (HTTP/2 where the server
+/// offers it, so one connection carries many requests at once), trusts the extra certificates,
+/// and never follows redirects: a 301 would turn a signed POST into a GET elsewhere and its
+/// 2xx would count as delivered.
+private func outboundClient(_ app: Application, _ settings: ServerConfiguration) throws -> HTTPClient {
+    var tls = TLSConfiguration.makeClientConfiguration()
+    if let pem = settings.extraCertificatesPEM {
+        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
+    }
+    var configuration = HTTPClient.Configuration(tlsConfiguration: tls, redirectConfiguration: .disallow)
+    configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
+    configuration.httpVersion = .automatic
+    let client = HTTPClient(eventLoopGroup: app.eventLoopGroup, configuration: configuration)
+    app.lifecycle.use(HTTPClientShutdown(client: client))
+    return client
 }
 
 /// Ends the open inbox streams at shutdown, so that their responses finish.

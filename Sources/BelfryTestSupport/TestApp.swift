@@ -74,11 +74,13 @@ public func withBelfryApp<T>(
     clock: TestClock? = nil,
     jitter: Double? = nil,
     webhook: ServerConfiguration.Webhook? = nil,
+    settings adjust: (inout ServerConfiguration) -> Void = { _ in },
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
     _ = loggingBootstrapped
-    let settings = ServerConfiguration(
+    var settings = ServerConfiguration(
         port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error, webhook: webhook)
+    adjust(&settings)
     let now: @Sendable () -> Date = if let clock { { clock.now } } else { { Date() } }
     var options = ConfigureOptions(now: now)
     if let jitter { options.jitter = { jitter } }
@@ -92,11 +94,12 @@ public func withBelfry<T>(
     clock: TestClock? = nil,
     jitter: Double? = nil,
     webhook: ServerConfiguration.Webhook? = nil,
+    settings adjust: (inout ServerConfiguration) -> Void = { _ in },
     _ body: (Application) async throws -> T
 ) async throws -> T {
     try await withTestStorage(kind) { location in
         try await withBelfryApp(
-            location: location, workspace: workspace, clock: clock, jitter: jitter, webhook: webhook
+            location: location, workspace: workspace, clock: clock, jitter: jitter, webhook: webhook, settings: adjust
         ) {
             app, _ in
             try await body(app)

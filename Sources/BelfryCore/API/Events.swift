@@ -6,11 +6,19 @@ public struct EventRequest: Codable, Hashable, Sendable {
         public var title: String
         public var body: String
         public var url: String?
+        /// An image push notifications show (an app's service extension fetches it).
+        public var imageURL: String?
 
-        public init(title: String, body: String, url: String? = nil) {
+        public init(title: String, body: String, url: String? = nil, imageURL: String? = nil) {
             self.title = title
             self.body = body
             self.url = url
+            self.imageURL = imageURL
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case title, body, url
+            case imageURL = "image_url"
         }
     }
 
@@ -46,10 +54,14 @@ public struct EventRequest: Codable, Hashable, Sendable {
     /// with the first event and creates nothing new.
     public var idempotencyKey: String?
     public var schedule: Schedule?
+    /// How long push services keep the notification while the device is offline, in seconds
+    /// (0: deliver now or never); the category's setting when absent.
+    public var ttlSeconds: Int?
 
     public init(
         category: String, recipients: [String], tenant: String? = nil, content: Content,
-        data: [String: JSONValue]? = nil, idempotencyKey: String? = nil, schedule: Schedule? = nil
+        data: [String: JSONValue]? = nil, idempotencyKey: String? = nil, schedule: Schedule? = nil,
+        ttlSeconds: Int? = nil
     ) {
         self.category = category
         self.recipients = recipients
@@ -58,11 +70,13 @@ public struct EventRequest: Codable, Hashable, Sendable {
         self.data = data
         self.idempotencyKey = idempotencyKey
         self.schedule = schedule
+        self.ttlSeconds = ttlSeconds
     }
 
     enum CodingKeys: String, CodingKey {
         case category, recipients, tenant, content, data, schedule
         case idempotencyKey = "idempotency_key"
+        case ttlSeconds = "ttl_seconds"
     }
 }
 

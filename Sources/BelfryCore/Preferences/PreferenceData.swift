@@ -124,7 +124,7 @@ public enum ChannelLevelPreferenceOptions: String, Codable, Hashable, Sendable, 
 }
 
 /// Decodes a closed set of strings with an error that lists what is allowed.
-private func decodeChoice<Choice: RawRepresentable & CaseIterable>(_ decoder: any Decoder) throws -> Choice
+func decodeChoice<Choice: RawRepresentable & CaseIterable>(_ decoder: any Decoder) throws -> Choice
 where Choice.RawValue == String {
     let container = try decoder.singleValueContainer()
     let raw = try container.decode(String.self)

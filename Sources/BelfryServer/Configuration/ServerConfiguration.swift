@@ -1,6 +1,8 @@
 import BelfryCore
+import Crypto
 import Foundation
 import Logging
+import NIOSSL
 
 /// Everything `belfry` needs to run, decoded once: flags, then environment, then the
 /// config file, then defaults. Every bad or missing value is reported together.
@@ -24,6 +26,29 @@ public struct ServerConfiguration: Sendable {
     public var retentionDays: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
     public var webhook: Webhook?
+    /// The APNs provider's token key and ids; `nil` turns APNs off.
+    public var apns: APNs?
+    /// Certificates (PEM) trusted for outbound TLS besides the system's, for test servers and corporate proxies.
+    public var extraCertificatesPEM: String?
+
+    public struct APNs: Sendable, Hashable {
+        /// The .p8 signing key, PEM.
+        public var keyPEM: String
+        public var keyID: String
+        public var teamID: String
+        /// The app's bundle id, unless a device gives its own.
+        public var topic: String?
+        /// Replaces Apple's hosts (`api.push.apple.com`, `api.sandbox.push.apple.com`).
+        public var url: String?
+
+        public init(keyPEM: String, keyID: String, teamID: String, topic: String? = nil, url: String? = nil) {
+            self.keyPEM = keyPEM
+            self.keyID = keyID
+            self.teamID = teamID
+            self.topic = topic
+            self.url = url
+        }
+    }
 
     public struct Webhook: Sendable, Hashable {
         public var url: String
@@ -47,7 +72,9 @@ public struct ServerConfiguration: Sendable {
         logLevel: Logger.Level = .info,
         maxBodySize: Int = 256 * 1024,
         retentionDays: Int = 90,
-        webhook: Webhook? = nil
+        webhook: Webhook? = nil,
+        apns: APNs? = nil,
+        extraCertificatesPEM: String? = nil
     ) {
         self.hostname = hostname
         self.port = port
@@ -61,6 +88,8 @@ public struct ServerConfiguration: Sendable {
         self.maxBodySize = maxBodySize
         self.retentionDays = retentionDays
         self.webhook = webhook
+        self.apns = apns
+        self.extraCertificatesPEM = extraCertificatesPEM
     }
 
     /// Values given on the command line; `nil` when a flag was not given.
@@ -82,7 +111,8 @@ public struct ServerConfiguration: Sendable {
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
-        "max_body_bytes", "webhook_url", "webhook_secret", "retention_days",
+        "max_body_bytes", "webhook_url", "webhook_secret", "retention_days", "apns_key_path", "apns_key_id",
+        "apns_team_id", "apns_topic", "apns_url", "extra_ca_file",
     ]
 
     /// Resolves the configuration.
@@ -204,12 +234,81 @@ public struct ServerConfiguration: Sendable {
         case (nil, nil): break
         }
 
+        let apnsKey = pick(env: "BELFRY_APNS_KEY_PATH", file: "apns_key_path") { path in
+            readPEM(path, readFile: readFile) { pem in
+                _ = try P256.Signing.PrivateKey(pemRepresentation: pem)
+            }.mapError { .init("expected an APNs token signing key (.p8, PEM), but \($0.message)") }
+        }
+        let apnsKeyID = pick(env: "BELFRY_APNS_KEY_ID", file: "apns_key_id") { identifier($0, length: 10) }
+        let apnsTeamID = pick(env: "BELFRY_APNS_TEAM_ID", file: "apns_team_id") { identifier($0, length: 10) }
+        let apnsTopic = pick(env: "BELFRY_APNS_TOPIC", file: "apns_topic") {
+            text -> Result<String, ConfigurationProblem> in
+            text.isEmpty || text.count > 255
+                ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
+        }
+        let apnsURL = pick(env: "BELFRY_APNS_URL", file: "apns_url") { text -> Result<String, ConfigurationProblem> in
+            guard let url = URL(string: text), url.scheme == "https", url.host != nil else {
+                return .failure(.init("expected an https URL, got \"\(text)\""))
+            }
+            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
+        }
+        var apns: APNs?
+        switch (apnsKey, apnsKeyID, apnsTeamID) {
+        case (let key?, let keyID?, let teamID?):
+            apns = APNs(keyPEM: key, keyID: keyID, teamID: teamID, topic: apnsTopic, url: apnsURL)
+        case (nil, nil, nil):
+            if apnsTopic != nil || apnsURL != nil {
+                issues.add("BELFRY_APNS_KEY_PATH", "APNs settings are given but no signing key, key id and team id")
+            }
+        default:
+            for (value, name) in [
+                (apnsKey, "BELFRY_APNS_KEY_PATH"), (apnsKeyID, "BELFRY_APNS_KEY_ID"),
+                (apnsTeamID, "BELFRY_APNS_TEAM_ID"),
+            ]
+            where value == nil {
+                issues.add(name, "APNs needs a signing key, its key id and the team id together")
+            }
+        }
+        let extraCertificates = pick(env: "BELFRY_EXTRA_CA_FILE", file: "extra_ca_file") { path in
+            readPEM(path, readFile: readFile) { pem in
+                guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
+                    throw ConfigurationProblem("it holds no certificate")
+                }
+            }.mapError { .init("expected PEM certificates, but \($0.message)") }
+        }
+
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
-            retentionDays: retentionDays, webhook: webhook)
+            retentionDays: retentionDays, webhook: webhook, apns: apns, extraCertificatesPEM: extraCertificates)
+    }
+
+    /// Reads a PEM file and checks it with `parse`.
+    private static func readPEM(
+        _ path: String, readFile: (String) throws -> Data, parse: (String) throws -> Void
+    ) -> Result<String, ConfigurationProblem> {
+        let pem: String
+        do {
+            pem = String(decoding: try readFile(path), as: UTF8.self)
+        } catch {
+            return .failure(.init("\(path) cannot be read: \(error.localizedDescription)"))
+        }
+        do {
+            try parse(pem)
+            return .success(pem)
+        } catch let problem as ConfigurationProblem {
+            return .failure(.init("\(path): \(problem.message)"))
+        } catch {
+            return .failure(.init("\(path) does not parse"))
+        }
+    }
+
+    /// Apple's 10-character key and team ids.
+    private static func identifier(_ text: String, length: Int) -> Result<String, ConfigurationProblem> {
+        text.count == length && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) }
+            ? .success(text) : .failure(.init("expected \(length) letters and digits, got \"\(text)\""))
     }
 
     /// A file value as the text an environment variable would hold: strings as they are,

@@ -11,6 +11,8 @@ enum BelfryMigrations {
         CreateNotifications(),
         CreateDeliveries(),
         AddQuietHours(),
+        CreateDevices(),
+        AddEventPushOptions(),
     ]
 }
 

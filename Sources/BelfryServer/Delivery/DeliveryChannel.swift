@@ -20,6 +20,8 @@ struct DeliveryJob: Sendable {
     /// This attempt's number, from 1.
     var attempt: Int
     var userID: UUID
+    /// For push channels: the device to deliver to.
+    var deviceID: UUID?
     var externalUserID: String
     var category: String
     var tenant: String

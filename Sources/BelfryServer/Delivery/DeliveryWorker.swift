@@ -118,6 +118,7 @@ final class DeliveryWorker: Sendable {
             .column(SQLColumn("kind", table: "deliveries"))
             .column(SQLColumn("action_id", table: "deliveries"))
             .column(SQLColumn("user_id", table: "deliveries"))
+            .column(SQLColumn("device_id", table: "deliveries"))
             .column(SQLColumn("external_id", table: UserModel.schema))
             .columns(
                 SQLColumn("category", table: "notifications"), SQLColumn("tenant", table: "notifications"),
@@ -155,6 +156,7 @@ final class DeliveryWorker: Sendable {
                 channel: channel,
                 attempt: try row.decode(column: "attempts", as: Int.self),
                 userID: try row.decode(column: "user_id", as: UUID.self),
+                deviceID: try row.decode(column: "device_id", as: UUID?.self),
                 externalUserID: try row.decode(column: "external_id", as: String.self),
                 category: category,
                 tenant: try row.decode(column: "tenant", as: String.self),

@@ -122,6 +122,9 @@ struct Fanout: Sendable {
         do {
             let users = try await userIDs(for: recipients, now: now, on: sql)
             let preferences = try await preferenceSets(of: users.values.map(\.id), tenant: tenant, on: sql)
+            let devices = try await DeviceStore(context: context).deliverableDevices(
+                of: users.values.map(\.id), on: sql)
+            let pushChannels = context.workspace.channels.filter(\.kind.isPush)
             var notifications: [[any Encodable & Sendable]] = []
             var deliveries: [[any Encodable & Sendable]] = []
             var skips: [String: [SkipReason: Int]] = [:]
@@ -136,9 +139,12 @@ struct Fanout: Sendable {
                 let resolved = ResolvedPreferences(
                     config: context.workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
                     tenant: stored[.tenant(tenant)] ?? PreferenceSelections())
-                // Devices come with the push channels; until then no push channel has one.
+                let userDevices = devices[userID] ?? []
+                let authorized = Set(
+                    pushChannels.filter { channel in userDevices.contains { $0.platform.channelKind == channel.kind } }
+                        .map(\.id))
                 let decisions = PreferenceRule.decisions(
-                    for: category, preferences: resolved, authorizedPushChannels: [])
+                    for: category, preferences: resolved, authorizedPushChannels: authorized)
                 var delivering: [ChannelDefinition] = []
                 for (channelID, decision) in decisions {
                     guard let channel = context.workspace.channel(channelID) else { continue }
@@ -168,13 +174,18 @@ struct Fanout: Sendable {
                     // The inbox is the notification row itself, written in this transaction; one
                     // due later is marked sent by the worker when its time comes.
                     let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
-                    if status == .queued { queued += 1 }
-                    deliveries.append([
-                        UUID(), notificationID, eventID, userID, channel.id, DeliveryJob.Kind.notification.rawValue,
-                        status.rawValue,
-                        status == .sent ? 1 : 0, Self.firstAttempt(on: channel, of: category, for: user, due: due),
-                        now, now,
-                    ])
+                    // A push channel delivers to each of the user's devices on its platform.
+                    let targets: [UUID?] =
+                        channel.kind.isPush
+                        ? userDevices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
+                    for device in targets {
+                        if status == .queued { queued += 1 }
+                        deliveries.append([
+                            UUID(), notificationID, eventID, userID, channel.id, device,
+                            DeliveryJob.Kind.notification.rawValue, status.rawValue, status == .sent ? 1 : 0,
+                            Self.firstAttempt(on: channel, of: category, for: user, due: due), now, now,
+                        ])
+                    }
                 }
             }
             for rows in notifications.chunked(200) {
@@ -187,8 +198,8 @@ struct Fanout: Sendable {
             }
             for rows in deliveries.chunked(300) {
                 let insert = sql.insert(into: "deliveries").columns(
-                    "id", "notification_id", "event_id", "user_id", "channel", "kind", "status", "attempts",
-                    "next_attempt_at", "created_at", "updated_at")
+                    "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
+                    "attempts", "next_attempt_at", "created_at", "updated_at")
                 rows.forEach { insert.values($0) }
                 try await insert.run()
             }

@@ -49,12 +49,14 @@ struct EventIntake: Sendable {
         try await sql.insert(into: "events")
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
-                "recipients", "processed", "failures", "lease_expires_at", "created_at"
+                "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
-                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, 0, Date?.none, now
+                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, 0, Date?.none,
+                now,
+                event.content.imageURL, event.ttlSeconds
             )
             .run()
         for (batchIndex, batch) in event.recipients.chunked(EventsController.insertBatch).enumerated() {
@@ -76,6 +78,10 @@ struct EventIntake: Sendable {
     static func fingerprint(_ event: EventsController.Accepted) -> String {
         var text = [event.category.id, event.tenant, event.content.title, event.content.body, event.content.url ?? ""]
         text += [event.data ?? "", "\(String(describing: event.schedule))"]
+        // Only when given, so that keys stored before these fields existed still match.
+        if event.content.imageURL != nil || event.ttlSeconds != nil {
+            text += [event.content.imageURL ?? "", event.ttlSeconds.map(String.init) ?? ""]
+        }
         text += event.recipients
         let data = Data(text.joined(separator: "\u{0}").utf8)
         return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()

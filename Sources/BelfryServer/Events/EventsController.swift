@@ -24,8 +24,12 @@ struct EventsController: RouteCollection {
         try await req.requireServer()
         var event = try req.decodeBody(
             EventRequest.self,
-            keys: ["category", "recipients", "tenant", "content", "data", "idempotency_key", "schedule"],
-            nested: ["content": ["title", "body", "url"], "schedule": ["send_at", "delay_seconds", "calendar"]])
+            keys: [
+                "category", "recipients", "tenant", "content", "data", "idempotency_key", "schedule", "ttl_seconds",
+            ],
+            nested: [
+                "content": ["title", "body", "url", "image_url"], "schedule": ["send_at", "delay_seconds", "calendar"],
+            ])
         if let header = req.headers.first(name: "Idempotency-Key") {
             if let key = event.idempotencyKey, key != header {
                 throw BelfryError.invalid("the Idempotency-Key header and \"idempotency_key\" differ; send one")
@@ -70,6 +74,7 @@ struct EventsController: RouteCollection {
         var calendar: CalendarRule?
         /// The schedule as asked for, so that a retry can be recognised.
         var schedule: EventRequest.Schedule?
+        var ttlSeconds: Int?
     }
 
     static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Accepted {
@@ -100,11 +105,15 @@ struct EventsController: RouteCollection {
             problems.append(
                 "field \"content.body\" is \(event.content.body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
         }
-        if let url = event.content.url {
+        for (field, url) in [("content.url", event.content.url), ("content.image_url", event.content.imageURL)] {
+            guard let url else { continue }
             let parsed = URL(string: url)
             if url.count > 2048 || !["http", "https"].contains(parsed?.scheme ?? "") || parsed?.host == nil {
-                problems.append("field \"content.url\" must be an http or https URL, got \"\(url.prefix(80))\"")
+                problems.append("field \"\(field)\" must be an http or https URL, got \"\(url.prefix(80))\"")
             }
+        }
+        if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
+            problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
         }
         var data: String?
         if let fields = event.data {
@@ -149,6 +158,14 @@ struct EventsController: RouteCollection {
                 calendar = rule
             }
         }
+        if problems.isEmpty,
+            let size = largestPushPayload(event, category: category, tenant: tenant, data: data, workspace: workspace),
+            size > APNsPayload.maxSize
+        {
+            problems.append(
+                "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
+                    + "shorten the content or the data")
+        }
         if !problems.isEmpty {
             throw BelfryError.invalid(problems.joined(separator: "; "))
         }
@@ -157,6 +174,22 @@ struct EventsController: RouteCollection {
         let recipients = event.recipients.filter { seen.insert($0).inserted }
         return Accepted(
             category: category, tenant: tenant, recipients: recipients, content: event.content, data: data,
-            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule)
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
+            ttlSeconds: event.ttlSeconds)
+    }
+
+    /// Four weeks, the longest any push service keeps a message.
+    static let maxTTL = 28 * 86_400
+
+    /// The largest APNs payload this event can make, when its category has an APNs channel.
+    private static func largestPushPayload(
+        _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
+    ) -> Int? {
+        guard category.channels.contains(where: { workspace.channel($0.channel)?.kind == .apns }) else { return nil }
+        return APNsPayload.largestSize(
+            APNsContent(
+                deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
+                title: event.content.title, body: event.content.body, url: event.content.url,
+                imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds))
     }
 }

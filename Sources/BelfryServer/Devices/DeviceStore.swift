@@ -1,0 +1,173 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// Push devices: registration, listing, retirement, and what fan-out and the push channels read.
+struct DeviceStore: Sendable {
+    let context: BelfryContext
+
+    static let columns = [
+        "id", "user_id", "platform", "address", "environment", "topic", "p256dh", "auth_secret", "authorization",
+        "alert_setting", "sound_setting", "badge_setting", "locale", "app_version", "user_agent", "created_at",
+        "updated_at", "retired_at", "retired_reason",
+    ]
+
+    /// A device as the push channels need it.
+    struct Device: Sendable {
+        var id: UUID
+        var userID: UUID
+        var platform: DevicePlatform
+        /// The APNs token, or the Web Push endpoint.
+        var address: String
+        var environment: APNsEnvironment?
+        var topic: String? = nil
+        var p256dh: String? = nil
+        var authSecret: String? = nil
+        var authorization: PushAuthorization
+        var settings: PushSettings
+        var locale: String? = nil
+        var appVersion: String? = nil
+        var userAgent: String? = nil
+        var createdAt: Date
+        var updatedAt: Date
+        var retiredAt: Date? = nil
+        var retiredReason: String? = nil
+
+        var record: DeviceRecord {
+            DeviceRecord(
+                id: id, platform: platform, token: platform == .apns ? address : nil, environment: environment,
+                topic: topic, endpoint: platform == .webPush ? address : nil, authorization: authorization,
+                settings: settings, locale: locale, appVersion: appVersion, userAgent: userAgent,
+                createdAt: createdAt, updatedAt: updatedAt, retiredAt: retiredAt, retiredReason: retiredReason)
+        }
+    }
+
+    /// A validated registration, ready to store.
+    struct Registration: Sendable {
+        var platform: DevicePlatform
+        var address: String
+        var environment: APNsEnvironment?
+        var topic: String?
+        var p256dh: String?
+        var authSecret: String?
+        var authorization: PushAuthorization
+        var settings: PushSettings
+        var locale: String?
+        var appVersion: String?
+        var userAgent: String?
+    }
+
+    /// Stores a registration: a new device, or the same token's device updated (and moved to
+    /// `userID`, and active again if it had been retired).
+    /// - Returns: the device, and whether it is new.
+    func register(_ registration: Registration, userID: UUID, on db: any Database) async throws -> (Device, Bool) {
+        let now = context.now()
+        let newID = UUID()
+        let id: UUID = try await context.database.write(db) { tx in
+            let row = try await tx.sql.insert(into: "devices")
+                .columns(Self.columns)
+                .values(
+                    newID, userID, registration.platform.rawValue, registration.address,
+                    registration.environment?.rawValue, registration.topic, registration.p256dh,
+                    registration.authSecret, registration.authorization.rawValue,
+                    registration.settings.alert.rawValue, registration.settings.sound.rawValue,
+                    registration.settings.badge.rawValue, registration.locale, registration.appVersion,
+                    registration.userAgent, now, now, Date?.none, String?.none
+                )
+                .onConflict(with: ["platform", "address"]) { update in
+                    Self.columns.filter { !["id", "platform", "address", "created_at"].contains($0) }
+                        .reduce(update) { $0.set(excludedValueOf: $1) }
+                }
+                .returning("id")
+                .first()
+            guard let row else {
+                throw BelfryError(.internalServerError, "internal_error", "the device was not stored")
+            }
+            return try row.decode(column: "id", as: UUID.self)
+        }
+        guard let device = try await device(id, on: db) else {
+            throw BelfryError(.internalServerError, "internal_error", "the device was not stored")
+        }
+        return (device, id == newID)
+    }
+
+    func device(_ id: UUID, on db: any Database) async throws -> Device? {
+        try await db.sql.select().columns(Self.columns).from("devices").where("id", .equal, id).first().map(Self.device)
+    }
+
+    /// The user's devices, newest first, retired ones included.
+    func devices(of userID: UUID, on db: any Database) async throws -> [Device] {
+        try await db.sql.select().columns(Self.columns).from("devices").where("user_id", .equal, userID)
+            .orderBy("created_at", .descending).orderBy("id", .descending).all().map(Self.device)
+    }
+
+    /// The devices that may be notified, of many users at once (for a fan-out batch).
+    func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
+        guard !users.isEmpty else { return [:] }
+        let rows = try await sql.select().columns(Self.columns).from("devices")
+            .where("user_id", .in, users).where("retired_at", .is, SQLLiteral.null)
+            .where(
+                "authorization", .in,
+                PushAuthorization.allCases.filter(\.allowsDelivery).map(\.rawValue)
+            )
+            .all()
+        return Dictionary(grouping: try rows.map(Self.device), by: \.userID)
+    }
+
+    /// Removes one of the user's devices; `false` when they have no such device.
+    func delete(_ id: UUID, userID: UUID, on db: any Database) async throws -> Bool {
+        try await context.database.write(db) { tx in
+            try await tx.sql.delete(from: "devices").where("id", .equal, id).where("user_id", .equal, userID)
+                .returning("id").all().count == 1
+        }
+    }
+
+    /// Marks a device gone, as the push service said; it gets nothing more until registered again.
+    func retire(_ id: UUID, reason: String, on db: any Database) async throws {
+        let now = context.now()
+        try await context.database.write(db) { tx in
+            try await tx.sql.update("devices")
+                .set("retired_at", to: now).set("retired_reason", to: reason).set("updated_at", to: now)
+                .where("id", .equal, id).where("retired_at", .is, SQLLiteral.null)
+                .run()
+        }
+    }
+
+    private static func device(_ row: any SQLRow) throws -> Device {
+        func setting(_ column: String) throws -> PushSetting {
+            PushSetting(rawValue: try row.decode(column: column, as: String.self)) ?? .enabled
+        }
+        return Device(
+            id: try row.decode(column: "id", as: UUID.self),
+            userID: try row.decode(column: "user_id", as: UUID.self),
+            platform: DevicePlatform(rawValue: try row.decode(column: "platform", as: String.self)) ?? .apns,
+            address: try row.decode(column: "address", as: String.self),
+            environment: try row.decode(column: "environment", as: String?.self).flatMap(APNsEnvironment.init),
+            topic: try row.decode(column: "topic", as: String?.self),
+            p256dh: try row.decode(column: "p256dh", as: String?.self),
+            authSecret: try row.decode(column: "auth_secret", as: String?.self),
+            authorization: PushAuthorization(rawValue: try row.decode(column: "authorization", as: String.self))
+                ?? .notDetermined,
+            settings: PushSettings(
+                alert: try setting("alert_setting"), sound: try setting("sound_setting"),
+                badge: try setting("badge_setting")),
+            locale: try row.decode(column: "locale", as: String?.self),
+            appVersion: try row.decode(column: "app_version", as: String?.self),
+            userAgent: try row.decode(column: "user_agent", as: String?.self),
+            createdAt: try row.decode(column: "created_at", as: Date.self),
+            updatedAt: try row.decode(column: "updated_at", as: Date.self),
+            retiredAt: try row.decode(column: "retired_at", as: Date?.self),
+            retiredReason: try row.decode(column: "retired_reason", as: String?.self))
+    }
+}
+
+extension DevicePlatform {
+    /// The kind of channel that delivers to devices of this platform.
+    var channelKind: ChannelKind {
+        switch self {
+        case .apns: .apns
+        case .webPush: .webPush
+        }
+    }
+}

@@ -1,0 +1,240 @@
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+
+/// A local stand-in for Apple's provider API: HTTP/2 only, over TLS with a certificate from a
+/// test authority. It checks each request as APNs does (method, path, topic and push type
+/// headers, an ES256 provider token signed with its key, payload size), records it, and
+/// answers `200` or what the test scripted for the device token.
+public final class APNsTestServer: Sendable {
+    /// A request the server took.
+    public struct Received: Sendable {
+        public var deviceToken: String
+        /// Header names in lower case.
+        public var headers: [String: String]
+        public var body: Data
+        /// The provider token in the `authorization` header.
+        public var providerToken: String?
+        /// What the server answered.
+        public var status: Int
+        public var reason: String?
+
+        /// The body as JSON.
+        public var payload: [String: Any] {
+            (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] ?? [:]
+        }
+
+        /// The payload's `aps` dictionary.
+        public var aps: [String: Any] { payload["aps"] as? [String: Any] ?? [:] }
+    }
+
+    /// An answer APNs may give.
+    public enum Reply: Sendable, Equatable {
+        case success
+        case failure(status: Int, reason: String)
+    }
+
+    public let port: Int
+    public let authority: TestCertificateAuthority
+    /// The provider key (a .p8 file's PEM) the server trusts, and its ids.
+    public let keyPEM: String
+    public let keyPath: String
+    public let keyID = "BELFRYKEY1"
+    public let teamID = "BELFRYTEAM"
+    /// Whether to record each request (off for benchmarks).
+    public let records: Bool
+
+    private let channel: any Channel
+    private let group: any EventLoopGroup
+    private let state: NIOLockedValueBox<State>
+
+    struct State {
+        var received: [Received] = []
+        var scripted: [String: [Reply]] = [:]
+    }
+
+    /// Starts a server on a free loopback port.
+    /// - Parameters:
+    ///   - now: the clock against which provider tokens' `iat` is checked (older than an hour: `ExpiredProviderToken`).
+    public init(
+        records: Bool = true, now: @escaping @Sendable () -> Date = { Date() },
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws {
+        let authority = try TestCertificateAuthority()
+        let key = P256.Signing.PrivateKey()
+        let keyPEM = key.pemRepresentation
+        let keyPath = FileManager.default.temporaryDirectory
+            .appendingPathComponent("belfry-apns-key-\(UUID().uuidString.prefix(8)).p8").path
+        try keyPEM.write(toFile: keyPath, atomically: true, encoding: .utf8)
+        let state = NIOLockedValueBox(State())
+        let sslContext = try NIOSSLContext(configuration: authority.serverConfiguration(protocols: ["h2"]))
+        let checker = RequestChecker(
+            publicKey: key.publicKey, keyID: keyID, teamID: teamID, now: now, state: state, records: records)
+        channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                }.flatMap {
+                    channel.configureHTTP2Pipeline(
+                        mode: .server,
+                        inboundStreamInitializer: { stream in
+                            stream.eventLoop.makeCompletedFuture {
+                                try stream.pipeline.syncOperations.addHandlers([
+                                    HTTP2FramePayloadToHTTP1ServerCodec(), APNsStreamHandler(checker: checker),
+                                ])
+                            }
+                        }
+                    ).map { _ in }
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        port = channel.localAddress?.port ?? 0
+        self.authority = authority
+        self.keyPEM = keyPEM
+        self.keyPath = keyPath
+        self.state = state
+        self.group = group
+        self.records = records
+    }
+
+    /// The URL for `BELFRY_APNS_URL`.
+    public var url: String { "https://127.0.0.1:\(port)" }
+
+    /// Requests so far, in the order they arrived.
+    public var received: [Received] { state.withLockedValue { $0.received } }
+
+    /// The next answers for `deviceToken`, in order; after them, success.
+    public func script(_ replies: [Reply], for deviceToken: String) {
+        state.withLockedValue { $0.scripted[deviceToken.lowercased(), default: []].append(contentsOf: replies) }
+    }
+
+    public func shutdown() async {
+        try? await channel.close()
+        try? FileManager.default.removeItem(atPath: keyPath)
+        try? FileManager.default.removeItem(atPath: authority.certificatePath)
+    }
+}
+
+/// What the server checks and answers, shared by all streams.
+struct RequestChecker: Sendable {
+    let publicKey: P256.Signing.PublicKey
+    let keyID: String
+    let teamID: String
+    let now: @Sendable () -> Date
+    let state: NIOLockedValueBox<APNsTestServer.State>
+    let records: Bool
+
+    func answer(head: HTTPRequestHead, body: ByteBuffer) -> (status: Int, reason: String?) {
+        let headers = Dictionary(
+            head.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        let deviceToken = head.uri.hasPrefix("/3/device/") ? String(head.uri.dropFirst("/3/device/".count)) : ""
+        let providerToken = headers["authorization"].flatMap {
+            $0.hasPrefix("bearer ") ? String($0.dropFirst("bearer ".count)) : nil
+        }
+        var (status, reason): (Int, String?) = (200, nil)
+        if head.method != .POST {
+            (status, reason) = (405, "MethodNotAllowed")
+        } else if deviceToken.isEmpty {
+            (status, reason) = (404, "BadPath")
+        } else if headers["apns-topic"] == nil {
+            (status, reason) = (400, "MissingTopic")
+        } else if headers["apns-push-type"] == nil {
+            (status, reason) = (400, "InvalidPushType")
+        } else if body.readableBytes > 4096 {
+            (status, reason) = (413, "PayloadTooLarge")
+        } else if let problem = check(providerToken) {
+            (status, reason) = (403, problem)
+        } else {
+            let scripted = state.withLockedValue { state -> APNsTestServer.Reply? in
+                guard var replies = state.scripted[deviceToken.lowercased()], !replies.isEmpty else { return nil }
+                let reply = replies.removeFirst()
+                state.scripted[deviceToken.lowercased()] = replies
+                return reply
+            }
+            if case .failure(let code, let text) = scripted { (status, reason) = (code, text) }
+        }
+        if records {
+            let received = APNsTestServer.Received(
+                deviceToken: deviceToken, headers: headers, body: Data(body.readableBytesView),
+                providerToken: providerToken,
+                status: status, reason: reason)
+            state.withLockedValue { $0.received.append(received) }
+        }
+        return (status, reason)
+    }
+
+    /// Why APNs would refuse the provider token, or `nil` when it is good.
+    private func check(_ token: String?) -> String? {
+        guard let token else { return "MissingProviderToken" }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+            let header = decodeJSON(parts[0]), let claims = decodeJSON(parts[1]),
+            let signature = base64URLDecode(parts[2]),
+            let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
+            publicKey.isValidSignature(ecdsa, for: Data("\(parts[0]).\(parts[1])".utf8)),
+            header["alg"] as? String == "ES256", header["kid"] as? String == keyID,
+            claims["iss"] as? String == teamID
+        else { return "InvalidProviderToken" }
+        guard let issuedAt = (claims["iat"] as? NSNumber)?.doubleValue,
+            now().timeIntervalSince1970 - issuedAt < 3600
+        else { return "ExpiredProviderToken" }
+        return nil
+    }
+
+    private func decodeJSON(_ part: Substring) -> [String: Any]? {
+        base64URLDecode(part).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+    }
+
+    private func base64URLDecode(_ part: Substring) -> Data? {
+        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        return Data(base64Encoded: base64)
+    }
+}
+
+/// One HTTP/2 stream: collects the request, then answers it.
+final class APNsStreamHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let checker: RequestChecker
+    private var head: HTTPRequestHead?
+    private var body = ByteBuffer()
+
+    init(checker: RequestChecker) {
+        self.checker = checker
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+        case .body(var part):
+            body.writeBuffer(&part)
+        case .end:
+            guard let head else { return }
+            let (status, reason) = checker.answer(head: head, body: body)
+            var headers = HTTPHeaders()
+            headers.add(name: "apns-id", value: head.headers.first(name: "apns-id") ?? UUID().uuidString)
+            var answer = ByteBuffer()
+            if let reason {
+                headers.add(name: "content-type", value: "application/json")
+                answer.writeString(#"{"reason":"\#(reason)"}"#)
+            }
+            headers.add(name: "content-length", value: "\(answer.readableBytes)")
+            context.write(
+                wrapOutboundOut(
+                    .head(HTTPResponseHead(version: head.version, status: .init(statusCode: status), headers: headers))),
+                promise: nil)
+            if answer.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(answer))), promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}

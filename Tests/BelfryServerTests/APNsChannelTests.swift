@@ -1,0 +1,226 @@
+import BelfryCore
+import BelfryTestServers
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// The APNs channel against a local TLS + HTTP/2 server that checks requests as Apple's does.
+@Suite("APNs channel", .serialized)
+struct APNsChannelTests {
+    static func settings(_ server: APNsTestServer) -> (inout ServerConfiguration) -> Void {
+        { settings in
+            settings.apns = .init(
+                keyPEM: server.keyPEM, keyID: server.keyID, teamID: server.teamID, topic: "org.example.reader",
+                url: server.url)
+            settings.extraCertificatesPEM = server.authority.certificatePEM
+        }
+    }
+
+    static func withAPNs(
+        _ database: TestDatabase = .sqlite, clock: TestClock = TestClock(),
+        _ body: (Application, APNsTestServer) async throws -> Void
+    ) async throws {
+        let server = try await APNsTestServer(now: { clock.now })
+        do {
+            try await withBelfry(database, clock: clock, jitter: 0.5, settings: settings(server)) { app in
+                try await body(app, server)
+            }
+        } catch {
+            await server.shutdown()
+            throw error
+        }
+        await server.shutdown()
+    }
+
+    static func register(
+        _ app: Application, _ bearer: String, token: String = DevicesAPITests.token,
+        authorization: PushAuthorization = .authorized, settings: PushSettings = PushSettings()
+    ) async throws -> DeviceRecord {
+        try await app.send(
+            .POST, "/v1/me/devices", bearer: bearer,
+            json: DevicesAPITests.registration(token, authorization: authorization, settings: settings)
+        ).decode(DeviceRecord.self)
+    }
+
+    static func status(_ app: Application, _ id: UUID) async throws -> EventStatus {
+        try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+    }
+
+    @Test(
+        "a registered device gets a signed request shaped to it, with the unread count as badge",
+        arguments: TestDatabase.allCases)
+    func endToEnd(database: TestDatabase) async throws {
+        try await Self.withAPNs(database) { app, server in
+            let ada = try await app.userToken("ada")
+            let device = try await Self.register(app, ada)
+            try await InboxAPITests.notify(app, ["ada"], title: "Earlier", category: "edit-thank")
+            let event = EventRequest(
+                category: "reverted", recipients: ["ada"],
+                content: .init(
+                    title: "Edit reverted", body: "Your edit to Bell was undone", url: "https://example.org/diff/1",
+                    imageURL: "https://example.org/bell.png"),
+                data: ["revision": .number(42)], ttlSeconds: 3600)
+            let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
+                .eventID
+            while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+            let worker = try #require(app.deliveryWorker)
+            while try await worker.runOnce() > 0 {}
+
+            let received = server.received
+            #expect(received.count == 2)
+            // Both went out in one round of the worker, in either order.
+            let request = try #require(received.first { $0.aps["category"] as? String == "reverted" })
+            #expect(request.status == 200, "the server accepted the provider token: \(request.reason ?? "")")
+            #expect(request.deviceToken == device.token)
+            #expect(request.headers["apns-topic"] == "org.example.reader")
+            #expect(request.headers["apns-push-type"] == "alert")
+            #expect(request.headers["apns-priority"] == "10")
+            #expect(request.headers["apns-collapse-id"] == "reverted")
+            #expect(request.headers["apns-expiration"] == String(Int(app.belfry.now().timeIntervalSince1970) + 3600))
+            let alert = request.aps["alert"] as? [String: Any]
+            #expect(alert?["title"] as? String == "Edit reverted")
+            #expect(alert?["body"] as? String == "Your edit to Bell was undone")
+            #expect(request.aps["badge"] as? Int == 2, "two unread notifications in the inbox")
+            #expect(request.aps["sound"] as? String == "default")
+            #expect(request.aps["category"] as? String == "reverted")
+            #expect(request.aps["thread-id"] as? String == "edits")
+            #expect(request.aps["mutable-content"] as? Int == 1)
+            let custom = request.payload["belfry"] as? [String: Any]
+            #expect(custom?["url"] as? String == "https://example.org/diff/1")
+            #expect(custom?["tenant"] as? String == "enwiki")
+            #expect((custom?["data"] as? [String: Any])?["revision"] as? Int == 42)
+            let status = try await Self.status(app, id)
+            #expect(status.deliveries["ios_push"] == ["sent": 1])
+            let apnsID = try #require(request.headers["apns-id"])
+            #expect(try await Self.deliveryIDs(app, channel: "ios_push").contains(apnsID), "apns-id is the delivery id")
+
+            // The first push (a passive category) kept its own shape.
+            let thanks = try #require(received.first { $0.aps["category"] as? String == "edit-thank" })
+            #expect(thanks.aps["interruption-level"] as? String == "passive")
+            #expect(thanks.headers["apns-priority"] == "5")
+            #expect(thanks.headers["apns-collapse-id"] == nil)
+        }
+    }
+
+    static func deliveryIDs(_ app: Application, channel: String) async throws -> [String] {
+        try await app.db.sql.select().column("id").from("deliveries").where("channel", .equal, channel).all()
+            .map { try $0.decode(column: "id", as: UUID.self).uuidString.lowercased() }
+    }
+
+    @Test("410 retires the device: its reason is kept and no later event targets it")
+    func unregisteredRetires() async throws {
+        try await Self.withAPNs { app, server in
+            let ada = try await app.userToken("ada")
+            let device = try await Self.register(app, ada)
+            server.script([.failure(status: 410, reason: "Unregistered")], for: device.token ?? "")
+            let first = try await InboxAPITests.notify(app, ["ada"], title: "One")
+            try await #require(app.deliveryWorker).runOnce()
+            #expect(try await Self.status(app, first).deliveries["ios_push"] == ["failed": 1])
+            let listed = try await app.send(.GET, "/v1/me/devices", bearer: ada).decode(DeviceList.self).devices
+            #expect(listed.first?.retiredReason == "Unregistered")
+            #expect(listed.first?.retiredAt != nil)
+
+            let second = try await InboxAPITests.notify(app, ["ada"], title: "Two")
+            try await #require(app.deliveryWorker).runOnce()
+            let status = try await Self.status(app, second)
+            #expect(status.deliveries["ios_push"] == nil)
+            #expect(status.skipped["ios_push"] == ["no_authorized_device": 1])
+            #expect(server.received.count == 1)
+
+            // The app registers the token again (a reinstall): it is active once more.
+            #expect(try await Self.register(app, ada).retiredAt == nil)
+        }
+    }
+
+    @Test("a 503 burst is retried with backoff and delivered; BadDeviceToken retires; other reasons are kept verbatim")
+    func retriesAndReasons() async throws {
+        let clock = TestClock()
+        try await Self.withAPNs(clock: clock) { app, server in
+            let ada = try await app.userToken("ada")
+            let device = try await Self.register(app, ada)
+            server.script(
+                [
+                    .failure(status: 503, reason: "ServiceUnavailable"),
+                    .failure(status: 503, reason: "ServiceUnavailable"),
+                    .failure(status: 429, reason: "TooManyRequests"),
+                ], for: device.token ?? "")
+            let id = try await InboxAPITests.notify(app, ["ada"], title: "Burst")
+            let worker = try #require(app.deliveryWorker)
+            for _ in 0..<4 {
+                try await worker.runOnce()
+                clock.advance(by: 3600)
+            }
+            #expect(server.received.map(\.status) == [503, 503, 429, 200])
+            #expect(try await Self.status(app, id).deliveries["ios_push"] == ["sent": 1])
+            let ada2 = try await app.userToken("ada")
+
+            server.script([.failure(status: 400, reason: "BadTopic")], for: device.token ?? "")
+            let topic = try await InboxAPITests.notify(app, ["ada"], title: "Topic")
+            try await worker.runOnce()
+            let failed = try await Self.status(app, topic)
+            #expect(failed.deliveries["ios_push"] == ["failed": 1])
+            #expect(failed.lastErrors["ios_push"] == "BadTopic")
+            #expect(
+                try await Self.register(app, ada2).retiredAt == nil,
+                "BadTopic is the server's mistake, not the device's")
+
+            server.script([.failure(status: 400, reason: "BadDeviceToken")], for: device.token ?? "")
+            try await InboxAPITests.notify(app, ["ada"], title: "Bad")
+            try await worker.runOnce()
+            let listed = try await app.send(.GET, "/v1/me/devices", bearer: ada2).decode(DeviceList.self).devices
+            #expect(listed.first?.retiredReason == "BadDeviceToken")
+        }
+    }
+
+    @Test("the provider token is reused, re-signed after 50 minutes, and replaced at once when APNs refuses it")
+    func providerTokens() async throws {
+        let clock = TestClock()
+        try await Self.withAPNs(clock: clock) { app, server in
+            let ada = try await app.userToken("ada")
+            let device = try await Self.register(app, ada)
+            let worker = try #require(app.deliveryWorker)
+            try await InboxAPITests.notify(app, ["ada"], title: "1")
+            try await worker.runOnce()
+            clock.advance(by: 49 * 60)
+            try await InboxAPITests.notify(app, ["ada"], title: "2")
+            try await worker.runOnce()
+            clock.advance(by: 2 * 60)
+            try await InboxAPITests.notify(app, ["ada"], title: "3")
+            try await worker.runOnce()
+            var tokens = server.received.map(\.providerToken)
+            #expect(tokens[0] == tokens[1], "reused within 50 minutes")
+            #expect(tokens[1] != tokens[2], "signed anew after 50 minutes")
+
+            clock.advance(by: 1)
+            server.script([.failure(status: 403, reason: "ExpiredProviderToken")], for: device.token ?? "")
+            let id = try await InboxAPITests.notify(app, ["ada"], title: "4")
+            try await worker.runOnce()
+            #expect(server.received.suffix(2).map(\.status) == [403, 200], "sent again at once with a new token")
+            tokens = server.received.map(\.providerToken)
+            #expect(tokens[3] == tokens[2])
+            #expect(tokens[4] != tokens[3])
+            #expect(try await Self.status(app, id).deliveries["ios_push"] == ["sent": 1])
+        }
+    }
+
+    @Test("an event whose APNs payload would pass 4096 bytes is refused when triggered, naming the size")
+    func payloadTooLarge() async throws {
+        try await withBelfry(.sqlite) { app in
+            let big = EventRequest(
+                category: "mention", recipients: ["ada"],
+                content: .init(title: "Big", body: String(repeating: "é", count: 1500)),
+                data: ["note": .string(String(repeating: "x", count: 1200))])
+            let refused = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: big)
+            #expect(refused.status == .unprocessableEntity)
+            #expect(refused.errorMessage?.contains("APNs payload would be") == true, "\(refused.errorMessage ?? "")")
+            #expect(refused.errorMessage?.contains("4096") == true)
+            // The same content for a category without APNs is fine.
+            var inboxOnly = big
+            inboxOnly.category = "emailuser"
+            #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: inboxOnly).status == .accepted)
+        }
+    }
+}
