@@ -104,6 +104,7 @@ let package = Package(
                 "BelfryTestServers",
                 .product(name: "VaporTesting", package: "vapor"),
                 .product(name: "SQLKit", package: "sql-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             swiftSettings: swiftSettings

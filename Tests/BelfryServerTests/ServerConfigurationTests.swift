@@ -1,5 +1,7 @@
 import BelfryCore
 import BelfryServer
+import BelfryTestServers
+import Crypto
 import Foundation
 import Testing
 
@@ -142,5 +144,46 @@ struct ServerConfigurationTests {
         #expect(demo.category("login-fail")?.isEditable == false)
         #expect(demo.categories.filter { !$0.isEditable }.map(\.id) == ["login-fail"])
         #expect(demo.sections.compactMap(\.name) == ["Talk and mentions", "Your edits", "Account"])
+    }
+
+    @Test("APNs settings come together, and the key and extra certificates are read and checked at start")
+    func apnsSettings() throws {
+        let key = P256.Signing.PrivateKey().pemRepresentation
+        let authority = try TestCertificateAuthority()
+        let files = ["key.p8": key, "bad.p8": "not a key", "ca.pem": authority.certificatePEM, "empty.pem": ""]
+        func resolve(_ env: [String: String]) throws(ConfigError) -> ServerConfiguration {
+            try ServerConfiguration.resolve(flags: .init(), environment: env) { path in
+                guard let text = files[path] else { throw CocoaError(.fileReadNoSuchFile) }
+                return Data(text.utf8)
+            }
+        }
+        let good = try resolve([
+            "BELFRY_APNS_KEY_PATH": "key.p8", "BELFRY_APNS_KEY_ID": "ABCDE12345", "BELFRY_APNS_TEAM_ID": "TEAM123456",
+            "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_APNS_URL": "https://127.0.0.1:8443/",
+            "BELFRY_EXTRA_CA_FILE": "ca.pem",
+        ])
+        #expect(
+            good.apns
+                == .init(
+                    keyPEM: key, keyID: "ABCDE12345", teamID: "TEAM123456", topic: "org.example.reader",
+                    url: "https://127.0.0.1:8443"))
+        #expect(good.extraCertificatesPEM == authority.certificatePEM)
+        #expect(try resolve([:]).apns == nil)
+
+        let error = try #require(throws: ConfigError.self) {
+            try resolve([
+                "BELFRY_APNS_KEY_PATH": "bad.p8", "BELFRY_APNS_KEY_ID": "short", "BELFRY_APNS_URL": "http://apns",
+                "BELFRY_EXTRA_CA_FILE": "empty.pem",
+            ])
+        }
+        let text = "\(error)"
+        #expect(text.contains("BELFRY_APNS_KEY_PATH") && text.contains("bad.p8"))
+        #expect(text.contains("BELFRY_APNS_KEY_ID") && text.contains("10 letters and digits"))
+        #expect(text.contains("BELFRY_APNS_URL") && text.contains("https URL"))
+        #expect(text.contains("BELFRY_EXTRA_CA_FILE"))
+        let partial = try #require(throws: ConfigError.self) {
+            try resolve(["BELFRY_APNS_KEY_PATH": "key.p8", "BELFRY_APNS_KEY_ID": "ABCDE12345"])
+        }
+        #expect("\(partial)".contains("BELFRY_APNS_TEAM_ID"))
     }
 }
