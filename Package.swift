@@ -38,6 +38,7 @@ let package = Package(
             name: "BelfryServer",
             dependencies: [
                 "BelfryCore",
+                "BelfryWebPush",
                 .product(name: "Vapor", package: "vapor"),
                 .product(name: "Fluent", package: "fluent"),
                 .product(name: "FluentSQLiteDriver", package: "fluent-sqlite-driver"),
@@ -57,11 +58,18 @@ let package = Package(
             dependencies: ["BelfryServer"],
             swiftSettings: swiftSettings
         ),
+        // Web Push message encryption (RFC 8291) and VAPID (RFC 8292): Crypto only.
+        .target(
+            name: "BelfryWebPush",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         // Local stand-ins for the push services (APNs, Web Push endpoints): real TLS and HTTP/2,
         // used by the tests and the benchmarks.
         .target(
             name: "BelfryTestServers",
             dependencies: [
+                "BelfryWebPush",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -75,7 +83,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "belfry-bench",
-            dependencies: ["BelfryServer", "BelfryTestServers"],
+            dependencies: ["BelfryServer", "BelfryTestServers", "BelfryWebPush"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -97,11 +105,17 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "BelfryWebPushTests",
+            dependencies: ["BelfryWebPush", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "BelfryServerTests",
             dependencies: [
                 "BelfryServer",
                 "BelfryTestSupport",
                 "BelfryTestServers",
+                "BelfryWebPush",
                 .product(name: "VaporTesting", package: "vapor"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryWebPush
 import Crypto
 import Fluent
 import Foundation
@@ -20,6 +21,8 @@ struct BelfryContext: Sendable {
     let workSignal: WorkSignal
     /// Live inbox events for the streams open on this process.
     let inboxHub: InboxHub
+    /// The VAPID key that signs Web Push requests; browsers subscribe with its public half.
+    let vapidKey: VAPIDKey
     /// This process, among the instances sharing a database.
     let instance = UUID()
     /// A short name for this process in stream event ids.

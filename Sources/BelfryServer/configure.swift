@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BelfryCore
+import BelfryWebPush
 import Fluent
 import Foundation
 import NIOSSL
@@ -97,6 +98,23 @@ public func configure(
             }.value
         }
 
+    // Kept in the database unless given, so that restarts (and other instances) keep
+    // browsers' subscriptions valid: they are bound to this key.
+    let vapidPEM =
+        if let pem = settings.vapidKeyPEM { pem } else {
+            try await ServerSecrets.value(named: ServerSecrets.vapidPrivateKey, on: app.silentDatabase, now: now()) {
+                VAPIDKey().pemRepresentation
+            }.value
+        }
+    let vapidKey: VAPIDKey
+    do {
+        vapidKey = try VAPIDKey(pemRepresentation: vapidPEM)
+    } catch {
+        throw StartupError(
+            "the stored VAPID key is damaged; delete the row named \"\(ServerSecrets.vapidPrivateKey)\" from "
+                + "server_secrets to create a new one (browsers then subscribe again)")
+    }
+
     app.belfry = BelfryContext(
         settings: settings,
         database: database,
@@ -107,6 +125,7 @@ public func configure(
         jitter: options.jitter,
         workSignal: WorkSignal(),
         inboxHub: InboxHub(now: now),
+        vapidKey: vapidKey,
         logger: app.logger
     )
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
@@ -142,7 +161,7 @@ private func deliveryChannels(
     _ app: Application, _ settings: ServerConfiguration
 ) throws -> [ChannelKind: any DeliveryChannel] {
     var channels: [ChannelKind: any DeliveryChannel] = [.inbox: InboxChannel()]
-    guard settings.webhook != nil || settings.apns != nil else { return channels }
+    guard settings.webhook != nil || settings.apns != nil || settings.vapidSubject != nil else { return channels }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
         channels[.webhook] = WebhookChannel(
@@ -152,6 +171,10 @@ private func deliveryChannels(
         channels[.apns] = APNsChannel(
             context: app.belfry, database: { [unowned app] in app.db },
             provider: try APNsProvider(configuration: apns, client: client, now: app.belfry.now))
+    }
+    if let subject = settings.vapidSubject {
+        channels[.webPush] = WebPushChannel(
+            context: app.belfry, database: { [unowned app] in app.db }, client: client, subject: subject)
     }
     return channels
 }

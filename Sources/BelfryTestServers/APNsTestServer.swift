@@ -1,11 +1,6 @@
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
-import NIOCore
-import NIOHTTP1
-import NIOHTTP2
-import NIOPosix
-import NIOSSL
 
 /// A local stand-in for Apple's provider API: HTTP/2 only, over TLS with a certificate from a
 /// test authority. It checks each request as APNs does (method, path, topic and push type
@@ -39,18 +34,13 @@ public final class APNsTestServer: Sendable {
         case failure(status: Int, reason: String)
     }
 
-    public let port: Int
-    public let authority: TestCertificateAuthority
-    /// The provider key (a .p8 file's PEM) the server trusts, and its ids.
-    public let keyPEM: String
-    public let keyPath: String
     public let keyID = "BELFRYKEY1"
     public let teamID = "BELFRYTEAM"
+    /// The provider key (a .p8 file's PEM) the server trusts.
+    public let keyPEM: String
     /// Whether to record each request (off for benchmarks).
     public let records: Bool
-
-    private let channel: any Channel
-    private let group: any EventLoopGroup
+    private let server: HTTP2TestServer
     private let state: NIOLockedValueBox<State>
 
     struct State {
@@ -61,51 +51,27 @@ public final class APNsTestServer: Sendable {
     /// Starts a server on a free loopback port.
     /// - Parameters:
     ///   - now: the clock against which provider tokens' `iat` is checked (older than an hour: `ExpiredProviderToken`).
-    public init(
-        records: Bool = true, now: @escaping @Sendable () -> Date = { Date() },
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
-    ) async throws {
-        let authority = try TestCertificateAuthority()
+    public init(records: Bool = true, now: @escaping @Sendable () -> Date = { Date() }) async throws {
         let key = P256.Signing.PrivateKey()
-        let keyPEM = key.pemRepresentation
-        let keyPath = FileManager.default.temporaryDirectory
-            .appendingPathComponent("belfry-apns-key-\(UUID().uuidString.prefix(8)).p8").path
-        try keyPEM.write(toFile: keyPath, atomically: true, encoding: .utf8)
         let state = NIOLockedValueBox(State())
-        let sslContext = try NIOSSLContext(configuration: authority.serverConfiguration(protocols: ["h2"]))
         let checker = RequestChecker(
             publicKey: key.publicKey, keyID: keyID, teamID: teamID, now: now, state: state, records: records)
-        channel = try await ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
-                }.flatMap {
-                    channel.configureHTTP2Pipeline(
-                        mode: .server,
-                        inboundStreamInitializer: { stream in
-                            stream.eventLoop.makeCompletedFuture {
-                                try stream.pipeline.syncOperations.addHandlers([
-                                    HTTP2FramePayloadToHTTP1ServerCodec(), APNsStreamHandler(checker: checker),
-                                ])
-                            }
-                        }
-                    ).map { _ in }
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        port = channel.localAddress?.port ?? 0
-        self.authority = authority
-        self.keyPEM = keyPEM
-        self.keyPath = keyPath
+        server = try await HTTP2TestServer { request in
+            let (status, reason) = checker.answer(request)
+            var headers = [("apns-id", request.headers["apns-id"] ?? UUID().uuidString)]
+            guard let reason else { return .init(status: status, headers: headers) }
+            headers.append(("content-type", "application/json"))
+            return .init(status: status, headers: headers, body: Data(#"{"reason":"\#(reason)"}"#.utf8))
+        }
+        keyPEM = key.pemRepresentation
         self.state = state
-        self.group = group
         self.records = records
     }
 
+    public var port: Int { server.port }
+    public var authority: TestCertificateAuthority { server.authority }
     /// The URL for `BELFRY_APNS_URL`.
-    public var url: String { "https://127.0.0.1:\(port)" }
+    public var url: String { server.url }
 
     /// Requests so far, in the order they arrived.
     public var received: [Received] { state.withLockedValue { $0.received } }
@@ -116,9 +82,7 @@ public final class APNsTestServer: Sendable {
     }
 
     public func shutdown() async {
-        try? await channel.close()
-        try? FileManager.default.removeItem(atPath: keyPath)
-        try? FileManager.default.removeItem(atPath: authority.certificatePath)
+        await server.shutdown()
     }
 }
 
@@ -131,15 +95,15 @@ struct RequestChecker: Sendable {
     let state: NIOLockedValueBox<APNsTestServer.State>
     let records: Bool
 
-    func answer(head: HTTPRequestHead, body: ByteBuffer) -> (status: Int, reason: String?) {
-        let headers = Dictionary(
-            head.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
-        let deviceToken = head.uri.hasPrefix("/3/device/") ? String(head.uri.dropFirst("/3/device/".count)) : ""
+    func answer(_ request: HTTP2TestServer.Request) -> (status: Int, reason: String?) {
+        let headers = request.headers
+        let deviceToken =
+            request.path.hasPrefix("/3/device/") ? String(request.path.dropFirst("/3/device/".count)) : ""
         let providerToken = headers["authorization"].flatMap {
             $0.hasPrefix("bearer ") ? String($0.dropFirst("bearer ".count)) : nil
         }
         var (status, reason): (Int, String?) = (200, nil)
-        if head.method != .POST {
+        if request.method != "POST" {
             (status, reason) = (405, "MethodNotAllowed")
         } else if deviceToken.isEmpty {
             (status, reason) = (404, "BadPath")
@@ -147,7 +111,7 @@ struct RequestChecker: Sendable {
             (status, reason) = (400, "MissingTopic")
         } else if headers["apns-push-type"] == nil {
             (status, reason) = (400, "InvalidPushType")
-        } else if body.readableBytes > 4096 {
+        } else if request.body.count > 4096 {
             (status, reason) = (413, "PayloadTooLarge")
         } else if let problem = check(providerToken) {
             (status, reason) = (403, problem)
@@ -162,7 +126,7 @@ struct RequestChecker: Sendable {
         }
         if records {
             let received = APNsTestServer.Received(
-                deviceToken: deviceToken, headers: headers, body: Data(body.readableBytesView),
+                deviceToken: deviceToken, headers: headers, body: request.body,
                 providerToken: providerToken,
                 status: status, reason: reason)
             state.withLockedValue { $0.received.append(received) }
@@ -196,45 +160,5 @@ struct RequestChecker: Sendable {
         var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
         return Data(base64Encoded: base64)
-    }
-}
-
-/// One HTTP/2 stream: collects the request, then answers it.
-final class APNsStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
-
-    private let checker: RequestChecker
-    private var head: HTTPRequestHead?
-    private var body = ByteBuffer()
-
-    init(checker: RequestChecker) {
-        self.checker = checker
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .head(let head):
-            self.head = head
-        case .body(var part):
-            body.writeBuffer(&part)
-        case .end:
-            guard let head else { return }
-            let (status, reason) = checker.answer(head: head, body: body)
-            var headers = HTTPHeaders()
-            headers.add(name: "apns-id", value: head.headers.first(name: "apns-id") ?? UUID().uuidString)
-            var answer = ByteBuffer()
-            if let reason {
-                headers.add(name: "content-type", value: "application/json")
-                answer.writeString(#"{"reason":"\#(reason)"}"#)
-            }
-            headers.add(name: "content-length", value: "\(answer.readableBytes)")
-            context.write(
-                wrapOutboundOut(
-                    .head(HTTPResponseHead(version: head.version, status: .init(statusCode: status), headers: headers))),
-                promise: nil)
-            if answer.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(answer))), promise: nil) }
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        }
     }
 }

@@ -1,47 +1,112 @@
 import BelfryServer
 import BelfryTestServers
+import BelfryWebPush
 import Foundation
 import NIOPosix
 
-// Benchmarks that need Belfry's own code in process. Run through scripts/benchmark_apns.sh.
-// Usage: belfry-bench apns [COUNT] [CONCURRENCY]
-let arguments = CommandLine.arguments.dropFirst()
-guard arguments.first == "apns" else {
-    FileHandle.standardError.write(Data("usage: belfry-bench apns [COUNT] [CONCURRENCY]\n".utf8))
+// Benchmarks and interop helpers that need Belfry's code in process:
+//   belfry-bench apns [COUNT] [CONCURRENCY]   APNs provider vs h2load (scripts/benchmark)
+//   belfry-bench webpush [COUNT] [CONCURRENCY] Web Push encryption and sends, as JSON (scripts/benchmark_webpush.py)
+//   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
+let arguments = Array(CommandLine.arguments.dropFirst())
+func number(_ index: Int, default value: Int) -> Int {
+    arguments.count > index ? Int(arguments[index]) ?? value : value
+}
+
+switch arguments.first {
+case "apns":
+    try await benchmarkAPNs(count: number(1, default: 20_000), concurrency: number(2, default: 100))
+case "webpush":
+    try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: number(2, default: 100))
+case "webpush-interop":
+    webPushInterop()
+default:
+    FileHandle.standardError.write(
+        Data("usage: belfry-bench apns|webpush [COUNT] [CONCURRENCY] | webpush-interop\n".utf8))
     exit(2)
 }
-let count = arguments.dropFirst().first.flatMap(Int.init) ?? 20_000
-let concurrency = arguments.dropFirst(2).first.flatMap(Int.init) ?? 100
 
-let server = try await APNsTestServer(records: false)
-let apns = ServerConfiguration.APNs(
-    keyPEM: server.keyPEM, keyID: server.keyID, teamID: server.teamID, topic: "org.example.reader", url: server.url)
-let result = try await APNsBenchmark.run(
-    count: count, concurrency: concurrency, apns: apns, extraCertificatesPEM: server.authority.certificatePEM,
-    eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
-print(
-    "belfry: \(result.sent) sent, \(result.failed) failed in \(String(format: "%.3f", result.seconds)) s: \(Int(Double(result.sent) / result.seconds)) pushes/s (concurrency \(concurrency))"
-)
+func benchmarkAPNs(count: Int, concurrency: Int) async throws {
+    let server = try await APNsTestServer(records: false)
+    let apns = ServerConfiguration.APNs(
+        keyPEM: server.keyPEM, keyID: server.keyID, teamID: server.teamID, topic: "org.example.reader", url: server.url)
+    let result = try await APNsBenchmark.run(
+        count: count, concurrency: concurrency, apns: apns, extraCertificatesPEM: server.authority.certificatePEM,
+        eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    print(
+        "belfry: \(result.sent) sent, \(result.failed) failed in \(String(format: "%.3f", result.seconds)) s: "
+            + "\(Int(Double(result.sent) / result.seconds)) pushes/s (concurrency \(concurrency))")
 
-// The same requests from h2load, against the same server, over one connection.
-let payloadPath = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-apns-payload.json").path
-try result.payload.write(to: URL(fileURLWithPath: payloadPath))
-let h2load = Process()
-h2load.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
-h2load.arguments =
-    ["-n", "\(count)", "-c", "1", "-m", "\(concurrency)", "-d", payloadPath]
-    + result.headers.flatMap { ["-H", "\($0.0): \($0.1)"] } + ["\(server.url)\(result.path)"]
-let pipe = Pipe()
-h2load.standardOutput = pipe
-try h2load.run()
-let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-h2load.waitUntilExit()
-let line = output.split(separator: "\n").first { $0.contains("req/s") && $0.contains("finished in") }
-let succeeded = output.split(separator: "\n").first { $0.hasPrefix("status codes:") }
-print("h2load: \(line.map(String.init) ?? "no result:\n\(output)")")
-print("h2load \(succeeded.map(String.init) ?? "")")
-if let line, let match = line.firstMatch(of: /([0-9.]+) req\/s/), let rate = Double(match.output.1) {
-    let ratio = Double(result.sent) / result.seconds / rate
-    print("ratio belfry/h2load: \(String(format: "%.2f", ratio)) (target: at least 0.50)")
+    // The same requests from h2load, against the same server, over one connection.
+    let payloadPath = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-apns-payload.json").path
+    try result.payload.write(to: URL(fileURLWithPath: payloadPath))
+    let h2load = Process()
+    h2load.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
+    h2load.arguments =
+        ["-n", "\(count)", "-c", "1", "-m", "\(concurrency)", "-d", payloadPath]
+        + result.headers.flatMap { ["-H", "\($0.0): \($0.1)"] } + ["\(server.url)\(result.path)"]
+    let pipe = Pipe()
+    h2load.standardOutput = pipe
+    try h2load.run()
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    h2load.waitUntilExit()
+    let lines = output.split(separator: "\n")
+    let line = lines.first { $0.contains("req/s") && $0.contains("finished in") }
+    print("h2load: \(line.map(String.init) ?? "no result:\n\(output)")")
+    print("h2load \(lines.first { $0.hasPrefix("status codes:") }.map(String.init) ?? "")")
+    if let line, let match = line.firstMatch(of: /([0-9.]+) req\/s/), let rate = Double(match.output.1) {
+        let ratio = Double(result.sent) / result.seconds / rate
+        print("ratio belfry/h2load: \(String(format: "%.2f", ratio)) (target: at least 0.50)")
+    }
+    await server.shutdown()
 }
-await server.shutdown()
+
+func benchmarkWebPush(count: Int, concurrency: Int) async throws {
+    let endpoint = try await WebPushTestEndpoint(records: false)
+    let subscriber = endpoint.subscribe("bench")
+    let payload = WebPushBenchmark.samplePayload()
+    let encryptSeconds = try WebPushBenchmark.encrypt(
+        payload, count: count, p256dh: subscriber.p256dh, auth: subscriber.auth)
+    let (accepted, sendSeconds) = try await WebPushBenchmark.send(
+        payload, count: count, concurrency: concurrency, endpoint: subscriber.endpoint, p256dh: subscriber.p256dh,
+        auth: subscriber.auth, extraCertificatesPEM: endpoint.authority.certificatePEM,
+        eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    let report: [String: Any] = [
+        "payload": Base64URL.encode(payload), "count": count, "encrypt_seconds": encryptSeconds,
+        "sent": accepted, "send_seconds": sendSeconds, "concurrency": concurrency,
+    ]
+    print(String(decoding: try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys]), as: UTF8.self))
+    await endpoint.shutdown()
+}
+
+/// Reads {"p256dh", "auth", "plaintext" (base64url), "padding"?, "audience", "subject"} on stdin;
+/// writes {"ciphertext" (base64url), "authorization"}, signing with a new VAPID key.
+func webPushInterop() {
+    struct Request: Decodable {
+        let p256dh: String
+        let auth: String
+        let plaintext: String
+        let padding: Int?
+        let audience: String
+        let subject: String
+    }
+    struct Response: Encodable {
+        let ciphertext: String
+        let authorization: String
+    }
+    do {
+        let request = try JSONDecoder().decode(Request.self, from: FileHandle.standardInput.readDataToEndOfFile())
+        guard let plaintext = Base64URL.decode(request.plaintext) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "plaintext is not base64url"))
+        }
+        let keys = try WebPushSubscriberKeys(p256dh: request.p256dh, auth: request.auth)
+        let ciphertext = try WebPushEncryption.encrypt(plaintext, for: keys, padding: request.padding ?? 0)
+        let authorization = try VAPIDKey().authorization(
+            audience: request.audience, subject: request.subject, expiration: Date().addingTimeInterval(12 * 3600))
+        let response = Response(ciphertext: Base64URL.encode(ciphertext), authorization: authorization)
+        FileHandle.standardOutput.write(try JSONEncoder().encode(response))
+    } catch {
+        FileHandle.standardError.write(Data("webpush-interop: \(error)\n".utf8))
+        exit(1)
+    }
+}

@@ -6,6 +6,7 @@ import Foundation
 enum ServerSecrets {
     static let developmentKeyDigest = "development_api_key_sha256"
     static let tokenSecret = "user_token_secret"
+    static let vapidPrivateKey = "vapid_private_key_pem"
 
     /// The stored secret `name`, or a new one from `make` if there is none yet.
     /// - Returns: the value, and whether this call created it.

@@ -28,6 +28,12 @@ public struct ServerConfiguration: Sendable {
     public var webhook: Webhook?
     /// The APNs provider's token key and ids; `nil` turns APNs off.
     public var apns: APNs?
+    /// Web Push: the VAPID contact (`mailto:` or `https:`), required for sending; `nil` turns Web Push off.
+    public var vapidSubject: String?
+    /// The VAPID signing key (PEM); `nil` means one is created and kept in the database.
+    public var vapidKeyPEM: String?
+    /// Accept `http://` push endpoints on loopback (local test endpoints only).
+    public var webPushAllowsLoopbackHTTP: Bool
     /// Certificates (PEM) trusted for outbound TLS besides the system's, for test servers and corporate proxies.
     public var extraCertificatesPEM: String?
 
@@ -74,7 +80,10 @@ public struct ServerConfiguration: Sendable {
         retentionDays: Int = 90,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
-        extraCertificatesPEM: String? = nil
+        extraCertificatesPEM: String? = nil,
+        vapidSubject: String? = nil,
+        vapidKeyPEM: String? = nil,
+        webPushAllowsLoopbackHTTP: Bool = false
     ) {
         self.hostname = hostname
         self.port = port
@@ -90,6 +99,9 @@ public struct ServerConfiguration: Sendable {
         self.webhook = webhook
         self.apns = apns
         self.extraCertificatesPEM = extraCertificatesPEM
+        self.vapidSubject = vapidSubject
+        self.vapidKeyPEM = vapidKeyPEM
+        self.webPushAllowsLoopbackHTTP = webPushAllowsLoopbackHTTP
     }
 
     /// Values given on the command line; `nil` when a flag was not given.
@@ -112,7 +124,8 @@ public struct ServerConfiguration: Sendable {
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
         "max_body_bytes", "webhook_url", "webhook_secret", "retention_days", "apns_key_path", "apns_key_id",
-        "apns_team_id", "apns_topic", "apns_url", "extra_ca_file",
+        "apns_team_id", "apns_topic", "apns_url", "extra_ca_file", "vapid_subject", "vapid_private_key_path",
+        "webpush_allow_http_loopback",
     ]
 
     /// Resolves the configuration.
@@ -277,12 +290,38 @@ public struct ServerConfiguration: Sendable {
             }.mapError { .init("expected PEM certificates, but \($0.message)") }
         }
 
+        let vapidSubject = pick(env: "BELFRY_VAPID_SUBJECT", file: "vapid_subject") {
+            text -> Result<String, ConfigurationProblem> in
+            let lowered = text.lowercased()
+            let valid =
+                (lowered.hasPrefix("mailto:") && text.dropFirst(7).contains("@"))
+                || (lowered.hasPrefix("https:") && URL(string: text)?.host?.isEmpty == false)
+            return valid
+                ? .success(text)
+                : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
+        }
+        let vapidKey = pick(env: "BELFRY_VAPID_PRIVATE_KEY_PATH", file: "vapid_private_key_path") { path in
+            readPEM(path, readFile: readFile) { pem in
+                _ = try P256.Signing.PrivateKey(pemRepresentation: pem)
+            }.mapError { .init("expected a P-256 private key (PEM), but \($0.message)") }
+        }
+        let allowLoopbackHTTP =
+            pick(env: "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK", file: "webpush_allow_http_loopback") {
+                text -> Result<Bool, ConfigurationProblem> in
+                switch text.lowercased() {
+                case "true", "1", "yes": .success(true)
+                case "false", "0", "no": .success(false)
+                default: .failure(.init("expected true or false, got \"\(text)\""))
+                }
+            } ?? false
+
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
-            retentionDays: retentionDays, webhook: webhook, apns: apns, extraCertificatesPEM: extraCertificates)
+            retentionDays: retentionDays, webhook: webhook, apns: apns, extraCertificatesPEM: extraCertificates,
+            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP)
     }
 
     /// Reads a PEM file and checks it with `parse`.
@@ -312,11 +351,12 @@ public struct ServerConfiguration: Sendable {
     }
 
     /// A file value as the text an environment variable would hold: strings as they are,
-    /// whole numbers in decimal, lists of strings joined with commas.
+    /// booleans as true or false, whole numbers in decimal, lists of strings joined with commas.
     private static func text(of node: ConfigNode) -> String? {
         switch node.value {
         case .none, .some(.null): return nil
         case .some(.string(let text)): return text
+        case .some(.bool(let value)): return value ? "true" : "false"
         case .some(.number(let number)) where number.rounded() == number && abs(number) < 1e15:
             return String(Int(number))
         case .some(.array(let elements)):

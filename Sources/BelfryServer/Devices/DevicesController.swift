@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryWebPush
 import Fluent
 import Foundation
 import Vapor
@@ -10,6 +11,20 @@ struct DevicesController: RouteCollection {
         devices.post(use: register)
         devices.get(use: list)
         devices.delete(":device_id", use: remove)
+        routes.get("v1", "webpush", "vapid-public-key", use: vapidPublicKey)
+    }
+
+    /// The key browsers pass as `applicationServerKey` to `PushManager.subscribe`. No auth: it is public.
+    @Sendable func vapidPublicKey(req: Request) async throws -> Response {
+        guard req.belfry.settings.vapidSubject != nil else {
+            throw BelfryError.notFound(
+                "web_push_off", "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
+        }
+        struct Key: Encodable {
+            var publicKey: String
+            enum CodingKeys: String, CodingKey { case publicKey = "public_key" }
+        }
+        return try Response.json(Key(publicKey: req.belfry.vapidKey.publicKeyBase64URL))
     }
 
     @Sendable func register(req: Request) async throws -> Response {
@@ -21,7 +36,7 @@ struct DevicesController: RouteCollection {
                 "subscription", "user_agent",
             ],
             nested: ["settings": ["alert", "sound", "badge"], "subscription": ["endpoint", "keys", "expirationTime"]])
-        let registration = try Self.validate(body)
+        let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
         let (device, created) = try await DeviceStore(context: req.belfry).register(
             registration, userID: try user.requireID(), on: req.db)
         req.logger.info(
@@ -53,7 +68,7 @@ struct DevicesController: RouteCollection {
     }
 
     /// Checks a registration and turns it into what is stored.
-    static func validate(_ body: DeviceRegistration) throws -> DeviceStore.Registration {
+    static func validate(_ body: DeviceRegistration, allowingLoopbackHTTP: Bool) throws -> DeviceStore.Registration {
         func check(_ value: String?, _ field: String, max: Int) throws {
             guard let value else { return }
             guard !value.isEmpty, value.count <= max else {
@@ -90,7 +105,36 @@ struct DevicesController: RouteCollection {
                 authorization: authorization, settings: body.settings ?? PushSettings(), locale: body.locale,
                 appVersion: body.appVersion, userAgent: body.userAgent)
         case .webPush:
-            throw BelfryError.invalid("web_push devices are not accepted yet: this server has no Web Push channel")
+            guard let subscription = body.subscription else {
+                throw BelfryError.invalid(
+                    "field \"subscription\" is required for web_push devices: the browser's PushSubscription.toJSON()")
+            }
+            for (value, field) in [(body.token, "token"), (body.environment?.rawValue, "environment")]
+            where value != nil {
+                throw BelfryError.invalid("field \"\(field)\" is for apns devices")
+            }
+            let endpoint = subscription.endpoint
+            guard endpoint.count <= 2048, let url = URL(string: endpoint), let host = url.host, !host.isEmpty,
+                url.scheme == "https" || (url.scheme == "http" && allowingLoopbackHTTP && Self.isLoopback(host))
+            else {
+                throw BelfryError.invalid(
+                    "field \"subscription.endpoint\" must be an https URL of at most 2048 characters"
+                        + (allowingLoopbackHTTP ? " (or http on loopback)" : ""))
+            }
+            do {
+                _ = try WebPushSubscriberKeys(p256dh: subscription.keys.p256dh, auth: subscription.keys.auth)
+            } catch {
+                throw BelfryError.invalid("field \"subscription.\(error.field)\": \(error.description)")
+            }
+            return DeviceStore.Registration(
+                platform: .webPush, address: endpoint, p256dh: subscription.keys.p256dh,
+                authSecret: subscription.keys.auth, authorization: body.authorization ?? .authorized,
+                settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
+                userAgent: body.userAgent)
         }
+    }
+
+    private static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
 }

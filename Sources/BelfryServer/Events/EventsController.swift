@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryWebPush
 import Fluent
 import Foundation
 import SQLKit
@@ -158,13 +159,8 @@ struct EventsController: RouteCollection {
                 calendar = rule
             }
         }
-        if problems.isEmpty,
-            let size = largestPushPayload(event, category: category, tenant: tenant, data: data, workspace: workspace),
-            size > APNsPayload.maxSize
-        {
-            problems.append(
-                "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
-                    + "shorten the content or the data")
+        if problems.isEmpty {
+            problems += pushSizeProblems(event, category: category, tenant: tenant, data: data, workspace: workspace)
         }
         if !problems.isEmpty {
             throw BelfryError.invalid(problems.joined(separator: "; "))
@@ -181,15 +177,30 @@ struct EventsController: RouteCollection {
     /// Four weeks, the longest any push service keeps a message.
     static let maxTTL = 28 * 86_400
 
-    /// The largest APNs payload this event can make, when its category has an APNs channel.
-    private static func largestPushPayload(
+    /// The event is refused when the largest push it can make (every field, a large badge) is
+    /// over what a push channel of its category takes: 4096 bytes of APNs payload, or 4096
+    /// bytes of encrypted Web Push body.
+    private static func pushSizeProblems(
         _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
-    ) -> Int? {
-        guard category.channels.contains(where: { workspace.channel($0.channel)?.kind == .apns }) else { return nil }
-        return APNsPayload.largestSize(
-            APNsContent(
-                deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
-                title: event.content.title, body: event.content.body, url: event.content.url,
-                imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds))
+    ) -> [String] {
+        let kinds = Set(category.channels.compactMap { workspace.channel($0.channel)?.kind })
+        let content = PushContent(
+            deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
+            title: event.content.title, body: event.content.body, url: event.content.url,
+            imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
+        var problems: [String] = []
+        if kinds.contains(.apns), case let size = APNsPayload.largestSize(content), size > APNsPayload.maxSize {
+            problems.append(
+                "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
+                    + "shorten the content or the data")
+        }
+        if kinds.contains(.webPush), case let size = WebPushMessage.largestEncryptedSize(content),
+            size > WebPushEncryption.maxPayloadSize
+        {
+            problems.append(
+                "the encrypted Web Push message would be \(size) bytes; push services take at most "
+                    + "\(WebPushEncryption.maxPayloadSize): shorten the content or the data")
+        }
+        return problems
     }
 }

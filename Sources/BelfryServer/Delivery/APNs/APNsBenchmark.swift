@@ -36,7 +36,7 @@ public enum APNsBenchmark {
             environment: .production, authorization: .authorized, settings: PushSettings(), createdAt: Date(),
             updatedAt: Date())
         func request() -> APNsRequest {
-            let content = APNsContent(
+            let content = PushContent(
                 deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "enwiki",
                 title: "Ada mentioned you", body: "in Talk:Bell tower: what do you think, @Grace?",
                 url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())

@@ -39,7 +39,7 @@ struct APNsChannel: DeliveryChannel {
             let event = try await db.sql.select().columns("image_url", "ttl_seconds").from("events")
                 .where("id", .equal, job.eventID).first()
             let unread = try await InboxStore(context: context).counts(userID: job.userID, tenant: nil, on: db).unread
-            let content = APNsContent(
+            let content = PushContent(
                 deliveryID: job.id, notificationID: job.notificationID, category: category, tenant: job.tenant,
                 title: job.title, body: job.body, url: job.url,
                 imageURL: try event?.decode(column: "image_url", as: String?.self), data: job.data,

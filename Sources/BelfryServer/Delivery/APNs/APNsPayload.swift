@@ -10,8 +10,8 @@ struct APNsRequest: Sendable {
     var payload: Data
 }
 
-/// What a notification carries to APNs, whatever the device.
-struct APNsContent: Sendable {
+/// What a notification carries to a push channel (APNs, Web Push), whatever the device.
+struct PushContent: Sendable {
     var deliveryID: UUID
     var notificationID: UUID
     var category: CategoryDefinition
@@ -35,7 +35,7 @@ enum APNsPayload {
     /// notifications, or its settings leave nothing to show.
     /// - Parameter unread: the user's unread inbox count now, the app icon's badge.
     static func request(
-        _ content: APNsContent, device: DeviceStore.Device, unread: Int, topic: String
+        _ content: PushContent, device: DeviceStore.Device, unread: Int, topic: String
     ) -> APNsRequest? {
         guard device.authorization.allowsDelivery else { return nil }
         let provisional = device.authorization == .provisional
@@ -88,7 +88,7 @@ enum APNsPayload {
 
     /// The largest payload an event can make: every field a device may get, and a large badge.
     /// Events over `maxSize` are refused when triggered.
-    static func largestSize(_ content: APNsContent) -> Int {
+    static func largestSize(_ content: PushContent) -> Int {
         let device = DeviceStore.Device(
             id: UUID(), userID: UUID(), platform: .apns, address: "", environment: .production,
             authorization: .authorized, settings: PushSettings(), createdAt: Date(), updatedAt: Date())

@@ -1,0 +1,115 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+
+/// A server on a free loopback port speaking HTTP/2 over TLS (ALPN `h2` only), with a
+/// certificate from a test authority; each request is answered by `respond`.
+public final class HTTP2TestServer: Sendable {
+    public struct Request: Sendable {
+        public var method: String
+        public var path: String
+        /// Header names in lower case.
+        public var headers: [String: String]
+        public var body: Data
+    }
+
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [(String, String)]
+        public var body: Data
+
+        public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+        }
+    }
+
+    public let port: Int
+    public let authority: TestCertificateAuthority
+    private let channel: any Channel
+
+    public init(
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        respond: @escaping @Sendable (Request) -> Response
+    ) async throws {
+        let authority = try TestCertificateAuthority()
+        let sslContext = try NIOSSLContext(configuration: authority.serverConfiguration(protocols: ["h2"]))
+        channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
+                }.flatMap {
+                    channel.configureHTTP2Pipeline(
+                        mode: .server,
+                        inboundStreamInitializer: { stream in
+                            stream.eventLoop.makeCompletedFuture {
+                                try stream.pipeline.syncOperations.addHandlers([
+                                    HTTP2FramePayloadToHTTP1ServerCodec(), StreamHandler(respond: respond),
+                                ])
+                            }
+                        }
+                    ).map { _ in }
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        port = channel.localAddress?.port ?? 0
+        self.authority = authority
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    public var url: String { "https://127.0.0.1:\(port)" }
+
+    public func shutdown() async {
+        try? await channel.close()
+        try? FileManager.default.removeItem(atPath: authority.certificatePath)
+    }
+}
+
+/// One HTTP/2 stream: collects the request, then answers it.
+private final class StreamHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let respond: @Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response
+    private var head: HTTPRequestHead?
+    private var body = ByteBuffer()
+
+    init(respond: @escaping @Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response) {
+        self.respond = respond
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            self.head = head
+        case .body(var part):
+            body.writeBuffer(&part)
+        case .end:
+            guard let head else { return }
+            let request = HTTP2TestServer.Request(
+                method: head.method.rawValue, path: head.uri,
+                headers: Dictionary(
+                    head.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first }),
+                body: Data(body.readableBytesView))
+            let response = respond(request)
+            var headers = HTTPHeaders(response.headers)
+            headers.replaceOrAdd(name: "content-length", value: "\(response.body.count)")
+            context.write(
+                wrapOutboundOut(
+                    .head(
+                        HTTPResponseHead(
+                            version: head.version, status: .init(statusCode: response.status), headers: headers))
+                ), promise: nil)
+            if !response.body.isEmpty {
+                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
+            }
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import Foundation
+
+/// Base64url (RFC 4648 §5) as used by Web Push and JOSE: URL-safe alphabet, no padding.
+public enum Base64URL {
+    /// Encodes `bytes` as unpadded base64url.
+    public static func encode(_ bytes: some DataProtocol) -> String {
+        var encoded = Data(bytes).base64EncodedString()
+        encoded = encoded.replacingOccurrences(of: "+", with: "-")
+        encoded = encoded.replacingOccurrences(of: "/", with: "_")
+        while encoded.last == "=" { encoded.removeLast() }
+        return encoded
+    }
+
+    /// Decodes base64url with or without trailing `=` padding.
+    ///
+    /// Returns `nil` for characters outside the base64url alphabet, malformed padding or an impossible length.
+    public static func decode(_ string: String) -> Data? {
+        let bytes = Array(string.utf8)
+        let unpadded = bytes.prefix { $0 != UInt8(ascii: "=") }
+        let padding = bytes.dropFirst(unpadded.count)
+        if !padding.isEmpty {
+            guard padding.count <= 2, padding.allSatisfy({ $0 == UInt8(ascii: "=") }),
+                bytes.count % 4 == 0
+            else { return nil }
+        }
+        guard unpadded.count % 4 != 1, unpadded.allSatisfy(isAlphabet) else { return nil }
+
+        var standard = unpadded.map { byte in
+            switch byte {
+            case UInt8(ascii: "-"): UInt8(ascii: "+")
+            case UInt8(ascii: "_"): UInt8(ascii: "/")
+            default: byte
+            }
+        }
+        standard += repeatElement(UInt8(ascii: "="), count: (4 - standard.count % 4) % 4)
+        return Data(base64Encoded: Data(standard))
+    }
+
+    private static func isAlphabet(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default: false
+        }
+    }
+}
