@@ -186,4 +186,44 @@ struct ServerConfigurationTests {
         }
         #expect("\(partial)".contains("BELFRY_APNS_TEAM_ID"))
     }
+
+    @Test(
+        "Web Push settings: the VAPID subject is a mailto: or https: contact, the key a P-256 PEM, the loopback switch a boolean"
+    )
+    func webPushSettings() throws {
+        let key = P256.Signing.PrivateKey().pemRepresentation
+        let file = """
+            { "server": { "vapid_subject": "mailto:ops@example.org", "webpush_allow_http_loopback": true },
+              "channels": [{ "id": "inbox", "kind": "inbox" }],
+              "categories": [{ "id": "hello", "name": "Hello", "channels": ["inbox"] }],
+              "tenants": [{ "id": "main" }] }
+            """
+        let files = [
+            "belfry.json": file, "vapid.pem": key,
+            "bad.pem": "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----",
+        ]
+        func resolve(_ env: [String: String]) throws(ConfigError) -> ServerConfiguration {
+            try ServerConfiguration.resolve(flags: .init(), environment: env) { path in
+                guard let text = files[path] else { throw CocoaError(.fileReadNoSuchFile) }
+                return Data(text.utf8)
+            }
+        }
+        let fromFile = try resolve(["BELFRY_CONFIG": "belfry.json", "BELFRY_VAPID_PRIVATE_KEY_PATH": "vapid.pem"])
+        #expect(fromFile.vapidSubject == "mailto:ops@example.org")
+        #expect(fromFile.webPushAllowsLoopbackHTTP)
+        #expect(fromFile.vapidKeyPEM == key)
+        let off = try resolve([:])
+        #expect(off.vapidSubject == nil && !off.webPushAllowsLoopbackHTTP && off.vapidKeyPEM == nil)
+
+        let error = try #require(throws: ConfigError.self) {
+            try resolve([
+                "BELFRY_VAPID_SUBJECT": "ops@example.org", "BELFRY_VAPID_PRIVATE_KEY_PATH": "bad.pem",
+                "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK": "sometimes",
+            ])
+        }
+        let text = "\(error)"
+        #expect(text.contains("BELFRY_VAPID_SUBJECT") && text.contains("mailto:"))
+        #expect(text.contains("BELFRY_VAPID_PRIVATE_KEY_PATH") && text.contains("bad.pem"))
+        #expect(text.contains("BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK") && text.contains("true or false"))
+    }
 }

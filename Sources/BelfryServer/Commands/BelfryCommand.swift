@@ -117,6 +117,7 @@ struct ServeCommand: AsyncParsableCommand {
                   API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
                   workers:  \(noWorkers ? "off (--no-workers)" : "fan-out and delivery")
                   apns:     \(settings.apns.map { "key \($0.keyID), team \($0.teamID), \($0.url.map(origin) ?? "Apple's hosts")" } ?? "off (set BELFRY_APNS_KEY_PATH, BELFRY_APNS_KEY_ID and BELFRY_APNS_TEAM_ID)")
+                  web push: \(settings.vapidSubject.map { "on (VAPID subject \($0))" } ?? "off (set BELFRY_VAPID_SUBJECT)")
                   webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
                 """)
             try await app.startup()
