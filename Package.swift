@@ -12,6 +12,7 @@ let package = Package(
         .executable(name: "belfry", targets: ["belfry"]),
         .library(name: "BelfryCore", targets: ["BelfryCore"]),
         .library(name: "BelfryServer", targets: ["BelfryServer"]),
+        .library(name: "BelfryClient", targets: ["BelfryClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/vapor.git", from: "4.122.3"),
@@ -34,6 +35,8 @@ let package = Package(
         // Foundation-only wire types, workspace config and the preference rule,
         // shared by the server and the client SDK.
         .target(name: "BelfryCore", swiftSettings: swiftSettings),
+        // The SDK an app embeds: Foundation and BelfryCore only, for Linux and Apple platforms.
+        .target(name: "BelfryClient", dependencies: ["BelfryCore"], swiftSettings: swiftSettings),
         .target(
             name: "BelfryServer",
             dependencies: [
@@ -102,6 +105,11 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             resources: [.copy("Fixtures")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryClientTests",
+            dependencies: ["BelfryClient", "BelfryCore", "BelfryTestSupport"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,69 @@
+import Foundation
+
+/// An error from the Belfry SDK: a stable `code`, a message for people, and what caused it.
+///
+/// Server errors keep the server's `{"error": {"code", "message"}}`; codes this SDK version
+/// does not know are kept as they are, so newer servers never break older apps.
+public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A stable, machine-readable error code.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// The request never got an answer (offline, timed out, connection lost).
+        public static let network = Code(rawValue: "network")
+        /// The answer was not what the API describes.
+        public static let invalidResponse = Code(rawValue: "invalid_response")
+        /// No token was available, or the server refused it even after a refresh.
+        public static let unauthorized = Code(rawValue: "unauthorized")
+        public static let tokenExpired = Code(rawValue: "token_expired")
+        public static let invalidToken = Code(rawValue: "invalid_token")
+        /// The item cannot be changed by users (refused locally, without a request).
+        public static let notEditable = Code(rawValue: "not_editable")
+        /// Someone else changed the preferences first (HTTP 412).
+        public static let preconditionFailed = Code(rawValue: "precondition_failed")
+        public static let notFound = Code(rawValue: "not_found")
+        public static let invalidRequest = Code(rawValue: "invalid_request")
+    }
+
+    public var code: Code
+    public var message: String
+    /// The HTTP status, when the server answered.
+    public var status: Int?
+    /// What caused it, such as a `URLError`.
+    public var underlying: (any Error & Sendable)?
+
+    public init(code: Code, message: String, status: Int? = nil, underlying: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.status = status
+        self.underlying = underlying
+    }
+
+    public var description: String {
+        status.map { "\(code) (HTTP \($0)): \(message)" } ?? "\(code): \(message)"
+    }
+
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.code == rhs.code && lhs.message == rhs.message && lhs.status == rhs.status
+    }
+
+    /// The error a server answer carries, from its JSON error body when it has one.
+    static func server(status: Int, body: Data) -> BelfryClientError {
+        struct Body: Decodable {
+            struct Inner: Decodable {
+                var code: String
+                var message: String
+            }
+            var error: Inner
+        }
+        if let decoded = try? JSONDecoder().decode(Body.self, from: body) {
+            return BelfryClientError(
+                code: Code(rawValue: decoded.error.code), message: decoded.error.message, status: status)
+        }
+        let text = String(decoding: body.prefix(200), as: UTF8.self)
+        return BelfryClientError(
+            code: .invalidResponse, message: "HTTP \(status)\(text.isEmpty ? "" : ": \(text)")", status: status)
+    }
+}
