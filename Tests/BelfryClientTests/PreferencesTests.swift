@@ -91,7 +91,10 @@ struct PreferencesTests {
         #expect(writes.count == 1)
         #expect(
             Set(try changes(of: writes[0]))
-                == [.category("mention", .optOut), .category("edit-thank", .optOut), .overallChannel("email", .required)])
+                == [
+                    .category("mention", .optOut), .category("edit-thank", .optOut),
+                    .overallChannel("email", .required),
+                ])
         #expect(belfry.preferences.data?.channelPreferences?.first { $0.channel == "email" }?.isRestricted == true)
     }
 

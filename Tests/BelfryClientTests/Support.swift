@@ -80,6 +80,11 @@ final class FakeTransport: HTTPTransport, @unchecked Sendable {
         var headers: [String: String]
         var body: Data?
 
+        /// A header, whatever the case of its name.
+        func header(_ name: String) -> String? {
+            headers.first { $0.key.caseInsensitiveCompare(name) == .orderedSame }?.value
+        }
+
         var json: [String: Any] {
             body.flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] } ?? [:]
         }
@@ -125,14 +130,19 @@ final class FakeTransport: HTTPTransport, @unchecked Sendable {
         let recorded = record(request)
         let handler = lock.withLock { self.handler }
         let (status, headers, body) = try handler(recorded)
-        return (body, HTTPURLResponse(url: request.url!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!)
+        return (
+            body,
+            HTTPURLResponse(url: request.url!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: headers)!
+        )
     }
 
     func stream(for request: URLRequest) async throws -> (HTTPURLResponse, AsyncThrowingStream<Data, any Error>) {
         let recorded = record(request)
         guard let streamHandler else { throw URLError(.unsupportedURL) }
         let (status, chunks) = try streamHandler(recorded)
-        return (HTTPURLResponse(url: request.url!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: [:])!, chunks)
+        return (
+            HTTPURLResponse(url: request.url!, statusCode: status, httpVersion: "HTTP/1.1", headerFields: [:])!, chunks
+        )
     }
 }
 
@@ -155,6 +165,20 @@ final class CountingTokens: TokenProvider, @unchecked Sendable {
 }
 
 enum Fixtures {
+    /// Counts calls from any thread: 1, 2, 3, …
+    final class Counter: @unchecked Sendable {
+        // @unchecked: `value` is only touched under `lock`.
+        private let lock = NSLock()
+        private var value = 0
+
+        func next() -> Int {
+            lock.withLock {
+                value += 1
+                return value
+            }
+        }
+    }
+
     /// Two sections (one unnamed), an uneditable category, and two overall channels.
     static let preferences = PreferenceData(
         sections: [
@@ -187,7 +211,9 @@ enum Fixtures {
         ])
 
     static func json(_ value: some Encodable) -> Data {
-        (try? JSONEncoder().encode(value)) ?? Data()
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        return (try? encoder.encode(value)) ?? Data()
     }
 
     /// A fake server for preferences: GET answers `state`, changes apply to it.
@@ -207,7 +233,11 @@ enum Fixtures {
             }
             if !failures.isEmpty {
                 let status = failures.removeFirst()
-                return (status, [:], Data(#"{"error":{"code":"\#(status == 412 ? "precondition_failed" : "boom")","message":"no"}}"#.utf8))
+                return (
+                    status, [:],
+                    Data(
+                        #"{"error":{"code":"\#(status == 412 ? "precondition_failed" : "boom")","message":"no"}}"#.utf8)
+                )
             }
             let body = try JSONDecoder().decode(PreferenceChangesRequest.self, from: request.body ?? Data())
             for change in body.changes { try? state.apply(change) }

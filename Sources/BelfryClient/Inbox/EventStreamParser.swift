@@ -27,11 +27,15 @@ struct EventStreamParser {
             var line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
             var next = buffer.index(after: newline)
             // CRLF counts as one line ending.
-            if buffer[newline] == 0x0D, next < buffer.endIndex, buffer[next] == 0x0A { next = buffer.index(after: next) }
+            if buffer[newline] == 0x0D, next < buffer.endIndex, buffer[next] == 0x0A {
+                next = buffer.index(after: next)
+            }
             buffer = Data(buffer[next...])
             if line.isEmpty {
                 if !data.isEmpty {
-                    events.append(ServerSentEvent(id: id, event: event.isEmpty ? "message" : event, data: data.joined(separator: "\n")))
+                    events.append(
+                        ServerSentEvent(
+                            id: id, event: event.isEmpty ? "message" : event, data: data.joined(separator: "\n")))
                 }
                 event = ""
                 data = []

@@ -78,7 +78,9 @@ public final class Inbox: Sendable {
     /// Marks every notification (of a tenant or category, if given) read.
     /// - Returns: the counts afterwards.
     @discardableResult
-    public func markAllRead(tenant: String? = nil, category: String? = nil) async throws(BelfryClientError)
+    public func markAllRead(
+        tenant: String? = nil, category: String? = nil
+    ) async throws(BelfryClientError)
         -> InboxCounts
     {
         struct Answer: Decodable { var counts: InboxCounts }
@@ -155,7 +157,8 @@ public final class Inbox: Sendable {
                 if Task.isCancelled { break }
                 failures += 1
                 let ceiling = min(maxReconnectDelay, pow(2, Double(failures - 1)))
-                let delay = parser.retry.map { max($0, ceiling / 2) } ?? ceiling / 2 + Double.random(in: 0...(ceiling / 2))
+                let delay =
+                    parser.retry.map { max($0, ceiling / 2) } ?? ceiling / 2 + Double.random(in: 0...(ceiling / 2))
                 continuation.yield(.disconnected(error, retryIn: delay))
                 do {
                     try await api.clock.sleep(for: delay)

@@ -110,7 +110,9 @@ public final class Preferences {
     }
 
     /// Turns a category on (`optIn`) or off (`optOut`) for the current tenant.
-    public func updateCategoryPreference(category: String, preference: PreferenceOptions) async
+    public func updateCategoryPreference(
+        category: String, preference: PreferenceOptions
+    ) async
         -> PreferenceAPIResponse
     {
         change(.category(category, preference))
@@ -124,7 +126,9 @@ public final class Preferences {
     }
 
     /// Sets a channel to every category (`all`) or only the categories that require it (`required`).
-    public func updateOverallChannelPreference(channel: String, preference: ChannelLevelPreferenceOptions) async
+    public func updateOverallChannelPreference(
+        channel: String, preference: ChannelLevelPreferenceOptions
+    ) async
         -> PreferenceAPIResponse
     {
         change(.overallChannel(channel, preference))
@@ -257,7 +261,7 @@ public final class Preferences {
                 show(result.preferences, key: key, confirmedEtag: result.etag)
                 emitter.emit(.preferencesUpdated(tenants[key]?.shown ?? result.preferences, tenant: Self.tenant(key)))
                 return
-            } catch where error.status == 412 && attempt < Self.maxStaleRetries {
+            } catch  where error.status == 412 && attempt < Self.maxStaleRetries {
                 // Someone else wrote first: read what they wrote, and apply the user's changes to it.
                 attempt += 1
                 do throws(BelfryClientError) {

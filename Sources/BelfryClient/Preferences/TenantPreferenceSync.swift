@@ -35,7 +35,7 @@ public final class TenantPreferenceSync {
     @ObservationIgnored private let api: BelfryAPI
     @ObservationIgnored private let store: any KeyValueStore
     @ObservationIgnored private let jitter: @Sendable () -> Double
-    @ObservationIgnored private var timer: Task<Void, Never>?
+    @ObservationIgnored private var timer: (task: Task<Void, Never>, deadline: Date)?
     @ObservationIgnored private var running: Task<Void, Never>?
     static let storeKey = "belfry.tenant-sync.queue.v1"
     static let baseDelay: TimeInterval = 2
@@ -49,7 +49,7 @@ public final class TenantPreferenceSync {
     }
 
     isolated deinit {
-        timer?.cancel()
+        timer?.task.cancel()
     }
 
     /// After login: takes the user's tenants and resumes copies left from an earlier run.
@@ -83,15 +83,23 @@ public final class TenantPreferenceSync {
     }
 
     /// Turns one channel of a type on or off on every tenant at once.
-    public func setChannel(_ channel: String, in category: String, _ preference: PreferenceOptions) async throws(
-        BelfryClientError
-    ) {
+    public func setChannel(
+        _ channel: String, in category: String, _ preference: PreferenceOptions
+    ) async throws(BelfryClientError) {
         try await write([.channelInCategory(channel: channel, category: category, preference)], to: tenants)
     }
 
-    /// Waits for copies under way (tests, and apps that want to know).
+    /// Waits for copies under way, and for those whose time has come (tests advance their clock first).
     public func settled() async {
-        await running?.value
+        while true {
+            if let running {
+                await running.value
+            } else if let timer, timer.deadline <= api.clock.now() {
+                await timer.task.value
+            } else {
+                return
+            }
+        }
     }
 
     // MARK: Copying to new tenants
@@ -101,6 +109,11 @@ public final class TenantPreferenceSync {
         _ = try await api.send(
             "POST", "v1/me/preferences/changes", body: PreferenceChangesRequest(tenants: tenants, changes: changes),
             idempotent: true)
+    }
+
+    private func timerFired() async {
+        timer = nil
+        await runDue()
     }
 
     /// Runs every copy that is due, then waits for the next one.
@@ -159,7 +172,8 @@ public final class TenantPreferenceSync {
     }
 
     private func scheduleNext() {
-        timer?.cancel()
+        timer?.task.cancel()
+        timer = nil
         let next = states.values.compactMap { state -> Date? in
             switch state {
             case .pending(_, let date), .failed(_, _, let date): date
@@ -167,14 +181,15 @@ public final class TenantPreferenceSync {
             }
         }.min()
         guard let next else { return }
-        timer = Task { [weak self, clock = api.clock] in
+        let task = Task { [weak self, clock = api.clock] in
             do {
                 try await clock.sleep(until: next)
             } catch {
                 return
             }
-            await self?.runDue()
+            await self?.timerFired()
         }
+        timer = (task, next)
     }
 
     // MARK: The persisted queue

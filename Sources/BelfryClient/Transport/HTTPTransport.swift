@@ -27,7 +27,8 @@ public final class URLSessionTransport: HTTPTransport {
         return (data, http)
     }
 
-    public func stream(for request: URLRequest) async throws -> (HTTPURLResponse, AsyncThrowingStream<Data, any Error>) {
+    public func stream(for request: URLRequest) async throws -> (HTTPURLResponse, AsyncThrowingStream<Data, any Error>)
+    {
         let delegate = StreamingDelegate()
         let session = URLSession(configuration: .default, delegate: delegate, delegateQueue: nil)
         let task = session.dataTask(with: request)

@@ -21,12 +21,14 @@ extension PreferenceData {
                 })
             else {
                 throw PreferenceChangeError(
-                    kind: .channelNotInCategory, message: "category \"\(categoryID)\" does not use channel \"\(channelID)\"")
+                    kind: .channelNotInCategory,
+                    message: "category \"\(categoryID)\" does not use channel \"\(channelID)\"")
             }
             guard sections?[section].subcategories?[index].channels?[channel].isEditable == true else {
                 throw PreferenceChangeError(
                     kind: .notEditable,
-                    message: "channel \"\(channelID)\" of category \"\(categoryID)\" cannot be changed: it is always used")
+                    message:
+                        "channel \"\(channelID)\" of category \"\(categoryID)\" cannot be changed: it is always used")
             }
             sections?[section].subcategories?[index].channels?[channel].preference = preference
         case .overallChannel(let channelID, let preference):
