@@ -86,7 +86,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "belfry-bench",
-            dependencies: ["BelfryServer", "BelfryTestServers", "BelfryWebPush"],
+            dependencies: ["BelfryServer", "BelfryTestServers", "BelfryWebPush", "BelfryClient"],
             swiftSettings: swiftSettings
         ),
         .target(

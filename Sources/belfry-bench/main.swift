@@ -1,13 +1,20 @@
+import BelfryClient
+import BelfryCore
 import BelfryServer
 import BelfryTestServers
 import BelfryWebPush
 import Foundation
 import NIOPosix
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 // Benchmarks and interop helpers that need Belfry's code in process:
 //   belfry-bench apns [COUNT] [CONCURRENCY]   APNs provider vs h2load (scripts/benchmark)
 //   belfry-bench webpush [COUNT] [CONCURRENCY] Web Push encryption and sends, as JSON (scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
+//   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
 let arguments = Array(CommandLine.arguments.dropFirst())
 func number(_ index: Int, default value: Int) -> Int {
     arguments.count > index ? Int(arguments[index]) ?? value : value
@@ -20,6 +27,8 @@ case "webpush":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: number(2, default: 100))
 case "webpush-interop":
     webPushInterop()
+case "sdk":
+    await benchmarkSDK(toggles: number(1, default: 1_000), categories: number(2, default: 20))
 default:
     FileHandle.standardError.write(
         Data("usage: belfry-bench apns|webpush [COUNT] [CONCURRENCY] | webpush-interop\n".utf8))
@@ -109,4 +118,80 @@ func webPushInterop() {
         FileHandle.standardError.write(Data("webpush-interop: \(error)\n".utf8))
         exit(1)
     }
+}
+
+/// 1 000 rapid toggles across 20 categories, one every 10 ms of (manual) clock time: how many
+/// requests reach the server per 1 s debounce window, and how long each toggle takes to
+/// change the local state.
+@MainActor
+func benchmarkSDK(toggles: Int, categories: Int) async {
+    final class CountingServer: HTTPTransport, @unchecked Sendable {
+        // @unchecked: `writes` is only touched under `lock`.
+        let lock = NSLock()
+        var writes: [Date] = []
+        let clock: ManualClock
+        let data: PreferenceData
+
+        init(clock: ManualClock, categories: Int) {
+            self.clock = clock
+            let subcategories = (0..<categories).map {
+                Category(
+                    name: "Type \($0)", category: "type-\($0)", description: nil, preference: .optIn, isEditable: true,
+                    channels: [CategoryChannel(channel: "push", preference: .optIn, isEditable: true)])
+            }
+            data = PreferenceData(
+                sections: [Section(name: "Types", subcategories: subcategories)],
+                channelPreferences: [ChannelPreference(channel: "push", isRestricted: false)])
+        }
+
+        func data(for request: URLRequest) async throws -> (Data, HTTPURLResponse) {
+            let body: Data
+            if request.httpMethod == "POST" {
+                lock.withLock { writes.append(clock.now()) }
+                body = try JSONEncoder().encode(
+                    PreferenceChangesResponse(results: [.init(tenant: "enwiki", etag: "\"v\"", preferences: data)]))
+            } else {
+                body = try JSONEncoder().encode(data)
+            }
+            return (
+                body,
+                HTTPURLResponse(url: request.url!, statusCode: 200, httpVersion: nil, headerFields: ["ETag": "\"v\""])!
+            )
+        }
+
+        func stream(for request: URLRequest) async throws -> (HTTPURLResponse, AsyncThrowingStream<Data, any Error>) {
+            throw URLError(.unsupportedURL)
+        }
+    }
+
+    let clock = ManualClock()
+    let server = CountingServer(clock: clock, categories: categories)
+    let start = clock.now()
+    let client = BelfryClient(
+        baseURL: URL(string: "https://belfry.invalid")!, tokenProvider: ClosureTokenProvider { _ in "token" },
+        transport: server, clock: clock, store: InMemoryKeyValueStore())
+    _ = await client.preferences.getPreferences(args: .init(tenantId: "enwiki"))
+    var latencies: [Double] = []
+    for index in 0..<toggles {
+        let category = "type-\(index % categories)"
+        let preference: PreferenceOptions = (index / categories).isMultiple(of: 2) ? .optOut : .optIn
+        let started = ContinuousClock.now
+        _ = await client.preferences.updateCategoryPreference(category: category, preference: preference)
+        let elapsed = started.duration(to: .now)
+        latencies.append(Double(elapsed.components.attoseconds) / 1e12 + Double(elapsed.components.seconds) * 1e6)
+        await clock.advance(by: 0.01)
+    }
+    await clock.advance(by: 1)
+    await client.preferences.flush()
+    let writes = server.lock.withLock { server.writes }
+    let windows = Dictionary(grouping: writes) { Int($0.timeIntervalSince(start)) }
+    latencies.sort()
+    let span = Double(toggles) * 0.01
+    print(
+        "\(toggles) toggles across \(categories) categories over \(span) s of clock time: \(writes.count) requests, "
+            + "at most \(windows.values.map(\.count).max() ?? 0) in any 1 s window (target: at most 2)")
+    print(
+        String(
+            format: "local update per toggle: median %.1f µs, p99 %.1f µs (target: median under 50 µs)",
+            latencies[latencies.count / 2], latencies[latencies.count * 99 / 100]))
 }

@@ -296,3 +296,34 @@ struct PreferencesTests {
         #expect(errors.count == 1)
     }
 }
+
+@Suite("BelfryClient stored pending writes")
+struct PendingWritesTests {
+    @Test("every kind of change survives the stored form; lines that do not parse are skipped")
+    func roundTrip() {
+        let writes: [String: [PreferenceChange]] = [
+            "enwiki": [
+                .category("mention", .optOut), .channelInCategory(channel: "ios_push", category: "mention", .optIn),
+            ],
+            "": [.overallChannel("email", .required)],
+        ]
+        #expect(PendingWrites.decode(PendingWrites.encode(writes)) == writes)
+        let damaged = Data(
+            "enwiki\tc\tmention\topt_out\nenwiki\tc\tbroken\nx\tzz\ty\tz\nenwiki\tch\temail\tsometimes\n".utf8)
+        #expect(PendingWrites.decode(damaged) == ["enwiki": [.category("mention", .optOut)]])
+    }
+
+    @Test("the optimistic view applies changes as the server does and refuses what it would refuse")
+    func optimisticView() {
+        var data = Fixtures.preferences
+        #expect(throws: PreferenceChangeError.self) { try data.apply(.category("nope", .optOut)) }
+        #expect(throws: PreferenceChangeError.self) {
+            try data.apply(.channelInCategory(channel: "email", category: "mention", .optOut))
+        }
+        #expect(throws: PreferenceChangeError.self) { try data.apply(.overallChannel("pager", .all)) }
+        #expect(data == Fixtures.preferences, "nothing changed")
+        #expect(data.alreadyHas(.category("mention", .optIn)))
+        #expect(!data.alreadyHas(.category("mention", .optOut)))
+        #expect(!data.alreadyHas(.category("login-fail", .optOut)), "a refused change is never already there")
+    }
+}

@@ -7,69 +7,6 @@ import Foundation
     import FoundationNetworking
 #endif
 
-/// A clock that moves only when a test says so; sleepers wake when it passes their deadline.
-final class ManualClock: ClientClock, @unchecked Sendable {
-    // @unchecked: all state is under `lock`.
-    private let lock = NSLock()
-    private var current: Date
-    private var sleepers: [(deadline: Date, id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
-
-    init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
-        current = start
-    }
-
-    func now() -> Date {
-        lock.lock()
-        defer { lock.unlock() }
-        return current
-    }
-
-    var sleeperCount: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return sleepers.count
-    }
-
-    func sleep(until deadline: Date) async throws {
-        let id = UUID()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                lock.lock()
-                if Task.isCancelled {
-                    lock.unlock()
-                    continuation.resume(throwing: CancellationError())
-                    return
-                }
-                if deadline <= current {
-                    lock.unlock()
-                    continuation.resume()
-                    return
-                }
-                sleepers.append((deadline, id, continuation))
-                lock.unlock()
-            }
-        } onCancel: {
-            lock.lock()
-            let cancelled = sleepers.filter { $0.id == id }
-            sleepers.removeAll { $0.id == id }
-            lock.unlock()
-            cancelled.forEach { $0.continuation.resume(throwing: CancellationError()) }
-        }
-    }
-
-    /// Moves time on and wakes the sleepers whose deadline passed, then lets them run.
-    func advance(by seconds: TimeInterval) async {
-        let due = lock.withLock {
-            current.addTimeInterval(seconds)
-            let due = sleepers.filter { $0.deadline <= current }
-            sleepers.removeAll { $0.deadline <= current }
-            return due
-        }
-        due.forEach { $0.continuation.resume() }
-        for _ in 0..<20 { await Task.yield() }
-    }
-}
-
 /// A transport that answers from a handler and records every request.
 final class FakeTransport: HTTPTransport, @unchecked Sendable {
     // @unchecked: state under `lock`.

@@ -27,12 +27,17 @@ public final class BellBadgeModel {
 
     @ObservationIgnored private let inbox: Inbox
 
+    /// - Parameters:
+    ///   - inbox: where the count comes from (`BelfryClient.inbox`).
+    ///   - isExploreFeedEnabled: the user's explore feed setting.
     public init(inbox: Inbox, isExploreFeedEnabled: Bool = true) {
         self.inbox = inbox
         self.isExploreFeedEnabled = isExploreFeedEnabled
     }
 
+    /// Where the bell is shown now.
     public var placement: Placement { isExploreFeedEnabled ? .exploreFeed : .topBar }
+    /// Whether the bell shows a badge.
     public var showsBadge: Bool { unreadCount > 0 }
     /// The badge's text: the count, capped at "99+"; `nil` when there is no badge.
     public var badgeText: String? {

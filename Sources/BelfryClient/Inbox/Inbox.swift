@@ -9,7 +9,9 @@ import Foundation
 public enum InboxUpdate: Sendable, Equatable {
     /// The bell's counts; sent first on every connection and after every change.
     case counts(InboxCounts)
+    /// A new notification reached the inbox.
     case created(InboxNotification)
+    /// A notification changed (read, seen, archived, answered), here or on another device.
     case updated(InboxNotification)
     /// Another device changed the preferences of `tenant` (`nil`: the user's defaults).
     case preferencesUpdated(tenant: String?, etag: String)
@@ -21,7 +23,14 @@ public enum InboxUpdate: Sendable, Equatable {
 
 /// Which notifications a page lists.
 public enum InboxStatus: String, Sendable, CaseIterable {
-    case unread, read, all, archived
+    /// Not read and not archived.
+    case unread
+    /// Read, not archived.
+    case read
+    /// Everything not archived.
+    case all
+    /// Archived only.
+    case archived
 }
 
 /// The user's inbox: pages of notifications, the bell's counts, marking them, answering
@@ -55,22 +64,27 @@ public final class Inbox: Sendable {
         try await api.send("GET", "v1/me/notifications/counts", query: ["tenant": tenant], idempotent: true).decode()
     }
 
+    /// Marks a notification read (and seen).
     public func markRead(_ id: UUID) async throws(BelfryClientError) -> InboxNotification {
         try await mark(id, "read")
     }
 
+    /// Marks a notification unread again.
     public func markUnread(_ id: UUID) async throws(BelfryClientError) -> InboxNotification {
         try await mark(id, "unread")
     }
 
+    /// Marks a notification seen: the user saw it in the list, without opening it.
     public func markSeen(_ id: UUID) async throws(BelfryClientError) -> InboxNotification {
         try await mark(id, "seen")
     }
 
+    /// Archives a notification: it leaves the list and the counts.
     public func archive(_ id: UUID) async throws(BelfryClientError) -> InboxNotification {
         try await mark(id, "archive")
     }
 
+    /// Brings an archived notification back to the list.
     public func unarchive(_ id: UUID) async throws(BelfryClientError) -> InboxNotification {
         try await mark(id, "unarchive")
     }

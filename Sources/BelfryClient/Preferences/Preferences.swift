@@ -5,14 +5,17 @@ import Observation
 /// The answer of every preference call: the preferences as the user should now see them, or
 /// why not.
 public struct PreferenceAPIResponse: Sendable, Equatable {
+    /// Whether the call succeeded.
     public enum Status: String, Sendable {
         case success
         case error
     }
 
+    /// Whether the call succeeded.
     public var status: Status
     /// The preferences of the tenant, with the change applied (optimistically, for updates).
     public var body: PreferenceData?
+    /// Why the call failed, for `.error`.
     public var error: BelfryClientError?
 
     static func success(_ body: PreferenceData) -> Self { Self(status: .success, body: body, error: nil) }
@@ -70,7 +73,7 @@ public final class Preferences {
     @ObservationIgnored private let store: any KeyValueStore
     @ObservationIgnored private let emitter: BelfryEmitter
     @ObservationIgnored let debounce: TimeInterval
-    static let storeKey = "belfry.preferences.pending.v1"
+    static let storeKey = "belfry.preferences.pending.v2"
     /// Tries of a write the server keeps refusing as stale.
     static let maxStaleRetries = 3
 
@@ -79,8 +82,8 @@ public final class Preferences {
         self.store = store
         self.emitter = emitter
         self.debounce = debounce
-        if let saved = store.data(forKey: Self.storeKey),
-            let changes = try? JSONDecoder().decode([String: [PreferenceChange]].self, from: saved), !changes.isEmpty
+        if let saved = store.data(forKey: Self.storeKey), case let changes = PendingWrites.decode(saved),
+            !changes.isEmpty
         {
             // Written before the app was last killed: send them as soon as the window allows.
             pending = changes
@@ -200,8 +203,8 @@ public final class Preferences {
     }
 
     private func startSending() async {
-        // A send under way also sends what was added meanwhile.
-        guard sending == nil else { return }
+        // One batch at a time: what was added while one is under way waits for it.
+        while let current = sending { await current.value }
         // The task clears `sending` itself, so whoever awaits it sees it gone once it is done.
         let task = Task {
             await self.send()
@@ -228,10 +231,13 @@ public final class Preferences {
 
     // MARK: Talking to the server
 
+    /// Sends what is pending now, one request per tenant; changes made meanwhile wait for
+    /// their own window.
     private func send() async {
-        while let key = pending.first(where: { !$0.value.isEmpty })?.key {
-            let batch = pending.removeValue(forKey: key) ?? []
-            inFlight[key] = batch
+        let batches = pending.filter { !$0.value.isEmpty }
+        pending = [:]
+        for (key, batch) in batches { inFlight[key] = batch }
+        for (key, batch) in batches.sorted(by: { $0.key < $1.key }) {
             await write(batch, key: key)
             inFlight[key] = nil
             persist()
@@ -320,9 +326,52 @@ public final class Preferences {
         var all = inFlight
         for (key, changes) in pending { all[key] = Self.coalesce(all[key] ?? [], with: changes) }
         all = all.filter { !$0.value.isEmpty }
-        store.set(all.isEmpty ? nil : try? JSONEncoder().encode(all), forKey: Self.storeKey)
+        store.set(all.isEmpty ? nil : PendingWrites.encode(all), forKey: Self.storeKey)
     }
 
     private static func key(_ tenant: String?) -> String { tenant ?? "" }
     private static func tenant(_ key: String) -> String? { key.isEmpty ? nil : key }
+}
+
+/// The stored form of pending writes: a line per change, fields separated by tabs
+/// (`tenant`, a kind, ids, the value). Written on every toggle, so it is kept much cheaper
+/// than JSON; ids never contain tabs or line breaks (the workspace's identifier rule).
+enum PendingWrites {
+    static func encode(_ writes: [String: [PreferenceChange]]) -> Data {
+        var text = ""
+        for (tenant, changes) in writes {
+            for change in changes {
+                switch change {
+                case .category(let category, let value):
+                    text += "\(tenant)\tc\t\(category)\t\(value.rawValue)\n"
+                case .channelInCategory(let channel, let category, let value):
+                    text += "\(tenant)\tcc\t\(category)\t\(channel)\t\(value.rawValue)\n"
+                case .overallChannel(let channel, let value):
+                    text += "\(tenant)\tch\t\(channel)\t\(value.rawValue)\n"
+                }
+            }
+        }
+        return Data(text.utf8)
+    }
+
+    /// The writes in `data`; lines that do not parse are skipped.
+    static func decode(_ data: Data) -> [String: [PreferenceChange]] {
+        var writes: [String: [PreferenceChange]] = [:]
+        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
+            let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+            let change: PreferenceChange? =
+                switch (fields.count, fields.count > 1 ? fields[1] : "") {
+                case (4, "c"): PreferenceOptions(rawValue: fields[3]).map { .category(fields[2], $0) }
+                case (5, "cc"):
+                    PreferenceOptions(rawValue: fields[4]).map {
+                        .channelInCategory(channel: fields[3], category: fields[2], $0)
+                    }
+                case (4, "ch"):
+                    ChannelLevelPreferenceOptions(rawValue: fields[3]).map { .overallChannel(fields[2], $0) }
+                default: nil
+                }
+            if let change { writes[fields[0], default: []].append(change) }
+        }
+        return writes
+    }
 }

@@ -13,6 +13,7 @@ public struct UserDefaultsStore: KeyValueStore, @unchecked Sendable {
     // @unchecked: UserDefaults is documented as thread-safe but not marked Sendable everywhere.
     private let defaults: UserDefaults
 
+    /// - Parameter defaults: the defaults to keep values in.
     public init(defaults: UserDefaults = .standard) {
         self.defaults = defaults
     }
@@ -24,8 +25,10 @@ public struct UserDefaultsStore: KeyValueStore, @unchecked Sendable {
 
 /// A store of one file per key in a directory; each write replaces its file atomically.
 public struct FileKeyValueStore: KeyValueStore {
+    /// Where the files are.
     public let directory: URL
 
+    /// - Parameter directory: where to keep the files; created when first written.
     public init(directory: URL) {
         self.directory = directory
     }
@@ -55,6 +58,7 @@ public final class InMemoryKeyValueStore: KeyValueStore, @unchecked Sendable {
     private let lock = NSLock()
     private var values: [String: Data] = [:]
 
+    /// An empty store.
     public init() {}
 
     public func data(forKey key: String) -> Data? {

@@ -7,6 +7,7 @@ import Foundation
 public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A stable, machine-readable error code.
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The code as the server or the SDK writes it.
         public var rawValue: String
         public init(rawValue: String) { self.rawValue = rawValue }
         public var description: String { rawValue }
@@ -17,23 +18,30 @@ public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvert
         public static let invalidResponse = Code(rawValue: "invalid_response")
         /// No token was available, or the server refused it even after a refresh.
         public static let unauthorized = Code(rawValue: "unauthorized")
+        /// The user token expired; the SDK asks the provider for a new one once.
         public static let tokenExpired = Code(rawValue: "token_expired")
+        /// The server does not accept the user token.
         public static let invalidToken = Code(rawValue: "invalid_token")
         /// The item cannot be changed by users (refused locally, without a request).
         public static let notEditable = Code(rawValue: "not_editable")
         /// Someone else changed the preferences first (HTTP 412).
         public static let preconditionFailed = Code(rawValue: "precondition_failed")
+        /// The thing asked for does not exist (or belongs to another user).
         public static let notFound = Code(rawValue: "not_found")
+        /// A value was refused, or the SDK was used out of order; the message says which.
         public static let invalidRequest = Code(rawValue: "invalid_request")
     }
 
+    /// What went wrong, for code to act on.
     public var code: Code
+    /// What went wrong, for people.
     public var message: String
     /// The HTTP status, when the server answered.
     public var status: Int?
     /// What caused it, such as a `URLError`.
     public var underlying: (any Error & Sendable)?
 
+    /// Makes an error; the SDK's own are made for you.
     public init(code: Code, message: String, status: Int? = nil, underlying: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message

@@ -9,6 +9,7 @@ public protocol ClientClock: Sendable {
 }
 
 extension ClientClock {
+    /// Waits `seconds`; throws `CancellationError` when the task is cancelled.
     public func sleep(for seconds: TimeInterval) async throws {
         try await sleep(until: now().addingTimeInterval(seconds))
     }
@@ -16,6 +17,7 @@ extension ClientClock {
 
 /// The real clock.
 public struct SystemClock: ClientClock {
+    /// The system's clock.
     public init() {}
 
     public func now() -> Date { Date() }

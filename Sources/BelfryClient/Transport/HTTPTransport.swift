@@ -17,6 +17,7 @@ public protocol HTTPTransport: Sendable {
 public final class URLSessionTransport: HTTPTransport {
     private let session: URLSession
 
+    /// - Parameter configuration: the session's configuration (timeouts, caching, proxies).
     public init(configuration: URLSessionConfiguration = .default) {
         session = URLSession(configuration: configuration)
     }

@@ -9,6 +9,7 @@ public protocol TokenProvider: Sendable {
 public struct ClosureTokenProvider: TokenProvider {
     private let body: @Sendable (_ refresh: Bool) async throws -> String
 
+    /// - Parameter body: returns the token; `refresh` is true after the server refused the last one.
     public init(_ body: @escaping @Sendable (_ refresh: Bool) async throws -> String) {
         self.body = body
     }
