@@ -41,6 +41,7 @@ public final class Preferences {
         /// The tenant (site); `nil` or empty for the workspace's default tenant.
         public var tenantId: String?
 
+        /// - Parameter tenantId: the tenant; `nil` for the default.
         public init(tenantId: String? = nil) {
             self.tenantId = tenantId
         }

@@ -24,6 +24,7 @@ public final class TenantPreferenceSync {
 
     /// The user's tenants, the first being where choices are copied from.
     public private(set) var tenants: [String] = []
+    /// Where each tenant stands.
     public private(set) var states: [String: State] = [:]
 
     struct Job: Codable, Equatable {

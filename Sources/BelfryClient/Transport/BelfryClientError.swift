@@ -53,6 +53,7 @@ public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvert
         status.map { "\(code) (HTTP \($0)): \(message)" } ?? "\(code): \(message)"
     }
 
+    /// Equal when code, message and status are; the underlying error is not compared.
     public static func == (lhs: Self, rhs: Self) -> Bool {
         lhs.code == rhs.code && lhs.message == rhs.message && lhs.status == rhs.status
     }

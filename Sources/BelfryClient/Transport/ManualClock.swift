@@ -8,6 +8,7 @@ public final class ManualClock: ClientClock, @unchecked Sendable {
     private var current: Date
     private var sleepers: [(deadline: Date, id: UUID, continuation: CheckedContinuation<Void, any Error>)] = []
 
+    /// - Parameter start: the time the clock starts at.
     public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
         current = start
     }

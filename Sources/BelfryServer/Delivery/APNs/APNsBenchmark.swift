@@ -30,7 +30,7 @@ public enum APNsBenchmark {
         defer { _ = client.shutdown() }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
 
-        let category = WorkspaceConfig.demo.category("mention")!
+        let category = WorkspaceConfig.demo.mentionCategory
         let device = DeviceStore.Device(
             id: UUID(), userID: UUID(), platform: .apns, address: String(repeating: "ab12", count: 16),
             environment: .production, authorization: .authorized, settings: PushSettings(), createdAt: Date(),
@@ -40,6 +40,7 @@ public enum APNsBenchmark {
                 deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "enwiki",
                 title: "Ada mentioned you", body: "in Talk:Bell tower: what do you think, @Grace?",
                 url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())
+            // An authorized device with every setting enabled always gets a request.
             return APNsPayload.request(content, device: device, unread: 7, topic: apns.topic ?? "org.example")!
         }
         // One request first, so the connection is open before timing starts.

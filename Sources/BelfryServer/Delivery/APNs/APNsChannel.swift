@@ -19,39 +19,28 @@ struct APNsChannel: DeliveryChannel {
 
     func deliver(_ job: DeliveryJob) async -> DeliveryOutcome {
         let db = database()
-        let devices = DeviceStore(context: context)
         do {
-            guard let deviceID = job.deviceID, let device = try await devices.device(deviceID, on: db) else {
-                return .permanentFailure(status: nil, error: "the device was removed")
+            let target: PushTarget
+            switch try await PushTarget.load(job, device: "device", context: context, on: db) {
+            case .finished(let outcome): return outcome
+            case .ready(let loaded): target = loaded
             }
-            if device.retiredAt != nil {
-                return .permanentFailure(
-                    status: nil, error: "the device was retired: \(device.retiredReason ?? "no reason given")")
-            }
-            guard let topic = device.topic ?? provider.configuration.topic else {
+            guard let topic = target.device.topic ?? provider.configuration.topic else {
                 return .permanentFailure(
                     status: nil, error: "no APNs topic: set BELFRY_APNS_TOPIC or register the device with one")
             }
-            guard let category = context.workspace.category(job.category) else {
-                return .permanentFailure(
-                    status: nil, error: "category \"\(job.category)\" is no longer in the workspace config")
-            }
-            let event = try await db.sql.select().columns("image_url", "ttl_seconds").from("events")
-                .where("id", .equal, job.eventID).first()
-            let unread = try await InboxStore(context: context).counts(userID: job.userID, tenant: nil, on: db).unread
-            let content = PushContent(
-                deliveryID: job.id, notificationID: job.notificationID, category: category, tenant: job.tenant,
-                title: job.title, body: job.body, url: job.url,
-                imageURL: try event?.decode(column: "image_url", as: String?.self), data: job.data,
-                createdAt: job.createdAt,
-                ttlSeconds: try event?.decode(column: "ttl_seconds", as: Int?.self) ?? category.push.ttlSeconds)
-            guard let request = APNsPayload.request(content, device: device, unread: unread, topic: topic) else {
+            guard
+                let request = APNsPayload.request(
+                    target.content, device: target.device, unread: target.unread, topic: topic)
+            else {
                 return .permanentFailure(
                     status: nil,
-                    error: "the device no longer lets the app notify (authorization \(device.authorization.rawValue))")
+                    error:
+                        "the device no longer lets the app notify (authorization \(target.device.authorization.rawValue))"
+                )
             }
             let answer = try await provider.send(request)
-            return try await outcome(of: answer, device: device, on: db)
+            return try await outcome(of: answer, device: target.device, on: db)
         } catch {
             return .retry(status: nil, retryAfter: nil, error: "APNs could not be reached: \(error)")
         }

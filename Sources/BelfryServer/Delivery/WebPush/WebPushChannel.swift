@@ -34,35 +34,21 @@ struct WebPushChannel: DeliveryChannel {
 
     func deliver(_ job: DeliveryJob) async -> DeliveryOutcome {
         let db = database()
-        let devices = DeviceStore(context: context)
         do {
-            guard let deviceID = job.deviceID, let device = try await devices.device(deviceID, on: db) else {
-                return .permanentFailure(status: nil, error: "the subscription was removed")
+            let target: PushTarget
+            switch try await PushTarget.load(job, device: "subscription", context: context, on: db) {
+            case .finished(let outcome): return outcome
+            case .ready(let loaded): target = loaded
             }
-            if device.retiredAt != nil {
-                return .permanentFailure(
-                    status: nil, error: "the subscription was retired: \(device.retiredReason ?? "no reason given")")
-            }
-            guard let category = context.workspace.category(job.category) else {
-                return .permanentFailure(
-                    status: nil, error: "category \"\(job.category)\" is no longer in the workspace config")
-            }
+            let (device, content) = (target.device, target.content)
             guard let endpoint = URL(string: device.address), let origin = VAPIDKey.origin(of: endpoint),
                 let p256dh = device.p256dh, let auth = device.authSecret
             else {
                 return .permanentFailure(status: nil, error: "the stored subscription is incomplete")
             }
             let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
-            let event = try await db.sql.select().columns("image_url", "ttl_seconds").from("events")
-                .where("id", .equal, job.eventID).first()
-            let unread = try await InboxStore(context: context).counts(userID: job.userID, tenant: nil, on: db).unread
-            let content = PushContent(
-                deliveryID: job.id, notificationID: job.notificationID, category: category, tenant: job.tenant,
-                title: job.title, body: job.body, url: job.url,
-                imageURL: try event?.decode(column: "image_url", as: String?.self), data: job.data,
-                createdAt: job.createdAt,
-                ttlSeconds: try event?.decode(column: "ttl_seconds", as: Int?.self) ?? category.push.ttlSeconds)
-            let body = try WebPushEncryption.encrypt(WebPushMessage(content, badge: unread).encoded(), for: keys)
+            let body = try WebPushEncryption.encrypt(
+                WebPushMessage(content, badge: target.unread).encoded(), for: keys)
 
             var request = HTTPClientRequest(url: device.address)
             request.method = .POST
