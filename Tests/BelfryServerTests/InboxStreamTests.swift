@@ -77,14 +77,26 @@ struct InboxStreamTests {
         return (response, EventStreamReader(response))
     }
 
+    /// Serves `app` on a free port for `body`, with a client; both are shut down afterwards.
+    static func serving(_ app: Application, _ body: (Int, HTTPClient) async throws -> Void) async throws {
+        try await app.server.start(address: .hostname("127.0.0.1", port: 0))
+        let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        do {
+            try await body(try #require(app.http.server.shared.localAddress?.port), client)
+        } catch {
+            try? await client.shutdown()
+            await app.server.shutdown()
+            throw error
+        }
+        try await client.shutdown()
+        await app.server.shutdown()
+    }
+
     @Test(
         "a new notification and the new counts reach an open stream within a second", arguments: TestDatabase.allCases)
     func liveDelivery(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
-            try await app.server.start(address: .hostname("127.0.0.1", port: 0))
-            let port = try #require(app.http.server.shared.localAddress?.port)
-            let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
-            do {
+            try await Self.serving(app) { port, client in
                 let ada = try await app.userToken("ada")
                 let (response, stream) = try await Self.open(port, token: ada, client: client)
                 #expect(response.status == .ok)
@@ -133,13 +145,7 @@ struct InboxStreamTests {
                     HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/me/stream?token=nonsense"),
                     timeout: .seconds(10))
                 #expect(refused.status == .unauthorized)
-            } catch {
-                try? await client.shutdown()
-                await app.server.shutdown()
-                throw error
             }
-            try await client.shutdown()
-            await app.server.shutdown()
         }
     }
 
@@ -148,10 +154,7 @@ struct InboxStreamTests {
         // 2027-03-01 08:00 UTC; ada's notification is due at 10:00 her time (UTC, as Belfry does not know her zone).
         let clock = TestClock(Date(timeIntervalSince1970: 1_803_888_000))
         try await withBelfry(.sqlite, clock: clock) { app in
-            try await app.server.start(address: .hostname("127.0.0.1", port: 0))
-            let port = try #require(app.http.server.shared.localAddress?.port)
-            let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
-            do {
+            try await Self.serving(app) { port, client in
                 let ada = try await app.userToken("ada")
                 let (_, stream) = try await Self.open(port, token: ada, client: client)
                 #expect(try await stream.next()?.name == "counts")
@@ -168,13 +171,7 @@ struct InboxStreamTests {
                 let counts = try await stream.next()
                 #expect(counts?.name == "counts")
                 #expect(counts?.data == #"{"unread":1,"unseen":1}"#)
-            } catch {
-                try? await client.shutdown()
-                await app.server.shutdown()
-                throw error
             }
-            try await client.shutdown()
-            await app.server.shutdown()
         }
     }
 }
