@@ -179,19 +179,10 @@ private func deliveryChannels(
     return channels
 }
 
-/// One HTTP client for every provider: it keeps connections open (HTTP/2 where the server
-/// offers it, so one connection carries many requests at once), trusts the extra certificates,
-/// and never follows redirects: a 301 would turn a signed POST into a GET elsewhere and its
-/// 2xx would count as delivered.
+/// The providers' shared client, shut down with the application.
 private func outboundClient(_ app: Application, _ settings: ServerConfiguration) throws -> HTTPClient {
-    var tls = TLSConfiguration.makeClientConfiguration()
-    if let pem = settings.extraCertificatesPEM {
-        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
-    }
-    var configuration = HTTPClient.Configuration(tlsConfiguration: tls, redirectConfiguration: .disallow)
-    configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
-    configuration.httpVersion = .automatic
-    let client = HTTPClient(eventLoopGroup: app.eventLoopGroup, configuration: configuration)
+    let client = try HTTPClient.outbound(
+        eventLoopGroup: app.eventLoopGroup, extraCertificatesPEM: settings.extraCertificatesPEM)
     app.lifecycle.use(HTTPClientShutdown(client: client))
     return client
 }

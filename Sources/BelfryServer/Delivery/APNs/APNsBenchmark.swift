@@ -2,7 +2,6 @@ import AsyncHTTPClient
 import BelfryCore
 import Foundation
 import NIOCore
-import NIOSSL
 
 /// Sends many notifications through the real APNs provider (payload shaping, provider token,
 /// the shared HTTP/2 client), for `belfry-bench apns`.
@@ -22,58 +21,27 @@ public enum APNsBenchmark {
         count: Int, concurrency: Int, apns: ServerConfiguration.APNs, extraCertificatesPEM: String,
         eventLoopGroup: any EventLoopGroup
     ) async throws -> Result {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(extraCertificatesPEM.utf8)))]
-        var configuration = HTTPClient.Configuration(tlsConfiguration: tls, redirectConfiguration: .disallow)
-        configuration.httpVersion = .automatic
-        let client = HTTPClient(eventLoopGroup: eventLoopGroup, configuration: configuration)
+        let client = try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: extraCertificatesPEM)
         defer { _ = client.shutdown() }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
-
-        let category = WorkspaceConfig.demo.mentionCategory
         let device = DeviceStore.Device(
             id: UUID(), userID: UUID(), platform: .apns, address: String(repeating: "ab12", count: 16),
             environment: .production, authorization: .authorized, settings: PushSettings(), createdAt: Date(),
             updatedAt: Date())
-        func request() -> APNsRequest {
-            let content = PushContent(
-                deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "enwiki",
-                title: "Ada mentioned you", body: "in Talk:Bell tower: what do you think, @Grace?",
-                url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())
+        let topic = apns.topic ?? "org.example"
+        @Sendable func request() -> APNsRequest {
             // An authorized device with every setting enabled always gets a request.
-            return APNsPayload.request(content, device: device, unread: 7, topic: apns.topic ?? "org.example")!
+            APNsPayload.request(PushBenchmark.sampleContent(), device: device, unread: 7, topic: topic)!
         }
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
-
-        let started = ContinuousClock.now
-        let (sent, failed) = try await withThrowingTaskGroup(of: Bool.self) { group in
-            var next = 0
-            var sent = 0
-            var failed = 0
-            func add() {
-                let request = request()
-                group.addTask { try await provider.send(request).status == 200 }
-                next += 1
-            }
-            while next < min(concurrency, count) { add() }
-            while let ok = try await group.next() {
-                if ok { sent += 1 } else { failed += 1 }
-                if next < count { add() }
-            }
-            return (sent, failed)
+        let (sent, seconds) = try await PushBenchmark.run(count: count, concurrency: concurrency) {
+            try await provider.send(request()).status == 200
         }
-        let elapsed = started.duration(to: .now)
         let sample = request()
-        var headers = sample.headers
-        headers.append(
-            (
-                "authorization",
-                "bearer \(ProviderTokens(key: try .init(pemRepresentation: apns.keyPEM), keyID: apns.keyID, teamID: apns.teamID, now: { Date() }).current())"
-            ))
         return Result(
-            sent: sent, failed: failed,
-            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
-            path: "/3/device/\(sample.deviceToken)", headers: headers, payload: sample.payload)
+            sent: sent, failed: count - sent, seconds: seconds, path: "/3/device/\(sample.deviceToken)",
+            headers: sample.headers + [("authorization", "bearer \(provider.providerToken())")],
+            payload: sample.payload)
     }
 }

@@ -33,6 +33,11 @@ final class APNsProvider: Sendable {
             ?? (environment == .sandbox ? "https://api.sandbox.push.apple.com" : "https://api.push.apple.com")
     }
 
+    /// The provider token requests carry now.
+    func providerToken() -> String {
+        tokens.current()
+    }
+
     /// Sends one notification. A refused provider token is replaced and the request sent once more.
     func send(_ request: APNsRequest) async throws -> Answer {
         let token = tokens.current()

@@ -1,0 +1,54 @@
+import BelfryCore
+import Foundation
+
+/// What the push benchmarks (`APNsBenchmark`, `WebPushBenchmark`) share: the message they
+/// send and the loop that keeps a fixed number of sends in flight.
+enum PushBenchmark {
+    /// A typical notification: a mention, with a link.
+    static func sampleContent() -> PushContent {
+        PushContent(
+            deliveryID: UUID(), notificationID: UUID(), category: WorkspaceConfig.demo.mentionCategory,
+            tenant: "enwiki", title: "Ada mentioned you", body: "in Talk:Bell tower: what do you think, @Grace?",
+            url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())
+    }
+
+    /// Runs `send` `count` times with at most `concurrency` at once.
+    /// - Returns: how many answered `true`, and the seconds taken.
+    static func run(
+        count: Int, concurrency: Int, _ send: @escaping @Sendable () async throws -> Bool
+    ) async throws -> (succeeded: Int, seconds: Double) {
+        let started = ContinuousClock.now
+        let succeeded = try await withThrowingTaskGroup(of: Bool.self) { group in
+            var next = 0
+            var succeeded = 0
+            while next < min(concurrency, count) {
+                group.addTask(operation: send)
+                next += 1
+            }
+            while let ok = try await group.next() {
+                if ok { succeeded += 1 }
+                if next < count {
+                    group.addTask(operation: send)
+                    next += 1
+                }
+            }
+            return succeeded
+        }
+        return (succeeded, seconds(since: started))
+    }
+
+    static func seconds(since start: ContinuousClock.Instant) -> Double {
+        let elapsed = start.duration(to: .now)
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+}
+
+extension WorkspaceConfig {
+    /// The demo's `mention` category, which the benchmarks send.
+    var mentionCategory: CategoryDefinition {
+        guard let category = category("mention") else {
+            preconditionFailure("the built-in demo workspace has a \"mention\" category; its tests check it")
+        }
+        return category
+    }
+}
