@@ -137,28 +137,12 @@ struct RequestChecker: Sendable {
     /// Why APNs would refuse the provider token, or `nil` when it is good.
     private func check(_ token: String?) -> String? {
         guard let token else { return "MissingProviderToken" }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3,
-            let header = decodeJSON(parts[0]), let claims = decodeJSON(parts[1]),
-            let signature = base64URLDecode(parts[2]),
-            let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
-            publicKey.isValidSignature(ecdsa, for: Data("\(parts[0]).\(parts[1])".utf8)),
-            header["alg"] as? String == "ES256", header["kid"] as? String == keyID,
-            claims["iss"] as? String == teamID
+        guard let jwt = SignedJWT(token, publicKey: publicKey), jwt.header["kid"] as? String == keyID,
+            jwt.claims["iss"] as? String == teamID
         else { return "InvalidProviderToken" }
-        guard let issuedAt = (claims["iat"] as? NSNumber)?.doubleValue,
+        guard let issuedAt = (jwt.claims["iat"] as? NSNumber)?.doubleValue,
             now().timeIntervalSince1970 - issuedAt < 3600
         else { return "ExpiredProviderToken" }
         return nil
-    }
-
-    private func decodeJSON(_ part: Substring) -> [String: Any]? {
-        base64URLDecode(part).flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
-    }
-
-    private func base64URLDecode(_ part: Substring) -> Data? {
-        var base64 = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        return Data(base64Encoded: base64)
     }
 }

@@ -141,16 +141,7 @@ public final class WebPushTestEndpoint: Sendable {
         guard let token = fields["t"], let k = fields["k"], let keyData = Base64URL.decode(k),
             let publicKey = try? P256.Signing.PublicKey(x963Representation: keyData)
         else { return nil }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let signature = Base64URL.decode(String(parts[2])),
-            let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
-            publicKey.isValidSignature(ecdsa, for: Data("\(parts[0]).\(parts[1])".utf8)),
-            let headerData = Base64URL.decode(String(parts[0])),
-            let jose = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any],
-            jose["alg"] as? String == "ES256",
-            let claimsData = Base64URL.decode(String(parts[1])),
-            let claims = try? JSONSerialization.jsonObject(with: claimsData) as? [String: Any],
-            claims["aud"] as? String == origin,
+        guard let claims = SignedJWT(token, publicKey: publicKey)?.claims, claims["aud"] as? String == origin,
             let exp = (claims["exp"] as? NSNumber)?.doubleValue,
             exp > now.timeIntervalSince1970, exp <= now.timeIntervalSince1970 + 24 * 3600,
             let sub = claims["sub"] as? String, sub.hasPrefix("mailto:") || sub.hasPrefix("https:")
