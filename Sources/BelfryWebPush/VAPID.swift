@@ -78,7 +78,8 @@ public struct VAPIDKey: @unchecked Sendable {
         return "\(scheme)://\(authority):\(port)"
     }
 
-    private static func isValidSubject(_ subject: String) -> Bool {
+    /// Whether `subject` is a contact RFC 8292 accepts: a `mailto:` address or an `https:` URL.
+    public static func isValidSubject(_ subject: String) -> Bool {
         let lowercased = subject.lowercased()
         if lowercased.hasPrefix("mailto:") {
             return subject.dropFirst("mailto:".count).contains("@")

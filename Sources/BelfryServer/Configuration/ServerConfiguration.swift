@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryWebPush
 import Crypto
 import Foundation
 import Logging
@@ -292,17 +293,13 @@ public struct ServerConfiguration: Sendable {
 
         let vapidSubject = pick(env: "BELFRY_VAPID_SUBJECT", file: "vapid_subject") {
             text -> Result<String, ConfigurationProblem> in
-            let lowered = text.lowercased()
-            let valid =
-                (lowered.hasPrefix("mailto:") && text.dropFirst(7).contains("@"))
-                || (lowered.hasPrefix("https:") && URL(string: text)?.host?.isEmpty == false)
-            return valid
+            VAPIDKey.isValidSubject(text)
                 ? .success(text)
                 : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
         }
         let vapidKey = pick(env: "BELFRY_VAPID_PRIVATE_KEY_PATH", file: "vapid_private_key_path") { path in
             readPEM(path, readFile: readFile) { pem in
-                _ = try P256.Signing.PrivateKey(pemRepresentation: pem)
+                _ = try VAPIDKey(pemRepresentation: pem)
             }.mapError { .init("expected a P-256 private key (PEM), but \($0.message)") }
         }
         let allowLoopbackHTTP =
