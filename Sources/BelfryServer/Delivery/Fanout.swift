@@ -159,16 +159,19 @@ struct Fanout: Sendable {
                 notifications.append([
                     notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
                 ])
-                if inInbox, due <= now { inboxUsers.append(userID) }
-                if inInbox, due <= now, context.inboxHub.isFollowed(userID) {
-                    created.append(
-                        (
-                            userID,
-                            InboxNotification(
-                                id: notificationID, category: categoryID, tenant: tenant, title: title, body: body,
-                                url: url, data: decodedData, actions: category.actions, createdAt: due, seenAt: nil,
-                                readAt: nil, archivedAt: nil)
-                        ))
+                if inInbox, due <= now {
+                    inboxUsers.append(userID)
+                    // Streams on this instance get the item itself; others read it when told.
+                    if context.inboxHub.isFollowed(userID) {
+                        created.append(
+                            (
+                                userID,
+                                InboxNotification(
+                                    id: notificationID, category: categoryID, tenant: tenant, title: title,
+                                    body: body, url: url, data: decodedData, actions: category.actions,
+                                    createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil)
+                            ))
+                    }
                 }
                 for channel in delivering {
                     // The inbox is the notification row itself, written in this transaction; one

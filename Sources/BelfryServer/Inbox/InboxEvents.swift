@@ -38,11 +38,7 @@ struct InboxEvents: Sendable {
     /// `users` are all whose inbox got one, for the other instances.
     func created(event: UUID, items: [(UUID, InboxNotification)], users: [UUID], on db: any Database) async {
         if !items.isEmpty {
-            let counts = (try? await store.counts(of: items.map(\.0), on: db)) ?? [:]
-            for (user, item) in items {
-                context.publish(to: user, "notification.created", item)
-                if let counts = counts[user] { context.publish(to: user, "counts", counts) }
-            }
+            publishCreated(items, counts: (try? await store.counts(of: items.map(\.0), on: db)) ?? [:])
         }
         for chunk in users.chunked(Self.usersPerMessage) {
             await relay(.created(event: event, users: Array(chunk)), on: db)
@@ -80,11 +76,7 @@ struct InboxEvents: Sendable {
                 let followed = users.filter(hub.isFollowed)
                 guard !followed.isEmpty else { return }
                 let items = try await store.items(ofEvent: event, users: followed, on: db)
-                let counts = try await store.counts(of: followed, on: db)
-                for (user, item) in items {
-                    context.publish(to: user, "notification.created", item)
-                    if let counts = counts[user] { context.publish(to: user, "counts", counts) }
-                }
+                publishCreated(items, counts: try await store.counts(of: followed, on: db))
             case .updated(let user, let notification):
                 guard hub.isFollowed(user) else { return }
                 if let item = try await store.item(notification, userID: user, on: db) {
@@ -103,6 +95,14 @@ struct InboxEvents: Sendable {
         } catch {
             context.logger.warning(
                 "could not update inbox streams", metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// Each new notification, then its user's counts, to the streams here.
+    private func publishCreated(_ items: [(UUID, InboxNotification)], counts: [UUID: InboxCounts]) {
+        for (user, item) in items {
+            context.publish(to: user, "notification.created", item)
+            if let counts = counts[user] { context.publish(to: user, "counts", counts) }
         }
     }
 

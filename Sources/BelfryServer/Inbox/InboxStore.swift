@@ -116,8 +116,7 @@ struct InboxStore: Sendable {
                 .returning("id").all().count
         }
         guard updated == 1 else { return nil }
-        let row = try await db.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id).first()
-        return try row.map(item)
+        return try await item(id, userID: userID, on: db)
     }
 
     enum ActionOutcome: Sendable {
