@@ -297,7 +297,7 @@ public final class Preferences {
     /// Records what the server confirmed, and shows it with the writes still to come on top.
     private func show(_ confirmed: PreferenceData, key: String, confirmedEtag: String?) {
         var shown = confirmed
-        for change in Self.coalesce(inFlight[key] ?? [], with: pending[key] ?? []) {
+        for change in unconfirmed(key) {
             try? shown.apply(change)
         }
         tenants[key] = TenantState(confirmed: confirmed, etag: confirmedEtag, shown: shown)
@@ -323,10 +323,14 @@ public final class Preferences {
         }
     }
 
+    /// The changes of a tenant the server has not confirmed: sent and waiting, then pending.
+    private func unconfirmed(_ key: String) -> [PreferenceChange] {
+        Self.coalesce(inFlight[key] ?? [], with: pending[key] ?? [])
+    }
+
     private func persist() {
-        var all = inFlight
-        for (key, changes) in pending { all[key] = Self.coalesce(all[key] ?? [], with: changes) }
-        all = all.filter { !$0.value.isEmpty }
+        let keys = Set(inFlight.keys).union(pending.keys)
+        let all = Dictionary(uniqueKeysWithValues: keys.map { ($0, unconfirmed($0)) }).filter { !$0.value.isEmpty }
         store.set(all.isEmpty ? nil : PendingWrites.encode(all), forKey: Self.storeKey)
     }
 
