@@ -124,6 +124,7 @@ let package = Package(
                 "BelfryTestSupport",
                 "BelfryTestServers",
                 "BelfryWebPush",
+                "BelfryClient",
                 .product(name: "VaporTesting", package: "vapor"),
                 .product(name: "SQLKit", package: "sql-kit"),
                 .product(name: "Crypto", package: "swift-crypto"),

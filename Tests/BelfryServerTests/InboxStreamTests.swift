@@ -6,6 +6,7 @@ import NIOCore
 import Testing
 import Vapor
 
+@testable import BelfryClient
 @testable import BelfryServer
 
 /// Reads server-sent events from a live stream. Used by one test task at a time.
@@ -17,7 +18,9 @@ final class EventStreamReader: @unchecked Sendable {
     }
 
     private var iterator: HTTPClientResponse.Body.AsyncIterator
-    private var pending = ""
+    /// The SDK's parser, so the server is read as apps read it.
+    private var parser = EventStreamParser()
+    private var ready: [ServerSentEvent] = []
 
     init(_ response: HTTPClientResponse) {
         iterator = response.body.makeAsyncIterator()
@@ -38,29 +41,12 @@ final class EventStreamReader: @unchecked Sendable {
     }
 
     private func nextEvent() async throws -> Event? {
-        while true {
-            if let end = pending.range(of: "\n\n") {
-                let block = String(pending[..<end.lowerBound])
-                pending.removeSubrange(..<end.upperBound)
-                var event = Event(id: nil, name: "message", data: "")
-                var hasField = false
-                for line in block.split(separator: "\n") where !line.hasPrefix(":") {
-                    let parts = line.split(separator: ":", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-                    guard parts.count == 2 else { continue }
-                    hasField = true
-                    switch parts[0] {
-                    case "id": event.id = parts[1]
-                    case "event": event.name = parts[1]
-                    case "data": event.data = parts[1]
-                    default: break
-                    }
-                }
-                if hasField && !(event.name == "message" && event.data.isEmpty) { return event }
-                continue
-            }
+        while ready.isEmpty {
             guard let buffer = try await iterator.next() else { return nil }
-            pending += String(buffer: buffer)
+            ready += parser.feed(Data(buffer.readableBytesView))
         }
+        let event = ready.removeFirst()
+        return Event(id: event.id, name: event.event, data: event.data)
     }
 }
 
