@@ -328,9 +328,13 @@ public final class Preferences {
         Self.coalesce(inFlight[key] ?? [], with: pending[key] ?? [])
     }
 
+    /// Stores every tenant's unconfirmed changes. It runs on every toggle: no sets, no copies
+    /// beyond the result.
     private func persist() {
-        let keys = Set(inFlight.keys).union(pending.keys)
-        let all = Dictionary(uniqueKeysWithValues: keys.map { ($0, unconfirmed($0)) }).filter { !$0.value.isEmpty }
+        var all: [String: [PreferenceChange]] = [:]
+        for key in inFlight.keys { all[key] = unconfirmed(key) }
+        for key in pending.keys where all[key] == nil { all[key] = unconfirmed(key) }
+        all = all.filter { !$0.value.isEmpty }
         store.set(all.isEmpty ? nil : PendingWrites.encode(all), forKey: Self.storeKey)
     }
 
