@@ -90,6 +90,11 @@ public final class TenantPreferenceSync {
         try await write([.channelInCategory(channel: channel, category: category, preference)], to: tenants)
     }
 
+    /// Makes several changes on every tenant at once (one atomic request).
+    public func apply(_ changes: [PreferenceChange]) async throws(BelfryClientError) {
+        try await write(changes, to: tenants)
+    }
+
     /// Waits for copies under way, and for those whose time has come (tests advance their clock first).
     public func settled() async {
         while true {

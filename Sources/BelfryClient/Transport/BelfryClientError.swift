@@ -30,6 +30,8 @@ public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvert
         public static let notFound = Code(rawValue: "not_found")
         /// A value was refused, or the SDK was used out of order; the message says which.
         public static let invalidRequest = Code(rawValue: "invalid_request")
+        /// The OS gave no device token for push, though permission was granted.
+        public static let pushTokenUnavailable = Code(rawValue: "push_token_unavailable")
     }
 
     /// What went wrong, for code to act on.
