@@ -20,14 +20,16 @@ struct EndToEndTests {
         let base: URL
         let directory: URL
 
-        init() async throws {
+        /// - Parameter environment: more settings for the server (APNs, say).
+        init(environment extra: [String: String] = [:]) async throws {
             directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-sdk-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
                 .appendingPathComponent("belfry").path
             process = try BackgroundProcess(
                 executable, ["serve", "--port", "0", "--database", directory.appendingPathComponent("b.sqlite").path],
-                environment: ["BELFRY_API_KEY": EndToEndTests.key, "DATABASE_URL": "", "BELFRY_CONFIG": ""])
+                environment: ["BELFRY_API_KEY": EndToEndTests.key, "DATABASE_URL": "", "BELFRY_CONFIG": ""]
+                    .merging(extra) { _, new in new })
             let output = try await process.waitForOutput(containing: "Belfry listening on ")
             guard let port = output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)?.output.1 else {
                 process.terminate()
@@ -81,8 +83,10 @@ struct EndToEndTests {
         }
     }
 
-    static func withServer(_ body: (Server) async throws -> Void) async throws {
-        let server = try await Server()
+    static func withServer(
+        environment: [String: String] = [:], _ body: (Server) async throws -> Void
+    ) async throws {
+        let server = try await Server(environment: environment)
         do {
             try await body(server)
         } catch {

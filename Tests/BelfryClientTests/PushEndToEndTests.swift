@@ -1,0 +1,131 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import Testing
+
+@testable import BelfryClient
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The push settings screen against a real `belfry serve` that sends to the APNs test server
+/// (TLS and HTTP/2), with the OS permission and device token faked.
+@MainActor
+@Suite("BelfryClient push settings against a live server", .serialized)
+struct PushEndToEndTests {
+    static let tenants = ["enwiki", "dewiki", "wikidata", "commons"]
+    static let topic = "org.belfry.reader"
+
+    /// `belfry serve` set up to send to `apns`: its key, its URL and its certificate authority.
+    static func withPushServer(_ body: (EndToEndTests.Server, APNsTestServer) async throws -> Void) async throws {
+        let apns = try await APNsTestServer()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-push-\(UUID())")
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let key = directory.appendingPathComponent("AuthKey.p8")
+            let authority = directory.appendingPathComponent("ca.pem")
+            try Data(apns.keyPEM.utf8).write(to: key)
+            try Data(apns.authority.certificatePEM.utf8).write(to: authority)
+            try await EndToEndTests.withServer(environment: [
+                "BELFRY_APNS_KEY_PATH": key.path, "BELFRY_APNS_KEY_ID": apns.keyID, "BELFRY_APNS_TEAM_ID": apns.teamID,
+                "BELFRY_APNS_TOPIC": topic, "BELFRY_APNS_URL": apns.url, "BELFRY_EXTRA_CA_FILE": authority.path,
+            ]) { server in
+                try await body(server, apns)
+            }
+        } catch {
+            await apns.shutdown()
+            try? FileManager.default.removeItem(at: directory)
+            throw error
+        }
+        await apns.shutdown()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// What the server lists as `user`'s devices, asked with a token of theirs.
+    static func devices(_ server: EndToEndTests.Server, of user: String) async throws -> [DeviceRecord] {
+        let grant = try BelfryAPI.decoder.decode(
+            TokenGrant.self, from: try await server.admin("POST", "v1/users/\(user)/tokens"))
+        var request = URLRequest(url: server.base.appendingPathComponent("v1/me/devices"))
+        request.setValue("Bearer \(grant.token)", forHTTPHeaderField: "Authorization")
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try BelfryAPI.decoder.decode(DeviceList.self, from: data).devices
+    }
+
+    static func event(_ category: String, title: String) -> String {
+        #"{"category": "\#(category)", "recipients": ["ada"], "content": {"title": "\#(title)", "body": "Open to read it"}}"#
+    }
+
+    @Test("enable push → device registered → a type toggled on all four sites → an event reaches APNs shaped right")
+    func pushSettingsEndToEnd() async throws {
+        try await Self.withPushServer { server, apns in
+            let belfry = try await server.client(for: "ada", tenants: Self.tenants)
+            let authorizer = FakeAuthorizer()
+            let tokenSource = FakeTokenSource(tokenOnRegister: nil)
+            let registration = PushRegistration(
+                client: belfry, authorizer: authorizer, tokenSource: tokenSource,
+                options: PushRegistrationOptions(environment: .sandbox, locale: "en-GB", appVersion: "7.1"))
+            let model = PushSettingsModel(
+                client: belfry, registration: registration, sync: TenantPreferenceSync(client: belfry),
+                pushChannel: "ios_push", openSystemSettings: {})
+            await model.signIn(user: "ada", tenants: Self.tenants)
+            #expect(model.rows.map(\.kind) == [.primaryToggle, .education])
+
+            // The token comes a moment after permission, as on many devices.
+            let enabling = Task { await model.setPushEnabled(true) }
+            try await Eventually.until("waiting for the token") { registration.phase == .waitingForToken(attempt: 1) }
+            #expect(authorizer.requests == [[.alert, .sound, .badge]])
+            tokenSource.send(FakeTokenSource.token(0xAB))
+            await enabling.value
+            #expect(registration.phase == .on)
+            #expect(model.alert == nil)
+
+            let devices = try await Self.devices(server, of: "ada")
+            let device = try #require(devices.first)
+            #expect(devices.count == 1)
+            #expect(device.token == FakeTokenSource.token(0xAB).hexToken)
+            #expect(device.id == registration.record?.deviceID)
+            #expect(device.authorization == .authorized && device.environment == .sandbox)
+            #expect(device.locale == "en-GB")
+            let typeRows = model.rows.compactMap { row -> String? in
+                if case .type(let category) = row.kind { category } else { nil }
+            }
+            #expect(typeRows.contains("mention") && typeRows.contains("edit-user-talk"))
+            #expect(!typeRows.contains("emailuser"), "a category without push is not a push type")
+
+            await model.setType("mention", isOn: false)
+            #expect(model.alert == nil)
+            for tenant in Self.tenants {
+                let stored = try await server.preferences(of: "ada", tenant: tenant)
+                #expect(
+                    stored.category("mention")?.channels?.first { $0.channel == "ios_push" }?.preference == .optOut,
+                    "\(tenant)")
+                #expect(stored.category("mention")?.preference == .optIn, "only push is off, on \(tenant)")
+            }
+
+            // A mention no longer pushes; a talk page message does.
+            try await server.admin("POST", "v1/events", Self.event("mention", title: "You were mentioned"))
+            try await server.admin("POST", "v1/events", Self.event("edit-user-talk", title: "New message"))
+            try await EndToEndTests.eventually("the push") { !apns.received.isEmpty }
+            let push = try #require(apns.received.first)
+            #expect(push.status == 200)
+            #expect(push.deviceToken == device.token)
+            #expect(push.headers["apns-topic"] == Self.topic)
+            #expect(push.headers["apns-push-type"] == "alert")
+            let alert = push.aps["alert"] as? [String: Any]
+            #expect(alert?["title"] as? String == "New message")
+            #expect(alert?["body"] as? String == "Open to read it")
+            #expect(push.aps["category"] as? String == "edit-user-talk")
+            #expect(push.aps["thread-id"] as? String == "talk")
+            #expect(push.aps["badge"] as? Int == 2, "both notifications are unread in the inbox")
+            #expect(push.aps["sound"] != nil)
+
+            // The mention went to the inbox only.
+            try await EndToEndTests.eventually("both in the inbox") {
+                try await belfry.inbox.list().notifications.count == 2
+            }
+            #expect(apns.received.count == 1)
+            #expect(!apns.received.contains { $0.aps["category"] as? String == "mention" })
+        }
+    }
+}
