@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "BelfryCore", targets: ["BelfryCore"]),
         .library(name: "BelfryServer", targets: ["BelfryServer"]),
         .library(name: "BelfryClient", targets: ["BelfryClient"]),
+        .library(name: "BelfryActivity", targets: ["BelfryActivity"]),
     ],
     dependencies: [
         .package(url: "https://github.com/vapor/vapor.git", from: "4.122.3"),
@@ -30,6 +31,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.0"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
     ],
     targets: [
         // Foundation-only wire types, workspace config and the preference rule,
@@ -37,6 +39,14 @@ let package = Package(
         .target(name: "BelfryCore", swiftSettings: swiftSettings),
         // The SDK an app embeds: Foundation and BelfryCore only, for Linux and Apple platforms.
         .target(name: "BelfryClient", dependencies: ["BelfryCore"], swiftSettings: swiftSettings),
+        // The app's reading activity (seed 002): saved articles in a local SQLite store through
+        // GRDB, and the migration from the app's older store. Its own target, so the SDK stays
+        // Foundation-only.
+        .target(
+            name: "BelfryActivity",
+            dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "BelfryServer",
             dependencies: [
@@ -89,6 +99,12 @@ let package = Package(
             dependencies: ["BelfryServer", "BelfryTestServers", "BelfryWebPush", "BelfryClient"],
             swiftSettings: swiftSettings
         ),
+        // An app on Linux built on the SDK, with the OS parts scripted: watch the push flow locally.
+        .executableTarget(
+            name: "belfry-device",
+            dependencies: ["BelfryClient", "BelfryCore"],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "BelfryTestSupport",
             dependencies: [
@@ -110,6 +126,11 @@ let package = Package(
         .testTarget(
             name: "BelfryClientTests",
             dependencies: ["BelfryClient", "BelfryCore", "BelfryTestSupport"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryActivityTests",
+            dependencies: ["BelfryActivity"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

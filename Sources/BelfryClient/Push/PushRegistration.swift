@@ -331,7 +331,7 @@ public final class PushRegistration {
                 await register(token: latestToken ?? record.token, settings: settings)
             }
             if self.record != nil {
-                phase = status.allowsDelivery ? .on : .denied
+                phase = Self.phase(subscribedWith: status)
             }
             return
         }
@@ -397,7 +397,7 @@ public final class PushRegistration {
             guard session == self.session else { return }
             if let replaced {
                 // An update that failed: the subscription stands; the next recheck tries again.
-                phase = replaced.authorization.allowsDelivery ? .on : .denied
+                phase = Self.phase(subscribedWith: replaced.authorization)
             } else {
                 phase = .failed(error)
             }
@@ -417,7 +417,7 @@ public final class PushRegistration {
         saveRecord()
         options.legacyFlag?.clear()
         wantsOn = false
-        phase = settings.authorizationStatus.allowsDelivery ? .on : .denied
+        phase = Self.phase(subscribedWith: settings.authorizationStatus)
         if let replaced, replaced.deviceID != device.id {
             // A new token is a new device: the old one would only collect failures.
             try? await remove(replaced.deviceID, using: api)
@@ -486,6 +486,11 @@ public final class PushRegistration {
         tokenWaiter = nil
         waiter.timeout.cancel()
         waiter.continuation.resume(returning: token)
+    }
+
+    /// Where a device the server has stands, given the OS permission.
+    private static func phase(subscribedWith status: PushAuthorization) -> Phase {
+        status.allowsDelivery ? .on : status == .denied ? .denied : .off
     }
 
     private static func knownSettings(_ record: PushSubscriptionRecord) -> NotificationSettings {

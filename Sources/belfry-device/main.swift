@@ -1,0 +1,287 @@
+// belfry-device: an app on Linux, built on the BelfryClient SDK, with the OS parts scripted
+// (the permission prompt's answer, when the device token comes), to watch seed 000's push
+// settings flow against a local `belfry serve`:
+//
+//   swift run belfry serve                     # another terminal; note the API key it prints
+//   swift run belfry-device --api-key belfry_… --user ada --set mention=off --trigger edit-user-talk
+//
+// Without BELFRY_APNS_* settings on the server the device registers and preferences change,
+// but nothing is sent to Apple; the event's status shows why.
+
+import BelfryClient
+import BelfryCore
+import Foundation
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+struct Options {
+    var server = URL(string: "http://127.0.0.1:8080")!
+    var apiKey = ProcessInfo.processInfo.environment["BELFRY_API_KEY"]
+    var userToken: String?
+    var user = "ada"
+    var tenants = ["enwiki", "dewiki", "wikidata", "commons"]
+    var permission = PushAuthorization.authorized
+    var tokenDelay: TimeInterval? = 1
+    var settings: [(category: String, on: Bool)] = []
+    var trigger: [String] = []
+    var revokeAfter = false
+    var logout = false
+    var state = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-device")
+    var pushChannel = "ios_push"
+
+    static let usage = """
+        usage: belfry-device [options]
+          --server URL          Belfry's address (default http://127.0.0.1:8080)
+          --api-key KEY         the backend's API key, to create the user and mint tokens (or BELFRY_API_KEY)
+          --user-token TOKEN    a user token instead (`belfry token --user ada`)
+          --user ID             the user (default ada)
+          --tenants A,B,…       the user's sites (default enwiki,dewiki,wikidata,commons)
+          --permission allow|deny|provisional   what the user answers at the OS prompt (default allow)
+          --token-delay SECONDS when the OS gives the device token (default 1); --no-token: never
+          --set CATEGORY=on|off turn a push type on or off (repeatable)
+          --trigger CATEGORY    send the user an event of this category afterwards (needs --api-key; repeatable)
+          --revoke              then turn notifications off "in Settings" and come back to the app
+          --logout              sign out at the end (the device is removed behind the scenes)
+          --state DIR           where the app keeps its data between runs (default: a temp folder)
+          --push-channel ID     the workspace's APNs channel (default ios_push)
+        """
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        var options = Options()
+        var rest = arguments[...]
+        func value(_ flag: String) throws -> String {
+            guard let next = rest.popFirst() else { throw UsageError("\(flag) needs a value") }
+            return next
+        }
+        while let flag = rest.popFirst() {
+            switch flag {
+            case "--server":
+                guard let url = URL(string: try value(flag)) else { throw UsageError("--server must be a URL") }
+                options.server = url
+            case "--api-key": options.apiKey = try value(flag)
+            case "--user-token": options.userToken = try value(flag)
+            case "--user": options.user = try value(flag)
+            case "--tenants": options.tenants = try value(flag).split(separator: ",").map(String.init)
+            case "--permission":
+                switch try value(flag) {
+                case "allow": options.permission = .authorized
+                case "deny": options.permission = .denied
+                case "provisional": options.permission = .provisional
+                case let other: throw UsageError("--permission must be allow, deny or provisional, not \(other)")
+                }
+            case "--token-delay":
+                guard let seconds = TimeInterval(try value(flag)), seconds >= 0 else {
+                    throw UsageError("--token-delay must be a number of seconds")
+                }
+                options.tokenDelay = seconds
+            case "--no-token": options.tokenDelay = nil
+            case "--set":
+                let text = try value(flag)
+                let parts = text.split(separator: "=")
+                guard parts.count == 2, ["on", "off"].contains(parts[1]) else {
+                    throw UsageError("--set takes CATEGORY=on or CATEGORY=off, not \(text)")
+                }
+                options.settings.append((String(parts[0]), parts[1] == "on"))
+            case "--trigger": options.trigger.append(try value(flag))
+            case "--revoke": options.revokeAfter = true
+            case "--logout": options.logout = true
+            case "--state": options.state = URL(fileURLWithPath: try value(flag))
+            case "--push-channel": options.pushChannel = try value(flag)
+            case "--help", "-h":
+                print(usage)
+                exit(0)
+            default: throw UsageError("unknown option \(flag)")
+            }
+        }
+        if options.apiKey == nil, options.userToken == nil {
+            throw UsageError("give --api-key (or BELFRY_API_KEY) or --user-token")
+        }
+        if !options.trigger.isEmpty, options.apiKey == nil { throw UsageError("--trigger needs --api-key") }
+        return options
+    }
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The OS permission prompt, answered by the script.
+final class ScriptedAuthorizer: NotificationAuthorizing, @unchecked Sendable {
+    // @unchecked: state under `lock`.
+    private let lock = NSLock()
+    private var settings = NotificationSettings(authorizationStatus: .notDetermined)
+    private let answer: PushAuthorization
+
+    init(answer: PushAuthorization) { self.answer = answer }
+
+    func requestAuthorization(options: AuthorizationOptions) async throws -> Bool {
+        let status = lock.withLock {
+            if settings.authorizationStatus == .notDetermined { settings.authorizationStatus = answer }
+            return settings.authorizationStatus
+        }
+        say("  os: \"Allow notifications?\" → the user answers \(status.rawValue)")
+        return status.allowsDelivery
+    }
+
+    func notificationSettings() async -> NotificationSettings { lock.withLock { settings } }
+
+    func revoke() { lock.withLock { settings.authorizationStatus = .denied } }
+}
+
+/// The device token, given after a delay, or never.
+final class ScriptedTokenSource: DeviceTokenSource, @unchecked Sendable {
+    private let delay: TimeInterval?
+    private let token: Data
+    private let stream: AsyncStream<Data>
+    private let continuation: AsyncStream<Data>.Continuation
+
+    init(delay: TimeInterval?, token: Data) {
+        self.delay = delay
+        self.token = token
+        (stream, continuation) = AsyncStream.makeStream()
+    }
+
+    func register() async {
+        guard let delay else {
+            say("  os: registerForRemoteNotifications → no token will come")
+            return
+        }
+        say("  os: registerForRemoteNotifications → the token comes in \(delay) s")
+        Task { [token, continuation] in
+            try? await Task.sleep(for: .seconds(delay))
+            continuation.yield(token)
+        }
+    }
+
+    func tokens() -> AsyncStream<Data> { stream }
+}
+
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// The settings screen as text.
+@MainActor
+func show(_ model: PushSettingsModel, _ title: String) {
+    say("\n── \(title) — phase: \(model.registration.phase)")
+    if model.rows.isEmpty { say("   (no push settings: signed out)") }
+    for row in model.rows {
+        let toggle = row.isOn.map { $0 ? "[on] " : "[off]" } ?? "     "
+        let disabled = row.isEnabled ? "" : " (disabled)"
+        let action = row.actionTitle.map { " ‹\($0)›" } ?? ""
+        say("   \(toggle) \(row.title)\(disabled)\(action)")
+        if let detail = row.detail { say("          \(detail)") }
+        say(
+            "          a11y: \(row.accessibility.label); \(row.accessibility.value ?? "-"); \(row.accessibility.hint ?? "-")"
+        )
+    }
+    if let alert = model.alert {
+        say("   ALERT: \(alert.title): \(alert.message)\(alert.canRetry ? " ‹Try again›" : "")")
+    }
+}
+
+/// A backend request with the API key.
+func backend(_ options: Options, _ method: String, _ path: String, _ json: String? = nil) async throws -> Data {
+    var request = URLRequest(url: options.server.appendingPathComponent(path))
+    request.httpMethod = method
+    request.setValue("Bearer \(options.apiKey ?? "")", forHTTPHeaderField: "Authorization")
+    if let json {
+        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        request.httpBody = Data(json.utf8)
+    }
+    let (data, response) = try await URLSession.shared.data(for: request)
+    let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+    guard (200..<300).contains(status) else {
+        throw UsageError("\(method) \(path) answered \(status): \(String(decoding: data, as: UTF8.self))")
+    }
+    return data
+}
+
+@MainActor
+func run(_ options: Options) async throws {
+    if options.userToken == nil {
+        let tenants = options.tenants.map { "\"\($0)\"" }.joined(separator: ",")
+        _ = try await backend(options, "PUT", "v1/users/\(options.user)", #"{"tenants": [\#(tenants)]}"#)
+    }
+    let tokens = ClosureTokenProvider { _ in
+        if let token = options.userToken { return token }
+        let data = try await backend(options, "POST", "v1/users/\(options.user)/tokens")
+        let object = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        guard let token = object?["token"] as? String else { throw UsageError("no token in the answer") }
+        return token
+    }
+    let store = FileKeyValueStore(directory: options.state.appendingPathComponent(options.user))
+    let belfry = BelfryClient(baseURL: options.server, tokenProvider: tokens, store: store)
+    let authorizer = ScriptedAuthorizer(answer: options.permission)
+    // A token of this simulated device, the same every run for this user.
+    let seed = options.user.utf8.reduce(7) { $0 &* 31 &+ Int($1) }
+    let token = Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })
+    let registration = PushRegistration(
+        client: belfry, authorizer: authorizer,
+        tokenSource: ScriptedTokenSource(delay: options.tokenDelay, token: token),
+        options: PushRegistrationOptions(
+            environment: .sandbox,
+            authorizationOptions: options.permission == .provisional
+                ? [.alert, .sound, .badge, .provisional] : [.alert, .sound, .badge], tokenTimeout: 5,
+            tokenRetryDelays: [2], appVersion: "belfry-device"))
+    let model = PushSettingsModel(
+        client: belfry, registration: registration, sync: TenantPreferenceSync(client: belfry),
+        pushChannel: options.pushChannel, openSystemSettings: { say("  os: opening Settings") })
+
+    await model.signIn(user: options.user, tenants: options.tenants)
+    show(model, "Settings > Push Notifications, signed in as \(options.user)")
+
+    if !registration.isOn {
+        say("\n▶ the user turns on the primary toggle")
+        await model.setPushEnabled(true)
+        show(model, "after turning push on")
+    }
+    if let record = registration.record {
+        say("   device \(record.deviceID) registered for \(record.user), token \(record.token.prefix(16))…")
+    }
+    for setting in options.settings {
+        say("\n▶ the user turns \(setting.category) \(setting.on ? "on" : "off")")
+        await model.setType(setting.category, isOn: setting.on)
+        show(model, "after the type toggle (written to \(options.tenants.joined(separator: ", ")))")
+    }
+    for category in options.trigger {
+        say("\n▶ the backend sends \(options.user) a \(category) event")
+        let data = try await backend(
+            options, "POST", "v1/events",
+            #"{"category": "\#(category)", "recipients": ["\#(options.user)"], "content": {"title": "A \#(category) notification", "body": "from belfry-device"}}"#
+        )
+        let object = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        if let id = object?["event_id"] as? String {
+            try await Task.sleep(for: .seconds(2))
+            let status = try await backend(options, "GET", "v1/events/\(id)")
+            say("   event \(id): \(String(decoding: status, as: UTF8.self))")
+        }
+    }
+    if options.revokeAfter {
+        say("\n▶ the user turns notifications off in Settings, then comes back to the app")
+        authorizer.revoke()
+        await model.foregrounded()
+        show(model, "after coming back to the foreground")
+    }
+    if options.logout {
+        say("\n▶ the user signs out")
+        await model.signOut()
+        show(model, "signed out")
+        await registration.settled()
+        say("   the device was removed behind the scenes")
+    }
+}
+
+do {
+    let options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
+    try await run(options)
+} catch let error as UsageError {
+    FileHandle.standardError.write(Data("belfry-device: \(error)\n\n\(Options.usage)\n".utf8))
+    exit(2)
+} catch {
+    FileHandle.standardError.write(Data("belfry-device: \(error)\n".utf8))
+    exit(1)
+}
