@@ -44,7 +44,7 @@ struct Options {
           --trigger CATEGORY    send the user an event of this category afterwards (needs --api-key; repeatable)
           --revoke              then turn notifications off "in Settings" and come back to the app
           --logout              sign out at the end (the device is removed behind the scenes)
-          --state DIR           where the app keeps its data between runs (default: a temp folder)
+          --state DIR           where the app and the OS keep their data between runs (default: a temp folder)
           --push-channel ID     the workspace's APNs channel (default ios_push)
         """
 
@@ -108,14 +108,25 @@ struct UsageError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// The OS permission prompt, answered by the script.
+/// The OS permission prompt, answered by the script. The OS remembers the answer between
+/// runs, in a file beside the app's data.
 final class ScriptedAuthorizer: NotificationAuthorizing, @unchecked Sendable {
     // @unchecked: state under `lock`.
     private let lock = NSLock()
-    private var settings = NotificationSettings(authorizationStatus: .notDetermined)
+    private var settings: NotificationSettings {
+        didSet { try? Data(settings.authorizationStatus.rawValue.utf8).write(to: file) }
+    }
     private let answer: PushAuthorization
+    private let file: URL
 
-    init(answer: PushAuthorization) { self.answer = answer }
+    init(answer: PushAuthorization, file: URL) {
+        self.answer = answer
+        self.file = file
+        let saved = (try? Data(contentsOf: file)).flatMap {
+            PushAuthorization(rawValue: String(decoding: $0, as: UTF8.self))
+        }
+        settings = NotificationSettings(authorizationStatus: saved ?? .notDetermined)
+    }
 
     func requestAuthorization(options: AuthorizationOptions) async throws -> Bool {
         let status = lock.withLock {
@@ -213,9 +224,13 @@ func run(_ options: Options) async throws {
         guard let token = object?["token"] as? String else { throw UsageError("no token in the answer") }
         return token
     }
-    let store = FileKeyValueStore(directory: options.state.appendingPathComponent(options.user))
-    let belfry = BelfryClient(baseURL: options.server, tokenProvider: tokens, store: store)
-    let authorizer = ScriptedAuthorizer(answer: options.permission)
+    // The app's data and the OS's memory of the permission, kept between runs like on a phone.
+    let directory = options.state.appendingPathComponent(options.user)
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    let belfry = BelfryClient(
+        baseURL: options.server, tokenProvider: tokens, store: FileKeyValueStore(directory: directory))
+    let authorizer = ScriptedAuthorizer(
+        answer: options.permission, file: directory.appendingPathComponent("os-permission"))
     // A token of this simulated device, the same every run for this user.
     let seed = options.user.utf8.reduce(7) { $0 &* 31 &+ Int($1) }
     let token = Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })

@@ -128,4 +128,33 @@ struct PushEndToEndTests {
             #expect(!apns.received.contains { $0.aps["category"] as? String == "mention" })
         }
     }
+
+    @Test("belfry-device: the simulated app turns push on, changes a type on every site, and signs out")
+    func simulator() async throws {
+        try await EndToEndTests.withServer { server in
+            let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+                .appendingPathComponent("belfry-device").path
+            let state = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-device-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: state) }
+            let arguments = [
+                "--server", server.base.absoluteString, "--api-key", EndToEndTests.key, "--user", "ada",
+                "--token-delay", "0.2", "--set", "mention=off", "--state", state.path,
+            ]
+            let output = try await Task.detached { try TestProcess.run(executable, arguments) }.value
+            #expect(output.contains("after turning push on — phase: on"), "\(output)")
+            #expect(output.contains("[off] Mention"))
+            let device = try #require(try await Self.devices(server, of: "ada").first)
+            for tenant in Self.tenants {
+                let stored = try await server.preferences(of: "ada", tenant: tenant)
+                #expect(stored.category("mention")?.channels?.first { $0.channel == "ios_push" }?.preference == .optOut)
+            }
+
+            // A second run is a relaunch: already on, nothing asked; then it signs out.
+            let relaunch = try await Task.detached { try TestProcess.run(executable, arguments + ["--logout"]) }.value
+            #expect(relaunch.contains("signed in as ada — phase: on"), "\(relaunch)")
+            #expect(!relaunch.contains("Allow notifications?"))
+            #expect(relaunch.contains("the device was removed behind the scenes"))
+            #expect(try await Self.devices(server, of: "ada").allSatisfy { $0.id != device.id })
+        }
+    }
 }
