@@ -467,7 +467,10 @@ class AccessibilityTests(PagesTestCase):
             shots = os.environ.get("BELFRY_SCREENSHOTS")
             if shots:
                 os.makedirs(shots, exist_ok=True)
+                height = self.driver.execute_script("return document.documentElement.scrollHeight")
+                self.driver.set_window_size(960, min(height, 3200))
                 self.driver.save_screenshot(os.path.join(shots, f"{path.strip('/')}-{scheme}.png"))
+                self.driver.set_window_size(1100, 1400)
 
     def test_preference_center_has_no_axe_violations(self):
         token = self.server.user("ada")
