@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -115,6 +116,14 @@ class Server:
             "content": {"title": title, "body": body, "url": "https://en.wikipedia.org/wiki/Talk:Belfry"},
         })
         assert status == 202, (status, answer)
+        # Fan-out is asynchronous: wait until the notification is in the inbox.
+        deadline = time.monotonic() + WAIT
+        while True:
+            status, event = self.request("GET", f"/v1/events/{answer['event_id']}")
+            if event.get("state") == "done":
+                return
+            assert time.monotonic() < deadline, f"the event was not fanned out: {event}"
+            time.sleep(0.05)
 
     def run(self, *arguments):
         return subprocess.run(
@@ -433,6 +442,10 @@ class PushTests(PagesTestCase):
             self.assertNotEqual(self.find("#push-error").text, "")
             self.assertFalse(toggle.is_selected())
             self.assertFalse(self.find("#push-types").is_displayed())
+            # "Try again" starts a new attempt.
+            self.find("#push-retry").click()
+            self.assertEqual(self.find("#push").get_attribute("data-state"), "busy")
+            self.assertFalse(self.find("#push-failed").is_displayed())
         else:
             self.assertTrue(self.find("#push-types").is_displayed())
             status, devices = self.server.request("GET", "/v1/me/devices", token=token)

@@ -231,6 +231,10 @@ struct WebController: RouteCollection {
 
     // MARK: Inbox
 
+    /// Also for another user's notification, which answers exactly like one that does not exist.
+    static let noSuchNotification = BelfryError.notFound(
+        "notification_not_found", "There is no such notification in your inbox.")
+
     @Sendable func inbox(req: Request) async throws -> Response {
         if let exchanged = try await exchange(req, page: .inbox) { return exchanged }
         let (session, user) = try await requireSession(req)
@@ -266,12 +270,12 @@ struct WebController: RouteCollection {
             await context.inboxEvents.countsChanged(user: userID, on: req.db)
         } else {
             guard let id = form["id"].flatMap(UUID.init(uuidString:)) else {
-                throw BelfryError.notFound("notification_not_found", "There is no such notification in your inbox.")
+                throw Self.noSuchNotification
             }
             if op.hasPrefix("action:") {
                 switch try await store.respond(to: id, action: String(op.dropFirst(7)), userID: userID, on: req.db) {
                 case .notFound:
-                    throw BelfryError.notFound("notification_not_found", "There is no such notification in your inbox.")
+                    throw Self.noSuchNotification
                 case .unknownAction:
                     throw BelfryError.notFound("action_not_found", "This notification has no such action.")
                 case .recorded(let item, _):
@@ -282,7 +286,7 @@ struct WebController: RouteCollection {
                     throw BelfryError.badRequest("Unknown inbox operation.")
                 }
                 guard let item = try await store.mark(id, mark, userID: userID, on: req.db) else {
-                    throw BelfryError.notFound("notification_not_found", "There is no such notification in your inbox.")
+                    throw Self.noSuchNotification
                 }
                 await context.inboxEvents.updated(item, user: userID, on: req.db)
             }

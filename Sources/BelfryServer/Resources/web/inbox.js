@@ -139,6 +139,12 @@
     }
   }
 
+  // The stream brings new counts after each change; while it is down, ask for them.
+  async function refreshCounts() {
+    if (document.body.dataset.stream === "open") return;
+    setUnread((await Belfry.api("/v1/me/notifications/counts")).unread);
+  }
+
   list.addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = event.target;
@@ -146,6 +152,7 @@
     if (!op) return;
     try {
       await perform(form.elements.id.value, op);
+      await refreshCounts();
     } catch (error) {
       Belfry.toast(`That did not work: ${error.message}`, { error: true });
     }
@@ -227,8 +234,9 @@
     });
     source.addEventListener("notification.updated", (event) => place(JSON.parse(event.data)));
     source.addEventListener("error", () => {
+      // CONNECTING: the browser retries by itself. CLOSED: refused (an expired token, say).
+      document.body.dataset.stream = source.readyState === EventSource.CLOSED ? "closed" : "connecting";
       if (source.readyState !== EventSource.CLOSED) return;
-      document.body.dataset.stream = "closed";
       setTimeout(async () => {
         try { await Belfry.refreshToken(); } catch { /* retried on the next round */ }
         connect();
