@@ -110,9 +110,9 @@ struct WebPagesTests {
         }
     }
 
-    @Test("form posts need the page's CSRF token")
-    func csrfRefusal() async throws {
-        try await withBelfry(.sqlite) { app in
+    @Test("form posts need the page's CSRF token", arguments: TestDatabase.allCases)
+    func csrfRefusal(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
             let token = try await app.userToken("ada")
             let browser = try await Browser.signIn(app, token: token)
             let page = try await browser.get("/preferences")
@@ -213,9 +213,11 @@ struct WebPagesTests {
         }
     }
 
-    @Test("the inbox page escapes what senders wrote, and its buttons work without script")
-    func inboxPage() async throws {
-        try await withBelfry(.sqlite) { app in
+    @Test(
+        "the inbox page escapes what senders wrote, and its buttons work without script",
+        arguments: TestDatabase.allCases)
+    func inboxPage(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
             let token = try await app.userToken("ada")
             try await InboxAPITests.notify(app, ["ada"], title: #"<script>alert("hi")</script>"#)
             let browser = try await Browser.signIn(app, token: token, page: "inbox")

@@ -49,6 +49,9 @@ struct PreferenceCenterPage {
                 ) { flash.text }
             }
             pushSection
+            el("noscript") {
+                el("p", .class("flash")) { "Push notifications on this browser can be turned on with JavaScript." }
+            }
             form
         }
     }
