@@ -388,6 +388,19 @@ class InboxTests(PagesTestCase):
         self.wait(lambda d: "“Reply” done." in self.find("#toasts").text)
         self.wait(lambda d: not self.find("#bell-badge").is_displayed())
 
+    def test_action_chosen_in_a_system_notification_is_recorded_by_the_inbox(self):
+        # Where the service worker sends a click on a notification's action.
+        token = self.server.user("ivy")
+        self.server.send("ivy", "Someone wrote to you", category="edit-user-talk")
+        self.sign_in("inbox", token)
+        status, page = self.server.request("GET", "/v1/me/notifications", token=token)
+        notification = page["notifications"][0]["id"]
+        self.driver.get(f"{self.server.base}/inbox?notification={notification}&action=reply")
+        self.wait(lambda d: "“Reply” done." in self.find("#toasts").text, "the action was not recorded")
+        self.assertEqual(self.driver.current_url, f"{self.server.base}/inbox")
+        status, page = self.server.request("GET", "/v1/me/notifications", token=token)
+        self.assertIsNotNone(page["notifications"][0]["read_at"])
+
     def test_older_notifications_load_on_scroll(self):
         token = self.server.user("otto")
         for index in range(25):
@@ -450,6 +463,96 @@ class PushTests(PagesTestCase):
             self.assertTrue(self.find("#push-types").is_displayed())
             status, devices = self.server.request("GET", "/v1/me/devices", token=token)
             self.assertEqual(len(devices["devices"]), 1)
+
+
+class ServiceWorkerTests(PagesTestCase):
+    """The service worker's handlers, run in Chromium's JavaScript engine with stand-ins for
+    the worker's `registration` and `clients` (no push service can deliver a real push here)."""
+
+    def setUp(self):
+        self.sign_in("preferences", self.server.user("sam"))
+        loaded = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "const script = document.createElement('script'); script.src = '/sw.js';"
+            "script.onload = () => done(true); script.onerror = () => done(false);"
+            "document.head.append(script);")
+        self.assertTrue(loaded)
+        self.origin = self.server.base
+
+    def test_push_shows_the_notification_with_its_actions(self):
+        shown = self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const shown = [];
+            window.registration = { showNotification: (title, options) => { shown.push({ title, options }); return Promise.resolve(); } };
+            const event = new Event("push");
+            event.data = { json: () => ({
+                title: "Linus mentioned you", body: "On Talk:Belfry", notification_id: "n1",
+                url: "https://en.wikipedia.org/wiki/Talk:Belfry",
+                actions: [{ action: "view", title: "View" }, { action: "reply", title: "Reply" }, { action: "x", title: "X" }] }) };
+            let work = null;
+            event.waitUntil = (promise) => { work = promise; };
+            window.dispatchEvent(event);
+            work.then(() => done(shown));""")
+        self.assertEqual(len(shown), 1)
+        self.assertEqual(shown[0]["title"], "Linus mentioned you")
+        options = shown[0]["options"]
+        self.assertEqual(options["body"], "On Talk:Belfry")
+        self.assertEqual(options["tag"], "n1")
+        self.assertEqual(options["data"], {"url": "https://en.wikipedia.org/wiki/Talk:Belfry", "notification_id": "n1"})
+        self.assertGreaterEqual(len(options["actions"]), 1)
+        self.assertEqual(options["actions"][0], {"action": "view", "title": "View"})
+
+    def click(self, tabs, data, action="", controlled=True):
+        """Runs the notificationclick handler with `tabs` open; answers what it did."""
+        return self.driver.execute_async_script("""
+            const [tabs, data, action, controlled, done] = arguments;
+            const did = { closed: false, focused: [], navigated: [], opened: [] };
+            const tab = (url) => ({
+                url,
+                async focus() { did.focused.push(url); return this; },
+                async navigate(target) {
+                    if (!controlled) throw new TypeError("not controlled by this worker");
+                    did.navigated.push(target); return { url: target };
+                },
+            });
+            window.clients = {
+                matchAll: async () => tabs.map(tab),
+                openWindow: async (url) => { did.opened.push(url); return { url }; },
+            };
+            const event = new Event("notificationclick");
+            event.action = action;
+            event.notification = { data, close() { did.closed = true; } };
+            let work = null;
+            event.waitUntil = (promise) => { work = promise; };
+            window.dispatchEvent(event);
+            work.then(() => done(did), (error) => done(String(error)));""", tabs, data, action, controlled)
+
+    def test_click_opens_the_notification_address_when_no_tab_is_open(self):
+        did = self.click([], {"url": "https://en.wikipedia.org/wiki/Talk:Belfry", "notification_id": "n1"})
+        self.assertTrue(did["closed"])
+        self.assertEqual(did["opened"], ["https://en.wikipedia.org/wiki/Talk:Belfry"])
+        self.assertEqual(did["focused"], [])
+
+    def test_click_focuses_an_open_belfry_tab_and_shows_the_notification(self):
+        did = self.click([f"{self.origin}/preferences"], {"url": None, "notification_id": "n1"})
+        self.assertEqual(did["focused"], [f"{self.origin}/preferences"])
+        self.assertEqual(did["navigated"], [f"{self.origin}/inbox#n-n1"])
+        self.assertEqual(did["opened"], [])
+
+    def test_click_on_an_action_goes_to_the_inbox_that_records_it(self):
+        did = self.click([f"{self.origin}/inbox"], {"url": "https://example.org/x", "notification_id": "n1"}, "reply")
+        self.assertEqual(did["navigated"], [f"{self.origin}/inbox?notification=n1&action=reply"])
+
+    def test_click_reuses_a_tab_already_at_the_address(self):
+        did = self.click([f"{self.origin}/preferences", f"{self.origin}/inbox#n-n2"], {"notification_id": "n2"})
+        self.assertEqual(did["focused"], [f"{self.origin}/inbox#n-n2"])
+        self.assertEqual(did["navigated"], [])
+        self.assertEqual(did["opened"], [])
+
+    def test_click_opens_a_window_when_the_open_tab_cannot_be_navigated(self):
+        did = self.click([f"{self.origin}/preferences"], {"notification_id": "n3"}, controlled=False)
+        self.assertEqual(did["focused"], [f"{self.origin}/preferences"])
+        self.assertEqual(did["opened"], [f"{self.origin}/inbox#n-n3"])
 
 
 class AccessibilityTests(PagesTestCase):
