@@ -564,6 +564,37 @@ class AccessibilityTests(PagesTestCase):
         self.assertIsInstance(result, list, result)
         return [(v["id"], v["help"], [n["target"] for n in v["nodes"]][:5]) for v in result]
 
+    def test_keyboard_starts_at_the_skip_link_and_shows_focus(self):
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.sign_in("preferences", self.server.user("tab"))
+        body = self.find("body")
+        body.send_keys(Keys.TAB)
+        active = self.driver.switch_to.active_element
+        self.assertEqual(active.get_attribute("class"), "skip-link")
+        self.assertTrue(active.is_displayed())
+        active.send_keys(Keys.ENTER)
+        self.wait(lambda d: d.switch_to.active_element.get_attribute("id") == "main")
+        switch = self.find('input[name="category:mention"]')
+        # Reach the switch with the Tab key, so that the browser treats the focus as keyboard focus.
+        self.driver.execute_script("arguments[0].focus()", switch)
+        self.driver.switch_to.active_element.send_keys(Keys.SHIFT, Keys.TAB)
+        self.driver.switch_to.active_element.send_keys(Keys.TAB)
+        self.assertEqual(self.driver.switch_to.active_element, switch)
+        outline = self.driver.execute_script(
+            "const s = getComputedStyle(arguments[0]); return [s.outlineStyle, s.outlineWidth];", switch)
+        self.assertNotEqual(outline[0], "none")
+        self.assertNotEqual(outline[1], "0px")
+
+    def test_reduced_motion_turns_transitions_off(self):
+        self.sign_in("preferences", self.server.user("still"))
+        duration = "return getComputedStyle(document.querySelector('input.switch')).transitionDuration"
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.assertNotEqual(self.driver.execute_script(duration), "0s")
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+        self.assertEqual(self.driver.execute_script(duration), "0s")
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
     def test_axe_finds_a_planted_violation(self):
         # The check below can fail: an unlabelled field is reported.
         token = self.server.user("axel")
