@@ -128,6 +128,7 @@ public func configure(
         vapidKey: vapidKey,
         logger: app.logger
     )
+    app.webSigner = WebSigner(secret: secret)
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
     if case .postgres(let url) = settings.database {
         let listener = try InboxRelayListener(url: url)
@@ -152,6 +153,7 @@ public func configure(
     try app.register(collection: QuietHoursController())
     try app.register(collection: InboxController())
     try app.register(collection: DevicesController())
+    try app.register(collection: WebController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }

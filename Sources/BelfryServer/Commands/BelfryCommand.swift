@@ -10,7 +10,10 @@ public struct BelfryCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "belfry",
         abstract: "Belfry, a self-hosted notification platform.",
-        subcommands: [ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, ConfigCommand.self]
+        subcommands: [
+            ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, LinkCommand.self,
+            ConfigCommand.self,
+        ]
     )
 
     public init() {}

@@ -1,0 +1,72 @@
+import ArgumentParser
+import Fluent
+import Foundation
+import Vapor
+
+/// `belfry link`: a signed one-click link for emails that opens a user's preference center or
+/// inbox, signed in, until it expires.
+struct LinkCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "link",
+        abstract: "Print a signed link that opens a user's preference center or inbox (for emails).")
+
+    @ArgumentParser.Option(help: "The user's external id.")
+    var user: String
+
+    @ArgumentParser.Option(help: "The page: preferences or inbox.")
+    var page = "preferences"
+
+    @ArgumentParser.Option(help: "How long the link works: seconds, or a number with s, m, h or d (at most 30d).")
+    var expires = "7d"
+
+    @ArgumentParser.Option(help: "The site the preference center opens on. Default: the workspace's default tenant.")
+    var tenant: String?
+
+    @ArgumentParser.Option(
+        help: "The server's address as users reach it, e.g. https://notify.example.org. Default: http://HOST:PORT.")
+    var baseURL: String?
+
+    @OptionGroup var storage: StorageOptions
+
+    static let longest = 30 * 86400
+
+    /// Seconds in `text`: `3600`, `90m`, `12h`, `7d`.
+    static func seconds(_ text: String) -> Int? {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        let (number, unit) =
+            if let last = text.last, let unit = units[last] { (text.dropLast(), unit) } else { (Substring(text), 1) }
+        guard let value = Int(number), value > 0 else { return nil }
+        let (product, overflow) = value.multipliedReportingOverflow(by: unit)
+        return overflow ? nil : product
+    }
+
+    func run() async throws {
+        guard WebLink.pages.contains(page) else {
+            throw ValidationError("--page must be one of \(WebLink.pages.joined(separator: ", ")), got \"\(page)\"")
+        }
+        guard let lifetime = Self.seconds(expires), lifetime <= Self.longest else {
+            throw ValidationError(
+                "--expires must be a duration such as 3600, 90m, 12h or 7d, at most 30d; got \"\(expires)\"")
+        }
+        let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+        if let tenant, settings.workspace.tenant(tenant) == nil {
+            throw ValidationError("--tenant: no tenant \"\(tenant)\" in this workspace")
+        }
+        let base = (baseURL ?? "http://\(settings.hostname):\(settings.port)").trimmingCharacters(
+            in: CharacterSet(charactersIn: "/"))
+        guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https",
+            components.host != nil
+        else {
+            throw ValidationError("--base-url must be an http or https address, got \"\(base)\"")
+        }
+        let link = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+            guard let model = try await UserModel.query(on: app.db).filter(\.$externalID == user).first() else {
+                throw ValidationError("no user \"\(user)\"; create it with PUT /v1/users/\(user)")
+            }
+            return try app.webSigner.link(
+                page: page, userID: try model.requireID(), externalID: model.externalID, now: app.belfry.now(),
+                lifetime: lifetime)
+        }
+        say("\(base)/\(page)?link=\(link)\(tenant.map { "&tenant=\($0)" } ?? "")")
+    }
+}

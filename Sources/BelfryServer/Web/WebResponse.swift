@@ -1,0 +1,96 @@
+import Foundation
+import Vapor
+
+/// How pages answer: HTML with headers that keep them out of caches, frames and other sites' scripts.
+enum WebResponse {
+    /// Scripts, styles and connections from this origin only; no inline script, no framing.
+    static let contentSecurityPolicy =
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        + "worker-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+    static func html(_ html: HTML, status: HTTPStatus = .ok) -> Response {
+        let response = Response(status: status, body: .init(string: html.document))
+        response.headers.contentType = .html
+        secure(response)
+        return response
+    }
+
+    /// Headers every page and page redirect carries. `no-referrer` matters most: a page reached
+    /// with `?token=` must not hand its address to the next site.
+    static func secure(_ response: Response) {
+        response.headers.replaceOrAdd(name: "Content-Security-Policy", value: contentSecurityPolicy)
+        response.headers.replaceOrAdd(name: .xContentTypeOptions, value: "nosniff")
+        response.headers.replaceOrAdd(name: "Referrer-Policy", value: "no-referrer")
+        response.headers.replaceOrAdd(name: .xFrameOptions, value: "DENY")
+        response.headers.replaceOrAdd(name: .cacheControl, value: "no-store")
+    }
+
+    /// A page for an error, with what to do next.
+    static func error(status: HTTPStatus, message: String) -> Response {
+        let title = status.code == 401 ? "Sign-in needed" : status.code == 404 ? "Not found" : "Something went wrong"
+        let page = el("html", .init("lang", "en")) {
+            el("head") {
+                void("meta", .init("charset", "utf-8"))
+                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
+                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                el("title") { "\(title) · Belfry" }
+                void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
+            }
+            el("body") {
+                el("main", .id("main"), .class("error-page")) {
+                    el("h1") { title }
+                    el("p", .class("error-message")) { message }
+                    if status.code != 401 {
+                        el("p") { el("a", .href("/inbox")) { "Go to your inbox" } }
+                    }
+                }
+            }
+        }
+        return html(page, status: status)
+    }
+}
+
+/// Renders errors on page routes as HTML pages instead of the API's JSON body.
+struct WebErrorMiddleware: AsyncMiddleware {
+    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+        do {
+            return try await next.respond(to: request)
+        } catch {
+            let failure = BelfryErrorMiddleware.classify(error)
+            if failure.status.code >= 500 {
+                request.logger.error("page failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+            }
+            return WebResponse.error(status: failure.status, message: failure.message)
+        }
+    }
+}
+
+/// An `application/x-www-form-urlencoded` body as a dictionary (the last value of a repeated name wins).
+enum WebForm {
+    static let maxBytes = 64 * 1024
+
+    static func parse(_ req: Request) throws -> [String: String] {
+        guard req.headers.contentType?.type == "application",
+            req.headers.contentType?.subType == "x-www-form-urlencoded"
+        else {
+            throw BelfryError(.unsupportedMediaType, "unsupported_media_type", "This form must be sent as a web form.")
+        }
+        guard let buffer = req.body.data, buffer.readableBytes <= maxBytes else {
+            throw BelfryError(.payloadTooLarge, "payload_too_large", "This form is too large.")
+        }
+        return parse(String(buffer: buffer))
+    }
+
+    static func parse(_ body: String) -> [String: String] {
+        var fields: [String: String] = [:]
+        for pair in body.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decode(_ part: Substring) -> String? {
+                part.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            }
+            guard let name = decode(parts[0]) else { continue }
+            fields[name] = parts.count > 1 ? decode(parts[1]) ?? "" : ""
+        }
+        return fields
+    }
+}

@@ -1,0 +1,287 @@
+import BelfryCore
+import BelfryTestSupport
+import Fluent
+import Foundation
+import Testing
+import Vapor
+import VaporTesting
+
+@testable import BelfryServer
+
+@Suite("Web pages: HTML, sessions, CSRF and signed links")
+struct WebPagesTests {
+    /// A browser in a test: the session cookie it holds, sent back on each request.
+    struct Browser {
+        let app: Application
+        var cookie: String?
+
+        func get(_ path: String) async throws -> TestingHTTPResponse {
+            try await app.send(.GET, path, headers: cookie.map { ["Cookie": "\(WebSession.cookieName)=\($0)"] } ?? [:])
+        }
+
+        func post(_ path: String, form: [(String, String)]) async throws -> TestingHTTPResponse {
+            var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
+            if let cookie { headers.add(name: "Cookie", value: "\(WebSession.cookieName)=\(cookie)") }
+            let body = form.map { "\(Self.encode($0.0))=\(Self.encode($0.1))" }.joined(separator: "&")
+            return try await app.testing().sendRequest(.POST, path, headers: headers, body: ByteBuffer(string: body))
+        }
+
+        static func encode(_ text: String) -> String {
+            text.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? text
+        }
+
+        /// Signs in with a user token, as a link from an app would.
+        static func signIn(_ app: Application, token: String, page: String = "preferences") async throws -> Browser {
+            let response = try await app.send(.GET, "/\(page)?token=\(token)")
+            #expect(response.status == .seeOther)
+            return Browser(app: app, cookie: try #require(sessionCookie(response)))
+        }
+    }
+
+    static func sessionCookie(_ response: TestingHTTPResponse) -> String? {
+        response.headers[.setCookie].lazy.compactMap { header -> String? in
+            guard header.hasPrefix("\(WebSession.cookieName)=") else { return nil }
+            return String(header.dropFirst(WebSession.cookieName.count + 1).prefix { $0 != ";" })
+        }.first
+    }
+
+    static func csrf(in page: TestingHTTPResponse) throws -> String {
+        let text = page.body.string
+        let marker = #"<meta name="belfry-csrf" content=""#
+        let start = try #require(text.range(of: marker)).upperBound
+        return String(text[start...].prefix { $0 != "\"" })
+    }
+
+    static func userID(_ app: Application, _ externalID: String) async throws -> UUID {
+        try #require(try await UserModel.query(on: app.db).filter(\.$externalID == externalID).first()).requireID()
+    }
+
+    @Test("the HTML builder escapes text and attribute values")
+    func escaping() {
+        let html = el("p", .class(#"a"b<c>'d"#), .flag("hidden"), .id(nil)) {
+            "<script>alert('x')</script> & more"
+            void("br")
+        }
+        #expect(
+            html.rendered
+                == #"<p class="a&quot;b&lt;c&gt;&#39;d" hidden>&lt;script&gt;alert('x')&lt;/script&gt; &amp; more<br></p>"#
+        )
+        #expect(HTML.void("input", [.flag("checked", false), .value("1")]).rendered == #"<input value="1">"#)
+    }
+
+    @Test("a user token becomes a Secure, HttpOnly, SameSite=Lax cookie and leaves the address")
+    func tokenExchange() async throws {
+        try await withBelfry(.sqlite) { app in
+            let token = try await app.userToken("ada", tenants: ["enwiki", "dewiki"])
+            let response = try await app.send(.GET, "/preferences?token=\(token)&tenant=dewiki")
+            #expect(response.status == .seeOther)
+            #expect(response.headers.first(name: .location) == "/preferences?tenant=dewiki")
+            #expect(response.headers.first(name: "Referrer-Policy") == "no-referrer")
+            let setCookie = try #require(response.headers[.setCookie].first)
+            #expect(setCookie.contains("HttpOnly"))
+            #expect(setCookie.contains("Secure"))
+            #expect(setCookie.contains("SameSite=Lax"))
+            let browser = Browser(app: app, cookie: try #require(Self.sessionCookie(response)))
+            let page = try await browser.get("/preferences?tenant=dewiki")
+            #expect(page.status == .ok)
+            #expect(page.headers.contentType == .html)
+            #expect(page.headers.first(name: "Content-Security-Policy")?.contains("script-src 'self'") == true)
+            #expect(page.headers.first(name: .cacheControl) == "no-store")
+            let text = page.body.string
+            #expect(text.hasPrefix("<!doctype html>"))
+            #expect(text.contains(#"<input type="checkbox" role="switch" id="c-mention""#))
+            #expect(text.contains(#"name="category:mention""#))
+            #expect(text.contains("German Wikipedia"))
+            #expect(!text.contains(token))
+        }
+    }
+
+    @Test("pages without a session, or with a bad token, answer with an HTML page")
+    func unauthenticated() async throws {
+        try await withBelfry(.sqlite) { app in
+            for path in ["/preferences", "/inbox", "/preferences?token=nonsense", "/inbox?link=nonsense.nonsense"] {
+                let response = try await app.send(.GET, path)
+                #expect(response.status == .unauthorized, "\(path)")
+                #expect(response.headers.contentType == .html, "\(path)")
+                #expect(Self.sessionCookie(response) == nil)
+            }
+            let forged = Browser(app: app, cookie: "eyJraW5kIjoic2Vzc2lvbiJ9.AAAA")
+            #expect(try await forged.get("/inbox").status == .unauthorized)
+        }
+    }
+
+    @Test("form posts need the page's CSRF token", arguments: TestDatabase.allCases)
+    func csrfRefusal(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let token = try await app.userToken("ada")
+            let browser = try await Browser.signIn(app, token: token)
+            let page = try await browser.get("/preferences")
+            let csrf = try Self.csrf(in: page)
+            // A form that turns everything off: no boxes checked.
+            for bad in [nil, "", "not-the-token", String(csrf.dropLast(2)) + "AA"] {
+                var form = [("tenant", "enwiki")]
+                if let bad { form.append(("_csrf", bad)) }
+                let refused = try await browser.post("/preferences", form: form)
+                #expect(refused.status == .forbidden)
+                #expect(refused.headers.contentType == .html)
+            }
+            let other = try await Browser.signIn(app, token: try await app.userToken("grace"))
+            let otherCSRF = try Self.csrf(in: try await other.get("/preferences"))
+            #expect(try await browser.post("/preferences", form: [("_csrf", otherCSRF)]).status == .forbidden)
+            let unchanged = try await app.send(.GET, "/v1/me/preferences", bearer: token).decode(PreferenceData.self)
+            #expect(unchanged.sections?.first?.subcategories?.first?.preference == .optIn)
+
+            let saved = try await browser.post(
+                "/preferences", form: [("_csrf", csrf), ("tenant", "enwiki"), ("overall:email", "required")])
+            #expect(saved.status == .seeOther)
+            #expect(saved.headers.first(name: .location) == "/preferences?tenant=enwiki&saved=tenant")
+            let data = try await app.send(.GET, "/v1/me/preferences", bearer: token).decode(PreferenceData.self)
+            let categories = (data.sections ?? []).flatMap { $0.subcategories ?? [] }
+            #expect(categories.first { $0.category == "mention" }?.preference == .optOut)
+            #expect(categories.first { $0.category == "login-fail" }?.preference == .optIn)
+            #expect(data.channelPreferences?.first { $0.channel == "email" }?.isRestricted == true)
+            // The page scripts' token endpoint needs the header.
+            #expect(
+                try await app.send(
+                    .POST, "/web/session/token", headers: ["Cookie": "\(WebSession.cookieName)=\(browser.cookie ?? "")"]
+                ).status == .forbidden)
+            let minted = try await app.send(
+                .POST, "/web/session/token",
+                headers: ["Cookie": "\(WebSession.cookieName)=\(browser.cookie ?? "")", "X-CSRF-Token": csrf])
+            #expect(minted.status == .ok)
+            let pageToken = try minted.decode(TokenGrant.self).token
+            #expect(try await app.send(.GET, "/v1/me/preferences", bearer: pageToken).status == .ok)
+        }
+    }
+
+    @Test("a form shown before someone else's change saves nothing and shows the current values")
+    func staleForm() async throws {
+        try await withBelfry(.sqlite) { app in
+            let token = try await app.userToken("ada")
+            let browser = try await Browser.signIn(app, token: token)
+            let page = try await browser.get("/preferences")
+            let etag = try #require(page.body.string.firstMatch(of: /name="etag" value="([^"]+)"/)).1
+            _ = try await app.send(
+                .PATCH, "/v1/me/preferences/categories/mention", bearer: token, json: ["preference": "opt_out"])
+            let stale = try await browser.post(
+                "/preferences",
+                form: [
+                    ("_csrf", try Self.csrf(in: page)), ("tenant", "enwiki"),
+                    ("etag", String(etag).replacingOccurrences(of: "&quot;", with: "\"")),
+                    ("category:mention", "opt_in"), ("category:reverted", "opt_in"),
+                ])
+            #expect(stale.status == .conflict)
+            #expect(stale.body.string.contains("changed in another window"))
+            let data = try await app.send(.GET, "/v1/me/preferences", bearer: token).decode(PreferenceData.self)
+            let categories = (data.sections ?? []).flatMap { $0.subcategories ?? [] }
+            #expect(categories.first { $0.category == "mention" }?.preference == .optOut)
+            #expect(categories.first { $0.category == "edit-thank" }?.preference == .optIn)
+        }
+    }
+
+    @Test("signed links work for their page until they expire")
+    func signedLinks() async throws {
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock) { app in
+            _ = try await app.userToken("ada")
+            let id = try await Self.userID(app, "ada")
+            let link = try app.webSigner.link(
+                page: "inbox", userID: id, externalID: "ada", now: clock.now, lifetime: 600)
+            let opened = try await app.send(.GET, "/inbox?link=\(link)")
+            #expect(opened.status == .seeOther)
+            #expect(opened.headers.first(name: .location) == "/inbox")
+            let browser = Browser(app: app, cookie: Self.sessionCookie(opened))
+            #expect(try await browser.get("/inbox").status == .ok)
+
+            #expect(try await app.send(.GET, "/preferences?link=\(link)").status == .unauthorized)
+            let tampered = link.replacingOccurrences(of: "inbox", with: "preferences")
+            #expect(try await app.send(.GET, "/preferences?link=\(tampered)").status == .unauthorized)
+            var payload = Array(link.split(separator: ".")[0])
+            payload[payload.count / 2] = payload[payload.count / 2] == "A" ? "B" : "A"
+            #expect(
+                try await app.send(.GET, "/inbox?link=\(String(payload)).\(link.split(separator: ".")[1])").status
+                    == .unauthorized)
+
+            clock.advance(by: 601)
+            let expired = try await app.send(.GET, "/inbox?link=\(link)")
+            #expect(expired.status == .unauthorized)
+            #expect(expired.body.string.contains("expired"))
+            // The session it started lasts its own lifetime, then ends too.
+            #expect(try await browser.get("/inbox").status == .ok)
+            clock.advance(by: TimeInterval(WebSession.lifetime))
+            #expect(try await browser.get("/inbox").status == .unauthorized)
+        }
+    }
+
+    @Test(
+        "the inbox page escapes what senders wrote, and its buttons work without script",
+        arguments: TestDatabase.allCases)
+    func inboxPage(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let token = try await app.userToken("ada")
+            try await InboxAPITests.notify(app, ["ada"], title: #"<script>alert("hi")</script>"#)
+            let browser = try await Browser.signIn(app, token: token, page: "inbox")
+            let page = try await browser.get("/inbox")
+            let text = page.body.string
+            #expect(!text.contains("<script>alert"))
+            #expect(text.contains("&lt;script&gt;alert(\"hi\")&lt;/script&gt;"))
+            #expect(text.contains("<title id=\"page-title\" data-title=\"Inbox\">(1) Inbox · Belfry</title>"))
+            let id = try #require(try await InboxAPITests.page(app, token).notifications.first).id
+            let csrf = try Self.csrf(in: page)
+            let read = try await browser.post(
+                "/inbox", form: [("_csrf", csrf), ("id", id.uuidString), ("op", "read")])
+            #expect(read.status == .seeOther)
+            let counts = try await app.send(.GET, "/v1/me/notifications/counts", bearer: token).decode(InboxCounts.self)
+            #expect(counts.unread == 0)
+            let refused = try await browser.post("/inbox", form: [("id", id.uuidString), ("op", "unread")])
+            #expect(refused.status == .forbidden)
+            let other = try await Browser.signIn(app, token: try await app.userToken("grace"), page: "inbox")
+            let otherCSRF = try Self.csrf(in: try await other.get("/inbox"))
+            let foreign = try await other.post(
+                "/inbox", form: [("_csrf", otherCSRF), ("id", id.uuidString), ("op", "unread")])
+            #expect(foreign.status == .notFound)
+        }
+    }
+
+    @Test("static assets and the service worker are served with their types")
+    func assets() async throws {
+        try await withBelfry(.sqlite) { app in
+            let script = try await app.send(.GET, "/web/preferences.js")
+            #expect(script.status == .ok)
+            #expect(script.headers.contentType?.subType == "javascript")
+            let etag = try #require(script.etag)
+            #expect(
+                try await app.send(.GET, "/web/preferences.js", headers: ["If-None-Match": etag]).status == .notModified
+            )
+            #expect(try await app.send(.GET, "/web/belfry.css").headers.contentType?.subType == "css")
+            #expect(try await app.send(.GET, "/sw.js").body.string.contains("notificationclick"))
+            #expect(try await app.send(.GET, "/web/sw.js").status == .notFound)
+            #expect(try await app.send(.GET, "/web/..%2Fopenapi.yaml").status == .notFound)
+        }
+    }
+
+    @Test("the no-JS form's changes: only what differs, never items users cannot change")
+    func formChanges() {
+        let data = PreferenceData(ResolvedPreferences(config: .demo, userDefaults: PreferenceSelections()))
+        #expect(
+            WebController.changes(
+                from: ["category:mention": "opt_in", "overall:email": "all"], against: data, all: false
+            ).contains(.category("edit-thank", .optOut)))
+        let changes = WebController.changes(from: [:], against: data, all: false)
+        #expect(!changes.contains { if case .category("login-fail", _) = $0 { true } else { false } })
+        #expect(!changes.contains { if case .channelInCategory("email", "login-fail", _) = $0 { true } else { false } })
+        #expect(changes.contains(.category("mention", .optOut)))
+        #expect(!changes.contains { if case .overallChannel = $0 { true } else { false } })
+    }
+
+    @Test("link lifetimes read as seconds, minutes, hours or days")
+    func linkDurations() {
+        #expect(LinkCommand.seconds("3600") == 3600)
+        #expect(LinkCommand.seconds("90m") == 5400)
+        #expect(LinkCommand.seconds("12h") == 43200)
+        #expect(LinkCommand.seconds("7d") == 604_800)
+        #expect(LinkCommand.seconds("0") == nil)
+        #expect(LinkCommand.seconds("-1d") == nil)
+        #expect(LinkCommand.seconds("week") == nil)
+    }
+}

@@ -1,0 +1,641 @@
+"""Belfry's web pages in a real browser: a real `belfry serve` (SQLite in a temporary
+directory, the demo workspace, a free loopback port) driven through Debian's headless
+Chromium with chromium-driver and Selenium.
+
+Run with `python3 -m unittest discover -s Tests/browser -v` (scripts/test does, after
+`swift test`). BELFRY_BINARY names the `belfry` executable (default: the debug build).
+BELFRY_SCREENSHOTS=<dir> also writes the README's screenshots there.
+"""
+import json
+import os
+import pathlib
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WAIT = 15  # seconds for any condition; the debounce is 1 s
+
+
+def belfry_binary():
+    if os.environ.get("BELFRY_BINARY"):
+        return os.environ["BELFRY_BINARY"]
+    bin_path = subprocess.run(
+        ["swift", "build", "--show-bin-path"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    binary = os.path.join(bin_path, "belfry")
+    if not os.path.exists(binary):
+        subprocess.run(["swift", "build", "--product", "belfry"], cwd=ROOT, check=True)
+    return binary
+
+
+def axe_source():
+    """axe-core as bundled by the axe-core-python wheel (there is no npm here)."""
+    import axe_core_python
+
+    return (pathlib.Path(axe_core_python.__file__).parent / "axe.min.js").read_text()
+
+
+class Server:
+    """`belfry serve` on a free port, with its own SQLite file, stopped at the end."""
+
+    def __init__(self):
+        self.directory = tempfile.mkdtemp(prefix="belfry-browser-")
+        self.database = os.path.join(self.directory, "belfry.sqlite")
+        self.api_key = "browser-test-" + secrets.token_hex(16)
+        self.binary = belfry_binary()
+        self.environment = dict(
+            os.environ,
+            BELFRY_API_KEY=self.api_key,
+            BELFRY_VAPID_SUBJECT="mailto:browser-tests@example.org",
+            BELFRY_LOG_LEVEL="warning",
+        )
+        self.process = subprocess.Popen(
+            [self.binary, "serve", "--hostname", "127.0.0.1", "--port", "0", "--database", self.database],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.environment,
+        )
+        self.log = []
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self.base = None
+        for line in self.process.stdout:
+            match = re.search(r"Belfry listening on (http://\S+)", line)
+            if match:
+                self.base = match.group(1)
+                break
+        if self.base is None:
+            self.stop()
+            raise RuntimeError("belfry serve did not start:\n" + "".join(self.log))
+        threading.Thread(target=lambda: [None for _ in self.process.stdout], daemon=True).start()
+
+    def _drain_stderr(self):
+        for line in self.process.stderr:
+            self.log.append(line)
+
+    def request(self, method, path, body=None, token=None):
+        headers = {"Authorization": f"Bearer {token or self.api_key}"}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                text = response.read().decode()
+                return response.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read().decode() or "null")
+
+    def user(self, user_id, tenants=("enwiki", "dewiki")):
+        status, _ = self.request("PUT", f"/v1/users/{user_id}", {"tenants": list(tenants)})
+        assert status in (200, 201), status
+        status, grant = self.request("POST", f"/v1/users/{user_id}/tokens")
+        assert status in (200, 201), (status, grant)
+        return grant["token"]
+
+    def preferences(self, token, tenant="enwiki"):
+        status, data = self.request("GET", f"/v1/me/preferences?tenant={tenant}", token=token)
+        assert status == 200, (status, data)
+        return data
+
+    def send(self, user_id, title, category="mention", body="Someone mentioned you."):
+        status, answer = self.request("POST", "/v1/events", {
+            "category": category, "tenant": "enwiki", "recipients": [user_id],
+            "content": {"title": title, "body": body, "url": "https://en.wikipedia.org/wiki/Talk:Belfry"},
+        })
+        assert status == 202, (status, answer)
+        # Fan-out is asynchronous: wait until the notification is in the inbox.
+        deadline = time.monotonic() + WAIT
+        while True:
+            status, event = self.request("GET", f"/v1/events/{answer['event_id']}")
+            if event.get("state") == "done":
+                return
+            assert time.monotonic() < deadline, f"the event was not fanned out: {event}"
+            time.sleep(0.05)
+
+    def run(self, *arguments):
+        return subprocess.run(
+            [self.binary, *arguments, "--database", self.database], env=self.environment,
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def chromium(javascript=True):
+    options = webdriver.ChromeOptions()
+    for path in ("/usr/bin/chromium", "/usr/bin/chromium-browser"):
+        if os.path.exists(path):
+            options.binary_location = path
+            break
+    options.add_argument("--headless=new")
+    options.add_argument("--no-sandbox")
+    options.add_argument("--disable-dev-shm-usage")
+    options.add_argument("--window-size=1100,1400")
+    if not javascript:
+        options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+    driver_path = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver_path))
+
+
+def category_preference(data, category):
+    for section in data["sections"]:
+        for item in section.get("subcategories") or []:
+            if item["category"] == category:
+                return item
+    raise KeyError(category)
+
+
+class PagesTestCase(unittest.TestCase):
+    server = None
+    driver = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.driver = chromium()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.driver:
+            cls.driver.quit()
+        if cls.server:
+            cls.server.stop()
+
+    def wait(self, condition, message=""):
+        return WebDriverWait(self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
+            condition, message)
+
+    def sign_in(self, page, token, driver=None):
+        driver = driver or self.driver
+        driver.get(f"{self.server.base}/{page}?token={token}")
+        # The token is traded for a cookie and leaves the address.
+        self.assertEqual(driver.current_url, f"{self.server.base}/{page}")
+        cookie = driver.get_cookie("belfry_session")
+        self.assertIsNotNone(cookie)
+        self.assertTrue(cookie["httpOnly"])
+        self.assertTrue(cookie["secure"])
+        self.assertEqual(cookie["sameSite"], "Lax")
+
+    def find(self, css, driver=None):
+        return (driver or self.driver).find_element(By.CSS_SELECTOR, css)
+
+    def saved(self):
+        self.wait(lambda d: self.find("#save-status").text == "Saved.", "the change was not saved")
+
+
+class PreferenceCenterTests(PagesTestCase):
+    def test_category_switch_saves_after_the_debounce_and_stays_off_after_reload(self):
+        token = self.server.user("ada")
+        self.sign_in("preferences", token)
+        switch = self.find('input[name="category:mention"]')
+        self.assertEqual(switch.get_attribute("role"), "switch")
+        self.assertTrue(switch.is_selected())
+        self.assertEqual(switch.get_attribute("aria-checked"), "true")
+        switch.click()
+        # Optimistic: the switch is off at once, and the write waits for the debounce.
+        self.assertFalse(switch.is_selected())
+        self.assertEqual(switch.get_attribute("aria-checked"), "false")
+        self.assertEqual(self.find("#save-status").text, "Changes are saved automatically…")
+        self.saved()
+        self.assertEqual(category_preference(self.server.preferences(token), "mention")["preference"], "opt_out")
+        self.driver.refresh()
+        switch = self.find('input[name="category:mention"]')
+        self.assertFalse(switch.is_selected())
+        self.assertEqual(switch.get_attribute("aria-checked"), "false")
+
+    def test_switch_works_from_the_keyboard(self):
+        token = self.server.user("kay")
+        self.sign_in("preferences", token)
+        switch = self.find('input[name="category:reverted"]')
+        self.driver.execute_script("arguments[0].focus()", switch)
+        self.assertEqual(self.driver.switch_to.active_element, switch)
+        switch.send_keys(Keys.SPACE)
+        self.assertFalse(switch.is_selected())
+        self.saved()
+        self.assertEqual(category_preference(self.server.preferences(token), "reverted")["preference"], "opt_out")
+
+    def test_channel_checkbox_and_overall_radio(self):
+        token = self.server.user("grace")
+        self.sign_in("preferences", token)
+        email = self.find('input[name="channel:mention:email"]')
+        self.assertFalse(email.is_selected())
+        email.click()
+        required = self.find('input[name="overall:email"][value="required"]')
+        self.assertFalse(required.is_selected())
+        required.click()
+        self.saved()
+        data = self.server.preferences(token)
+        channels = {c["channel"]: c["preference"] for c in category_preference(data, "mention")["channels"]}
+        self.assertEqual(channels["email"], "opt_in")
+        overall = {c["channel"]: c["is_restricted"] for c in data["channel_preferences"]}
+        self.assertTrue(overall["email"])
+        self.driver.refresh()
+        self.assertTrue(self.find('input[name="channel:mention:email"]').is_selected())
+        self.assertTrue(self.find('input[name="overall:email"][value="required"]').is_selected())
+        self.assertFalse(self.find('input[name="overall:email"][value="all"]').is_selected())
+
+    def test_items_users_cannot_change_stay_as_they_are(self):
+        token = self.server.user("linus")
+        self.sign_in("preferences", token)
+        switch = self.find('input[name="category:login-fail"]')
+        channel = self.find('input[name="channel:login-fail:email"]')
+        for control in (switch, channel):
+            self.assertFalse(control.is_enabled())
+            self.assertTrue(control.is_selected())
+        # The reason is shown and tied to the switch.
+        reason = self.find("#" + switch.get_attribute("aria-describedby").split()[-1])
+        self.assertIn("can't be turned off", reason.text)
+        self.driver.execute_script("arguments[0].click()", switch)
+        self.assertTrue(switch.is_selected())
+        # Even a control re-enabled by hand is refused by the server, and the page puts it back.
+        self.driver.execute_script("arguments[0].disabled = false; arguments[0].click()", switch)
+        self.wait(lambda d: "not saved" in self.find("#alerts").text, "no error toast")
+        self.wait(lambda d: switch.is_selected(), "the switch was not put back")
+        self.assertEqual(switch.get_attribute("aria-checked"), "true")
+        self.assertIn("cannot be changed", self.find("#save-status").text)
+        self.assertEqual(category_preference(self.server.preferences(token), "login-fail")["preference"], "opt_in")
+
+    def test_tenant_switch_shows_the_other_site(self):
+        token = self.server.user("mira")
+        self.sign_in("preferences", token)
+        options = [o.get_attribute("value") for o in self.driver.find_elements(By.CSS_SELECTOR, "#tenant-select option")]
+        self.assertEqual(options, ["enwiki", "dewiki"])
+        self.driver.execute_script("document.getElementById('tenant-select').value = 'dewiki'")
+        self.find(".tenant-switch button").click()
+        self.wait(lambda d: d.current_url.endswith("/preferences?tenant=dewiki"))
+        self.assertIn("German Wikipedia", self.find(".lede").text)
+        self.find('input[name="category:edit-thank"]').click()
+        self.saved()
+        self.assertEqual(
+            category_preference(self.server.preferences(token, "dewiki"), "edit-thank")["preference"], "opt_out")
+        self.assertEqual(
+            category_preference(self.server.preferences(token, "enwiki"), "edit-thank")["preference"], "opt_in")
+        # "Apply to all my sites" copies this site's choices to enwiki too.
+        self.find("#apply-all").click()
+        self.wait(lambda d: self.find("#save-status").text == "Applied to all your sites.")
+        self.assertEqual(
+            category_preference(self.server.preferences(token, "enwiki"), "edit-thank")["preference"], "opt_out")
+
+    def test_signed_link_from_the_command_line_signs_in(self):
+        self.server.user("nora")
+        link = self.server.run("link", "--user", "nora", "--page", "preferences", "--expires", "1h",
+                               "--base-url", self.server.base)
+        self.assertIn("/preferences?link=", link)
+        driver = chromium()
+        try:
+            driver.get(link)
+            self.assertEqual(driver.current_url, f"{self.server.base}/preferences")
+            self.assertIn("nora", driver.find_element(By.CSS_SELECTOR, ".user").text)
+            driver.get(link.replace("/preferences?", "/inbox?"))
+            self.assertIn("This link is for another page.", driver.find_element(By.CSS_SELECTOR, "main").text)
+        finally:
+            driver.quit()
+
+
+class NoScriptTests(PagesTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.driver = chromium(javascript=False)
+
+    def test_plain_form_saves_on_submit(self):
+        token = self.server.user("ada")
+        self.sign_in("preferences", token)
+        self.assertNotIn("js", self.find("html").get_attribute("class") or "")
+        self.find('input[name="category:mention"]').click()
+        self.find('input[name="channel:reverted:email"]').click()
+        self.find('input[name="overall:email"][value="required"]').click()
+        self.find("button.save-button").click()
+        self.wait(lambda d: d.current_url == f"{self.server.base}/preferences?tenant=enwiki&saved=tenant",
+                  "the form did not save")
+        self.assertEqual(self.find(".flash").text, "Saved.")
+        self.driver.get(f"{self.server.base}/preferences")
+        self.assertFalse(self.find('input[name="category:mention"]').is_selected())
+        self.assertTrue(self.find('input[name="channel:reverted:email"]').is_selected())
+        self.assertTrue(self.find('input[name="overall:email"][value="required"]').is_selected())
+        data = self.server.preferences(token)
+        self.assertEqual(category_preference(data, "mention")["preference"], "opt_out")
+        # Disabled boxes are not in the post; the server leaves those items alone.
+        self.assertEqual(category_preference(data, "login-fail")["preference"], "opt_in")
+
+    def test_inbox_buttons_work_without_script(self):
+        token = self.server.user("ben")
+        self.server.send("ben", "Plain form notification")
+        self.sign_in("inbox", token)
+        self.assertEqual(self.find("#bell-badge .badge-count").text, "1")
+        item = self.find(".notification.unread")
+        item.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
+        self.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, ".notification.unread"), "still unread")
+        self.assertEqual(self.driver.current_url, f"{self.server.base}/inbox")
+        self.assertFalse(self.find("#bell-badge").is_displayed())
+
+
+class InboxTests(PagesTestCase):
+    def test_live_notification_arrives_and_the_badge_drops_when_read(self):
+        token = self.server.user("ada")
+        self.server.send("ada", "Already there")
+        self.sign_in("inbox", token)
+        self.assertEqual(self.find("#bell-badge .badge-count").text, "1")
+        self.assertTrue(self.driver.title.startswith("(1) Inbox"))
+        self.wait(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-stream") == "open",
+                  "the stream did not open")
+        self.server.send("ada", "Linus mentioned you")
+        self.wait(lambda d: any("Linus mentioned you" in e.text
+                                for e in d.find_elements(By.CSS_SELECTOR, ".notification.unread")),
+                  "the new notification did not appear")
+        self.wait(lambda d: "New notification: Linus mentioned you" in self.find("#toasts").text, "no toast")
+        self.wait(lambda d: self.find("#bell-badge .badge-count").text == "2", "the badge did not go up")
+        self.assertTrue(self.driver.title.startswith("(2) Inbox"))
+        newest = self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")[0]
+        self.assertIn("Linus mentioned you", newest.text)
+        newest.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
+        self.wait(lambda d: self.find("#bell-badge .badge-count").text == "1", "the badge did not drop")
+        self.wait(lambda d: d.title.startswith("(1) Inbox"))
+        newest = self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")[0]
+        self.assertNotIn("unread", newest.get_attribute("class"))
+        self.find("#read-all").click()
+        self.wait(lambda d: not self.find("#bell-badge").is_displayed(), "the badge did not go away")
+        self.assertEqual(self.driver.title, "Inbox · Belfry")
+        status, counts = self.server.request("GET", "/v1/me/notifications/counts", token=token)
+        self.assertEqual(counts["unread"], 0)
+
+    def test_custom_action_is_recorded(self):
+        token = self.server.user("eve")
+        self.server.send("eve", "A message on your talk page", category="edit-user-talk")
+        self.sign_in("inbox", token)
+        item = self.find(".notification.unread")
+        item.find_element(By.CSS_SELECTOR, 'button[data-action="reply"]').click()
+        self.wait(lambda d: "“Reply” done." in self.find("#toasts").text)
+        self.wait(lambda d: not self.find("#bell-badge").is_displayed())
+
+    def test_action_chosen_in_a_system_notification_is_recorded_by_the_inbox(self):
+        # Where the service worker sends a click on a notification's action.
+        token = self.server.user("ivy")
+        self.server.send("ivy", "Someone wrote to you", category="edit-user-talk")
+        self.sign_in("inbox", token)
+        status, page = self.server.request("GET", "/v1/me/notifications", token=token)
+        notification = page["notifications"][0]["id"]
+        self.driver.get(f"{self.server.base}/inbox?notification={notification}&action=reply")
+        self.wait(lambda d: "“Reply” done." in self.find("#toasts").text, "the action was not recorded")
+        self.assertEqual(self.driver.current_url, f"{self.server.base}/inbox")
+        status, page = self.server.request("GET", "/v1/me/notifications", token=token)
+        self.assertIsNotNone(page["notifications"][0]["read_at"])
+
+    def test_older_notifications_load_on_scroll(self):
+        token = self.server.user("otto")
+        for index in range(25):
+            self.server.send("otto", f"Notification {index:02d}")
+        self.sign_in("inbox", token)
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")), 20)
+        self.driver.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+        self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#inbox-list > li")) == 25, "no second page")
+        self.wait(lambda d: not d.find_elements(By.ID, "inbox-more"))
+
+
+class PushTests(PagesTestCase):
+    def set_permission(self, setting):
+        self.driver.execute_cdp_cmd("Browser.setPermission", {
+            "permission": {"name": "notifications"}, "setting": setting, "origin": self.server.base,
+        })
+
+    def test_denied_permission_shows_how_to_allow_it(self):
+        token = self.server.user("ada")
+        self.set_permission("denied")
+        self.sign_in("preferences", token)
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "denied", "not in the denied state")
+        self.assertTrue(self.find("#push-denied").is_displayed())
+        self.assertIn("blocked", self.find("#push-denied").text)
+        self.assertFalse(self.find("#push-toggle").is_selected())
+        self.assertFalse(self.find("#push-types").is_displayed())
+
+    def test_permission_change_is_noticed_when_the_page_is_shown_again(self):
+        token = self.server.user("ida")
+        self.set_permission("prompt")
+        self.sign_in("preferences", token)
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "off")
+        self.assertFalse(self.find("#push-denied").is_displayed())
+        self.set_permission("denied")
+        self.driver.execute_script("document.dispatchEvent(new Event('visibilitychange'))")
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "denied")
+
+    def test_granted_permission_subscribes_or_offers_a_retry(self):
+        # Headless Chromium here has no push service to reach, so subscribing fails; the page
+        # must then say so and offer to try again. Where a push service answers, it turns on.
+        token = self.server.user("zoe")
+        self.set_permission("granted")
+        self.sign_in("preferences", token)
+        toggle = self.find("#push-toggle")
+        self.assertFalse(self.find("#push-types").is_displayed())
+        toggle.click()
+        WebDriverWait(self.driver, 30).until(
+            lambda d: self.find("#push").get_attribute("data-state") in ("failed", "on"), "no outcome")
+        state = self.find("#push").get_attribute("data-state")
+        if state == "failed":
+            self.assertTrue(self.find("#push-retry").is_displayed())
+            self.assertNotEqual(self.find("#push-error").text, "")
+            self.assertFalse(toggle.is_selected())
+            self.assertFalse(self.find("#push-types").is_displayed())
+            # "Try again" starts a new attempt.
+            self.find("#push-retry").click()
+            self.assertEqual(self.find("#push").get_attribute("data-state"), "busy")
+            self.assertFalse(self.find("#push-failed").is_displayed())
+        else:
+            self.assertTrue(self.find("#push-types").is_displayed())
+            status, devices = self.server.request("GET", "/v1/me/devices", token=token)
+            self.assertEqual(len(devices["devices"]), 1)
+
+
+class ServiceWorkerTests(PagesTestCase):
+    """The service worker's handlers, run in Chromium's JavaScript engine with stand-ins for
+    the worker's `registration` and `clients` (no push service can deliver a real push here)."""
+
+    def setUp(self):
+        self.sign_in("preferences", self.server.user("sam"))
+        loaded = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "const script = document.createElement('script'); script.src = '/sw.js';"
+            "script.onload = () => done(true); script.onerror = () => done(false);"
+            "document.head.append(script);")
+        self.assertTrue(loaded)
+        self.origin = self.server.base
+
+    def test_push_shows_the_notification_with_its_actions(self):
+        shown = self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const shown = [];
+            window.registration = { showNotification: (title, options) => { shown.push({ title, options }); return Promise.resolve(); } };
+            const event = new Event("push");
+            event.data = { json: () => ({
+                title: "Linus mentioned you", body: "On Talk:Belfry", notification_id: "n1",
+                url: "https://en.wikipedia.org/wiki/Talk:Belfry",
+                actions: [{ action: "view", title: "View" }, { action: "reply", title: "Reply" }, { action: "x", title: "X" }] }) };
+            let work = null;
+            event.waitUntil = (promise) => { work = promise; };
+            window.dispatchEvent(event);
+            work.then(() => done(shown));""")
+        self.assertEqual(len(shown), 1)
+        self.assertEqual(shown[0]["title"], "Linus mentioned you")
+        options = shown[0]["options"]
+        self.assertEqual(options["body"], "On Talk:Belfry")
+        self.assertEqual(options["tag"], "n1")
+        self.assertEqual(options["data"], {"url": "https://en.wikipedia.org/wiki/Talk:Belfry", "notification_id": "n1"})
+        self.assertGreaterEqual(len(options["actions"]), 1)
+        self.assertEqual(options["actions"][0], {"action": "view", "title": "View"})
+
+    def click(self, tabs, data, action="", controlled=True):
+        """Runs the notificationclick handler with `tabs` open; answers what it did."""
+        return self.driver.execute_async_script("""
+            const [tabs, data, action, controlled, done] = arguments;
+            const did = { closed: false, focused: [], navigated: [], opened: [] };
+            const tab = (url) => ({
+                url,
+                async focus() { did.focused.push(url); return this; },
+                async navigate(target) {
+                    if (!controlled) throw new TypeError("not controlled by this worker");
+                    did.navigated.push(target); return { url: target };
+                },
+            });
+            window.clients = {
+                matchAll: async () => tabs.map(tab),
+                openWindow: async (url) => { did.opened.push(url); return { url }; },
+            };
+            const event = new Event("notificationclick");
+            event.action = action;
+            event.notification = { data, close() { did.closed = true; } };
+            let work = null;
+            event.waitUntil = (promise) => { work = promise; };
+            window.dispatchEvent(event);
+            work.then(() => done(did), (error) => done(String(error)));""", tabs, data, action, controlled)
+
+    def test_click_opens_the_notification_address_when_no_tab_is_open(self):
+        did = self.click([], {"url": "https://en.wikipedia.org/wiki/Talk:Belfry", "notification_id": "n1"})
+        self.assertTrue(did["closed"])
+        self.assertEqual(did["opened"], ["https://en.wikipedia.org/wiki/Talk:Belfry"])
+        self.assertEqual(did["focused"], [])
+
+    def test_click_focuses_an_open_belfry_tab_and_shows_the_notification(self):
+        did = self.click([f"{self.origin}/preferences"], {"url": None, "notification_id": "n1"})
+        self.assertEqual(did["focused"], [f"{self.origin}/preferences"])
+        self.assertEqual(did["navigated"], [f"{self.origin}/inbox#n-n1"])
+        self.assertEqual(did["opened"], [])
+
+    def test_click_on_an_action_goes_to_the_inbox_that_records_it(self):
+        did = self.click([f"{self.origin}/inbox"], {"url": "https://example.org/x", "notification_id": "n1"}, "reply")
+        self.assertEqual(did["navigated"], [f"{self.origin}/inbox?notification=n1&action=reply"])
+
+    def test_click_reuses_a_tab_already_at_the_address(self):
+        did = self.click([f"{self.origin}/preferences", f"{self.origin}/inbox#n-n2"], {"notification_id": "n2"})
+        self.assertEqual(did["focused"], [f"{self.origin}/inbox#n-n2"])
+        self.assertEqual(did["navigated"], [])
+        self.assertEqual(did["opened"], [])
+
+    def test_click_opens_a_window_when_the_open_tab_cannot_be_navigated(self):
+        did = self.click([f"{self.origin}/preferences"], {"notification_id": "n3"}, controlled=False)
+        self.assertEqual(did["focused"], [f"{self.origin}/preferences"])
+        self.assertEqual(did["opened"], [f"{self.origin}/inbox#n-n3"])
+
+
+class AccessibilityTests(PagesTestCase):
+    def axe(self):
+        self.driver.execute_script(axe_source())
+        result = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations), e => done(String(e)));")
+        self.assertIsInstance(result, list, result)
+        return [(v["id"], v["help"], [n["target"] for n in v["nodes"]][:5]) for v in result]
+
+    def test_keyboard_starts_at_the_skip_link_and_shows_focus(self):
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.sign_in("preferences", self.server.user("tab"))
+        body = self.find("body")
+        body.send_keys(Keys.TAB)
+        active = self.driver.switch_to.active_element
+        self.assertEqual(active.get_attribute("class"), "skip-link")
+        self.assertTrue(active.is_displayed())
+        active.send_keys(Keys.ENTER)
+        self.wait(lambda d: d.switch_to.active_element.get_attribute("id") == "main")
+        switch = self.find('input[name="category:mention"]')
+        # Reach the switch with the Tab key, so that the browser treats the focus as keyboard focus.
+        self.driver.execute_script("arguments[0].focus()", switch)
+        self.driver.switch_to.active_element.send_keys(Keys.SHIFT, Keys.TAB)
+        self.driver.switch_to.active_element.send_keys(Keys.TAB)
+        self.assertEqual(self.driver.switch_to.active_element, switch)
+        outline = self.driver.execute_script(
+            "const s = getComputedStyle(arguments[0]); return [s.outlineStyle, s.outlineWidth];", switch)
+        self.assertNotEqual(outline[0], "none")
+        self.assertNotEqual(outline[1], "0px")
+
+    def test_reduced_motion_turns_transitions_off(self):
+        self.sign_in("preferences", self.server.user("still"))
+        duration = "return getComputedStyle(document.querySelector('input.switch')).transitionDuration"
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        self.assertNotEqual(self.driver.execute_script(duration), "0s")
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+        self.assertEqual(self.driver.execute_script(duration), "0s")
+        self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+    def test_axe_finds_a_planted_violation(self):
+        # The check below can fail: an unlabelled field is reported.
+        token = self.server.user("axel")
+        self.sign_in("preferences", token)
+        self.driver.execute_script("document.querySelector('main').append(document.createElement('input'))")
+        self.assertIn("label", [violation[0] for violation in self.axe()])
+
+    def check_both_schemes(self, path):
+        for scheme in ("light", "dark"):
+            self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+                "features": [{"name": "prefers-color-scheme", "value": scheme}]})
+            self.driver.get(self.server.base + path)
+            self.assertEqual(self.driver.execute_script(
+                f"return matchMedia('(prefers-color-scheme: {scheme})').matches"), True)
+            with self.subTest(page=path, scheme=scheme):
+                self.assertEqual(self.axe(), [])
+            shots = os.environ.get("BELFRY_SCREENSHOTS")
+            if shots:
+                os.makedirs(shots, exist_ok=True)
+                height = self.driver.execute_script("return document.documentElement.scrollHeight")
+                self.driver.set_window_size(960, min(height, 3200))
+                self.driver.save_screenshot(os.path.join(shots, f"{path.strip('/')}-{scheme}.png"))
+                self.driver.set_window_size(1100, 1400)
+
+    def test_preference_center_has_no_axe_violations(self):
+        token = self.server.user("ada")
+        self.sign_in("preferences", token)
+        self.check_both_schemes("/preferences")
+
+    def test_inbox_has_no_axe_violations(self):
+        token = self.server.user("bo")
+        self.server.send("bo", "A message on your talk page", category="edit-user-talk",
+                         body="Linus left a message on your talk page.")
+        self.server.send("bo", "Your edit was reverted", category="reverted", body="Your edit on Belfry was reverted.")
+        self.server.send("bo", "Linus mentioned you", body="Linus mentioned you on Talk:Belfry.")
+        self.sign_in("inbox", token)
+        read = self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")[-1]
+        read.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
+        self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".notification.unread")) == 2)
+        self.check_both_schemes("/inbox")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
