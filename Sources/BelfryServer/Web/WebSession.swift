@@ -1,3 +1,4 @@
+import BelfryWebPush
 import Crypto
 import Fluent
 import Foundation
@@ -52,8 +53,8 @@ struct WebSigner: Sendable {
     /// The payload, if the signature holds; `nil` for anything tampered with or malformed.
     func verify<T: Decodable>(_ text: String, as type: T.Type) -> T? {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let payload = Data(base64URL: String(parts[0])),
-            let mac = Data(base64URL: String(parts[1])),
+        guard parts.count == 2, let payload = Base64URL.decode(String(parts[0])),
+            let mac = Base64URL.decode(String(parts[1])),
             HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: payload, using: key)
         else { return nil }
         return try? JSONDecoder().decode(T.self, from: payload)
@@ -66,7 +67,7 @@ struct WebSigner: Sendable {
     }
 
     func checkCSRF(_ candidate: String?, for session: WebSession) -> Bool {
-        guard let candidate, let given = Data(base64URL: candidate) else { return false }
+        guard let candidate, let given = Base64URL.decode(candidate) else { return false }
         return HMAC<SHA256>.isValidAuthenticationCode(
             given, authenticating: Data("csrf:\(session.sid)".utf8), using: key)
     }
@@ -80,14 +81,6 @@ struct WebSigner: Sendable {
     /// A link to `page` (`preferences` or `inbox`) that signs `user` in for `lifetime` seconds.
     func link(page: String, userID: UUID, externalID: String, now: Date, lifetime: Int) throws -> String {
         try sign(WebLink(uid: userID, sub: externalID, page: page, exp: Int(now.timeIntervalSince1970) + lifetime))
-    }
-}
-
-extension Data {
-    init?(base64URL text: String) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        self.init(base64Encoded: base64)
     }
 }
 
