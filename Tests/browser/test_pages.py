@@ -465,6 +465,98 @@ class PushTests(PagesTestCase):
             self.assertEqual(len(devices["devices"]), 1)
 
 
+class PushSubscribedTests(PagesTestCase):
+    """The subscribed path of push on this browser. Chromium here cannot reach a push service,
+    so the browser's `PushManager` is replaced, before the page loads, by a stand-in that
+    answers like one: it records the `applicationServerKey` it was given and returns a
+    subscription with a real P-256 key and auth secret. Everything after it is real: the
+    service worker, the page's script, the device API and the server's checks of the keys."""
+
+    STAND_IN = """
+    (() => {
+      window.__pushCalls = [];
+      const b64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
+        .replace(/\\+/g, "-").replace(/\\//g, "_").replace(/=+$/, "");
+      // Like a browser, it keeps the subscription across page loads.
+      const subscription = () => {
+        const keys = JSON.parse(localStorage.getItem("test.push.keys"));
+        return {
+          endpoint: keys.endpoint,
+          toJSON: () => ({ endpoint: keys.endpoint, expirationTime: null, keys: { p256dh: keys.p256dh, auth: keys.auth } }),
+          unsubscribe: async () => {
+            localStorage.removeItem("test.push.subscribed");
+            window.__pushCalls.push({ unsubscribed: true });
+            return true;
+          },
+        };
+      };
+      PushManager.prototype.subscribe = async function (options) {
+        window.__pushCalls.push({ userVisibleOnly: options.userVisibleOnly, key: b64(options.applicationServerKey) });
+        localStorage.setItem("test.push.subscribed", "1");
+        return subscription();
+      };
+      PushManager.prototype.getSubscription = async function () {
+        return localStorage.getItem("test.push.subscribed") ? subscription() : null;
+      };
+    })();
+    """
+
+    @staticmethod
+    def subscription_keys():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        def b64(data):
+            import base64
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        point = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        return {
+            "endpoint": "https://push.example.test/send/" + secrets.token_hex(8),
+            "p256dh": b64(point), "auth": b64(secrets.token_bytes(16)),
+        }
+
+    def test_turning_push_on_registers_this_browser_and_shows_the_types(self):
+        self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": self.STAND_IN})
+        self.driver.execute_cdp_cmd("Browser.setPermission", {
+            "permission": {"name": "notifications"}, "setting": "granted", "origin": self.server.base,
+        })
+        token = self.server.user("una")
+        keys = self.subscription_keys()
+        self.sign_in("preferences", token)
+        self.driver.execute_script("localStorage.setItem('test.push.keys', arguments[0])", json.dumps(keys))
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "off")
+        self.assertFalse(self.find("#push-types").is_displayed(), "types are hidden while push is off")
+
+        self.find("#push-toggle").click()
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "on", "push did not turn on")
+        self.assertTrue(self.find("#push-types").is_displayed(), "types show once push is on")
+        self.assertEqual(self.find("#push-toggle").get_attribute("aria-checked"), "true")
+
+        # The browser was asked with the server's VAPID key, for visible notifications only.
+        status, vapid = self.server.request("GET", "/v1/webpush/vapid-public-key")
+        self.assertEqual(status, 200)
+        calls = self.driver.execute_script("return window.__pushCalls")
+        self.assertEqual(calls, [{"userVisibleOnly": True, "key": vapid["public_key"]}])
+        # The server has the subscription as this user's device.
+        status, listed = self.server.request("GET", "/v1/me/devices", token=token)
+        self.assertEqual(status, 200)
+        devices = listed["devices"]
+        self.assertEqual([(d["platform"], d["endpoint"]) for d in devices], [("web_push", keys["endpoint"])])
+
+        # Shown again later, the page still knows push is on.
+        self.driver.refresh()
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "on", "not on after reload")
+
+        self.find("#push-toggle").click()
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "off", "push did not turn off")
+        self.assertFalse(self.find("#push-types").is_displayed())
+        status, listed = self.server.request("GET", "/v1/me/devices", token=token)
+        self.assertEqual(listed["devices"], [], "turning push off removes the device")
+        self.assertIn({"unsubscribed": True}, self.driver.execute_script("return window.__pushCalls"))
+
+
 class ServiceWorkerTests(PagesTestCase):
     """The service worker's handlers, run in Chromium's JavaScript engine with stand-ins for
     the worker's `registration` and `clients` (no push service can deliver a real push here)."""
