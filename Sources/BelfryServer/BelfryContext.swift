@@ -11,6 +11,8 @@ struct BelfryContext: Sendable {
     let database: BelfryDatabase
     let apiKeys: APIKeys
     let tokens: UserTokens
+    /// Signs the web pages' session cookies, CSRF tokens and one-click links.
+    let webSigner: WebSigner
     /// The server's clock; tests replace it.
     let now: @Sendable () -> Date
     /// A short digest of the workspace, part of every preference ETag so a config change shows as a new version.

@@ -120,6 +120,7 @@ public func configure(
         database: database,
         apiKeys: apiKeys,
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
+        webSigner: WebSigner(secret: secret),
         now: now,
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
         jitter: options.jitter,
@@ -128,7 +129,6 @@ public func configure(
         vapidKey: vapidKey,
         logger: app.logger
     )
-    app.webSigner = WebSigner(secret: secret)
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
     if case .postgres(let url) = settings.database {
         let listener = try InboxRelayListener(url: url)

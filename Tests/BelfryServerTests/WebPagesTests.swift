@@ -185,7 +185,7 @@ struct WebPagesTests {
         try await withBelfry(.sqlite, clock: clock) { app in
             _ = try await app.userToken("ada")
             let id = try await Self.userID(app, "ada")
-            let link = try app.webSigner.link(
+            let link = try app.belfry.webSigner.link(
                 page: "inbox", userID: id, externalID: "ada", now: clock.now, lifetime: 600)
             let opened = try await app.send(.GET, "/inbox?link=\(link)")
             #expect(opened.status == .seeOther)

@@ -160,6 +160,8 @@ public final class PushRegistration {
     @ObservationIgnored private var wantsOn = false
     /// Bumped on login and logout: work started for an earlier session stops at its next step.
     @ObservationIgnored private var session = 0
+    /// The signed-out session's API, for a subscribe that finishes after logout.
+    @ObservationIgnored private var farewell: BelfryAPI?
     /// Removals under way in the background (logout), for tests and the simulator to await.
     @ObservationIgnored private var removals: [Task<Void, Never>] = []
     static let storeKey = "belfry.push.subscription.v1"
@@ -242,18 +244,15 @@ public final class PushRegistration {
     public func disable() async throws(BelfryClientError) {
         guard user != nil else { return }
         wantsOn = false
-        await operation?.value
-        guard let record else {
-            phase = systemSettings?.authorizationStatus == .denied ? .denied : .off
-            return
-        }
         var failure: BelfryClientError?
         await run {
             do throws(BelfryClientError) {
-                try await self.remove(record.deviceID, using: self.api)
-                self.record = nil
-                self.saveRecord()
-                self.phase = self.systemSettings?.authorizationStatus == .denied ? .denied : .off
+                if let record = self.record {
+                    try await self.remove(record.deviceID, using: self.api)
+                    self.record = nil
+                    self.saveRecord()
+                }
+                self.phase = Self.phase(unsubscribedWith: self.systemSettings?.authorizationStatus)
             } catch {
                 failure = error
             }
@@ -297,9 +296,6 @@ public final class PushRegistration {
     }
 
     // MARK: The steps
-
-    /// The signed-out session's API, for a subscribe that finishes after logout.
-    @ObservationIgnored private var farewell: BelfryAPI?
 
     /// Runs one operation at a time, in order.
     private func run(_ body: @escaping @MainActor () async -> Void) async {
@@ -365,7 +361,7 @@ public final class PushRegistration {
         guard settings.authorizationStatus.allowsDelivery else {
             wantsOn = false
             options.legacyFlag?.clear()
-            phase = settings.authorizationStatus == .denied ? .denied : .off
+            phase = Self.phase(unsubscribedWith: settings.authorizationStatus)
             return
         }
         guard let token = await waitForToken(session: session) else {
@@ -450,7 +446,6 @@ public final class PushRegistration {
 
     /// Asks the OS for a token and waits, again after each retry delay, until one comes.
     private func waitForToken(session: Int) async -> String? {
-        if let latestToken { return latestToken }
         for attempt in 0...options.tokenRetryDelays.count {
             if attempt > 0 {
                 let pause = Task { [clock = api.clock, delay = options.tokenRetryDelays[attempt - 1]] in
@@ -490,7 +485,12 @@ public final class PushRegistration {
 
     /// Where a device the server has stands, given the OS permission.
     private static func phase(subscribedWith status: PushAuthorization) -> Phase {
-        status.allowsDelivery ? .on : status == .denied ? .denied : .off
+        status.allowsDelivery ? .on : phase(unsubscribedWith: status)
+    }
+
+    /// Where the toggle rests without a subscription: denied needs the system's Settings.
+    private static func phase(unsubscribedWith status: PushAuthorization?) -> Phase {
+        status == .denied ? .denied : .off
     }
 
     private static func knownSettings(_ record: PushSubscriptionRecord) -> NotificationSettings {

@@ -84,25 +84,8 @@ struct WebSigner: Sendable {
     }
 }
 
-extension Application {
-    private struct WebSignerKey: StorageKey {
-        typealias Value = WebSigner
-    }
-
-    /// Set by `configure` from the user-token secret.
-    var webSigner: WebSigner {
-        get {
-            guard let signer = storage[WebSignerKey.self] else {
-                preconditionFailure("configure(_:settings:) must run before the web pages are used")
-            }
-            return signer
-        }
-        set { storage[WebSignerKey.self] = newValue }
-    }
-}
-
 extension Request {
-    var webSigner: WebSigner { application.webSigner }
+    var webSigner: WebSigner { belfry.webSigner }
 
     /// The signed-in browser's session and user, or `nil` when there is no valid, unexpired session.
     func webSession() async throws -> (WebSession, UserModel)? {
