@@ -135,12 +135,18 @@ public func configure(
         app.inboxRelayListener = listener
         app.lifecycle.use(listener)
     }
-    let worker = DeliveryWorker(
-        context: app.belfry, database: { [unowned app] in app.db }, channels: try deliveryChannels(app, settings),
-        logger: app.logger)
-    app.deliveryWorker = worker
+    let db: @Sendable () -> any Database = { [unowned app] in app.db }
+    let context = app.belfry
+    let queue = DeliveryQueue(
+        database: db, storage: context.database, workspace: context.workspace,
+        providers: try deliveryProviders(app, settings), now: now, jitter: options.jitter, logger: app.logger)
+    app.deliveryQueue = queue
     if options.runWorkers {
-        app.lifecycle.use(WorkerLifecycle(worker: worker))
+        app.lifecycle.use(
+            BackgroundWorkLifecycle(
+                work: BackgroundWork(
+                    fanout: Fanout(context: context), queue: queue, retention: InboxRetention(context: context),
+                    database: db, signal: context.workSignal, now: now, logger: app.logger)))
     }
 
     app.middleware = Middlewares()
@@ -159,26 +165,29 @@ public func configure(
 }
 
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
-private func deliveryChannels(
+private func deliveryProviders(
     _ app: Application, _ settings: ServerConfiguration
-) throws -> [ChannelKind: any DeliveryChannel] {
-    var channels: [ChannelKind: any DeliveryChannel] = [.inbox: InboxChannel()]
-    guard settings.webhook != nil || settings.apns != nil || settings.vapidSubject != nil else { return channels }
+) throws -> [ChannelKind: any DeliveryProvider] {
+    let context = app.belfry
+    let database: @Sendable () -> any Database = { [unowned app] in app.db }
+    var providers: [ChannelKind: any DeliveryProvider] = [
+        .inbox: InboxProvider { event, user in
+            await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
+        }
+    ]
+    guard settings.webhook != nil || settings.apns != nil || settings.vapidSubject != nil else { return providers }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
-        channels[.webhook] = WebhookChannel(
-            url: webhook.url, secret: webhook.secret, client: client, now: app.belfry.now)
+        providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
     }
     if let apns = settings.apns {
-        channels[.apns] = APNsChannel(
-            context: app.belfry, database: { [unowned app] in app.db },
-            provider: try APNsProvider(configuration: apns, client: client, now: app.belfry.now))
+        providers[.apns] = APNsChannel(
+            provider: try APNsProvider(configuration: apns, client: client, now: context.now))
     }
     if let subject = settings.vapidSubject {
-        channels[.webPush] = WebPushChannel(
-            context: app.belfry, database: { [unowned app] in app.db }, client: client, subject: subject)
+        providers[.webPush] = WebPushChannel(client: client, key: context.vapidKey, subject: subject, now: context.now)
     }
-    return channels
+    return providers
 }
 
 /// The providers' shared client, shut down with the application.
@@ -207,22 +216,22 @@ private struct HTTPClientShutdown: LifecycleHandler {
     }
 }
 
-/// Starts the background workers once the server has booted, and drains them at shutdown.
-private struct WorkerLifecycle: LifecycleHandler {
-    let worker: DeliveryWorker
+/// Starts the background work once the server has booted, and drains it at shutdown.
+private struct BackgroundWorkLifecycle: LifecycleHandler {
+    let work: BackgroundWork
 
     func didBootAsync(_ application: Application) async throws {
-        worker.start()
+        work.start()
     }
 
     func shutdownAsync(_ application: Application) async {
-        await worker.stop()
+        await work.stop()
     }
 }
 
 extension Application {
-    private struct WorkerKey: StorageKey {
-        typealias Value = DeliveryWorker
+    private struct QueueKey: StorageKey {
+        typealias Value = DeliveryQueue
     }
 
     private struct RelayListenerKey: StorageKey {
@@ -235,10 +244,10 @@ extension Application {
         set { storage[RelayListenerKey.self] = newValue }
     }
 
-    /// The delivery worker; running in the background only under `belfry serve`, driven by hand in tests.
-    var deliveryWorker: DeliveryWorker? {
-        get { storage[WorkerKey.self] }
-        set { storage[WorkerKey.self] = newValue }
+    /// The delivery queue; run in the background only under `belfry serve`, driven by hand in tests.
+    var deliveryQueue: DeliveryQueue? {
+        get { storage[QueueKey.self] }
+        set { storage[QueueKey.self] = newValue }
     }
 }
 

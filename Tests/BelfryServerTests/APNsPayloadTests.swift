@@ -20,7 +20,7 @@ struct APNsPayloadTests {
 
     static func aps(_ device: DeviceStore.Device, category: String = "edit-user-talk") throws -> [String: Any]? {
         let definition = try #require(WorkspaceConfig.demo.category(category))
-        let content = PushContent(
+        let content = DeliveryContent(
             deliveryID: UUID(), notificationID: UUID(), category: definition, tenant: "enwiki", title: "T", body: "B",
             createdAt: Date())
         guard let request = APNsPayload.request(content, device: device, unread: 3, topic: "org.example") else {

@@ -250,7 +250,7 @@ struct EventsAPITests {
                 json: Self.event(to: ["ada", "kenji", "carol"], schedule: schedule)
             ).decode(EventAccepted.self).eventID
             try await Self.fanOut(app)
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             var available: [String: TimeInterval] = [:]
             for row in try await app.db.sql.select()
                 .column(SQLColumn("external_id", table: "users")).column(

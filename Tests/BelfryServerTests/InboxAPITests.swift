@@ -182,7 +182,7 @@ struct InboxAPITests {
             #expect(answer.body.string.contains(#""forwarded":true"#))
             #expect(try await Self.counts(app, ada) == InboxCounts(unread: 0, unseen: 0))
 
-            try await #require(app.deliveryWorker).runOnce()
+            try await #require(app.deliveryQueue).runOnce()
             let entries = try receiver.entries()
             #expect(entries.count == 1)
             #expect(entries.first?.valid == true)

@@ -146,11 +146,11 @@ struct InboxStreamTests {
                 #expect(try await stream.next()?.name == "counts")
                 try await InboxAPITests.notify(
                     app, ["ada"], title: "At ten", schedule: .init(calendar: CalendarRule(hour: 10)))
-                try await app.deliveryWorker?.runOnce()
+                try await app.deliveryQueue?.runOnce()
                 #expect(try await InboxAPITests.page(app, ada).notifications.isEmpty, "not due yet")
 
                 clock.advance(by: 2 * 3600)
-                #expect(try await app.deliveryWorker?.runOnce() == 1)
+                #expect(try await app.deliveryQueue?.runOnce() == 1)
                 let created = try await stream.next()
                 #expect(created?.name == "notification.created")
                 #expect(created?.data.contains(#""title":"At ten""#) == true)

@@ -72,7 +72,7 @@ struct WebPushChannelTests {
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
             while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
-            try await #require(app.deliveryWorker).runOnce()
+            try await #require(app.deliveryQueue).runOnce()
 
             let received = try #require(endpoint.received.first)
             #expect(endpoint.received.count == 1)
@@ -103,7 +103,7 @@ struct WebPushChannelTests {
             let ada = try await app.userToken("ada")
             let browser = endpoint.subscribe("ada")
             #expect(try await Self.register(app, ada, browser).status == .created)
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
 
             endpoint.script([429], for: browser)
             let slow = try await InboxAPITests.notify(app, ["ada"], title: "Slow")

@@ -185,7 +185,7 @@ struct Fanout: Sendable {
                         if status == .queued { queued += 1 }
                         deliveries.append([
                             UUID(), notificationID, eventID, userID, channel.id, device,
-                            DeliveryJob.Kind.notification.rawValue, status.rawValue, status == .sent ? 1 : 0,
+                            Delivery.Kind.notification.rawValue, status.rawValue, status == .sent ? 1 : 0,
                             Self.firstAttempt(on: channel, of: category, for: user, due: due), now, now,
                         ])
                     }

@@ -5,8 +5,8 @@ import Foundation
 /// send and the loop that keeps a fixed number of sends in flight.
 enum PushBenchmark {
     /// A typical notification: a mention, with a link.
-    static func sampleContent() -> PushContent {
-        PushContent(
+    static func sampleContent() -> DeliveryContent {
+        DeliveryContent(
             deliveryID: UUID(), notificationID: UUID(), category: WorkspaceConfig.demo.mentionCategory,
             tenant: "enwiki", title: "Ada mentioned you", body: "in Talk:Bell tower: what do you think, @Grace?",
             url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())

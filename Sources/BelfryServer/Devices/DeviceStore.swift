@@ -93,13 +93,15 @@ struct DeviceStore: Sendable {
     }
 
     func device(_ id: UUID, on db: any Database) async throws -> Device? {
-        try await db.sql.select().columns(Self.columns).from("devices").where("id", .equal, id).first().map(Self.device)
+        try await db.sql.select().columns(Self.columns).from("devices").where("id", .equal, id).first().map {
+            try Self.device($0)
+        }
     }
 
     /// The user's devices, newest first, retired ones included.
     func devices(of userID: UUID, on db: any Database) async throws -> [Device] {
         try await db.sql.select().columns(Self.columns).from("devices").where("user_id", .equal, userID)
-            .orderBy("created_at", .descending).orderBy("id", .descending).all().map(Self.device)
+            .orderBy("created_at", .descending).orderBy("id", .descending).all().map { try Self.device($0) }
     }
 
     /// The devices that may be notified, of many users at once (for a fan-out batch).
@@ -112,7 +114,7 @@ struct DeviceStore: Sendable {
                 PushAuthorization.allCases.filter(\.allowsDelivery).map(\.rawValue)
             )
             .all()
-        return Dictionary(grouping: try rows.map(Self.device), by: \.userID)
+        return Dictionary(grouping: try rows.map { try Self.device($0) }, by: \.userID)
     }
 
     /// Removes one of the user's devices; `false` when they have no such device.
@@ -123,18 +125,36 @@ struct DeviceStore: Sendable {
         }
     }
 
-    /// Marks a device gone, as the push service said; it gets nothing more until registered again.
-    func retire(_ id: UUID, reason: String, on db: any Database) async throws {
-        let now = context.now()
-        try await context.database.write(db) { tx in
-            try await tx.sql.update("devices")
-                .set("retired_at", to: now).set("retired_reason", to: reason).set("updated_at", to: now)
-                .where("id", .equal, id).where("retired_at", .is, SQLLiteral.null)
-                .run()
+    /// Marks a device gone, as the push service said, in the caller's transaction; it gets
+    /// nothing more until registered again.
+    static func retire(_ id: UUID, reason: String, now: Date, on sql: any SQLDatabase) async throws {
+        try await sql.update("devices")
+            .set("retired_at", to: now).set("retired_reason", to: reason).set("updated_at", to: now)
+            .where("id", .equal, id).where("retired_at", .is, SQLLiteral.null)
+            .run()
+    }
+
+    /// A device from a row of `columns`; with a `prefix`, from columns selected as
+    /// `<prefix><column>` beside another table's (see `prefixedColumns`).
+    static func device(_ row: any SQLRow, prefix: String = "") throws -> Device {
+        try device(PrefixedRow(row: row, prefix: prefix))
+    }
+
+    /// `columns` of `table`, named `<prefix><column>` in the result.
+    static func prefixedColumns(of table: String, prefix: String) -> String {
+        columns.map { "\(table).\($0) AS \(prefix)\($0)" }.joined(separator: ", ")
+    }
+
+    private struct PrefixedRow {
+        let row: any SQLRow
+        let prefix: String
+
+        func decode<D: Decodable>(column: String, as type: D.Type) throws -> D {
+            try row.decode(column: prefix + column, as: type)
         }
     }
 
-    private static func device(_ row: any SQLRow) throws -> Device {
+    private static func device(_ row: PrefixedRow) throws -> Device {
         func setting(_ column: String) throws -> PushSetting {
             PushSetting(rawValue: try row.decode(column: column, as: String.self)) ?? .enabled
         }

@@ -184,7 +184,7 @@ struct EventsController: RouteCollection {
         _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
     ) -> [String] {
         let kinds = Set(category.channels.compactMap { workspace.channel($0.channel)?.kind })
-        let content = PushContent(
+        let content = DeliveryContent(
             deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
             title: event.content.title, body: event.content.body, url: event.content.url,
             imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)

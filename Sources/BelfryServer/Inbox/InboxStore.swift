@@ -160,7 +160,7 @@ struct InboxStore: Sendable {
                     )
                     .values(
                         UUID(), id, try row.decode(column: "event_id", as: UUID.self), userID, webhook.id,
-                        DeliveryJob.Kind.action.rawValue, actionID, DeliveryStatus.queued.rawValue, 0, now, now, now
+                        Delivery.Kind.action.rawValue, actionID, DeliveryStatus.queued.rawValue, 0, now, now, now
                     )
                     .run()
             }

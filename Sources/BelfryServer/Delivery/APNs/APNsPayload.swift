@@ -10,23 +10,6 @@ struct APNsRequest: Sendable {
     var payload: Data
 }
 
-/// What a notification carries to a push channel (APNs, Web Push), whatever the device.
-struct PushContent: Sendable {
-    var deliveryID: UUID
-    var notificationID: UUID
-    var category: CategoryDefinition
-    var tenant: String
-    var title: String
-    var body: String
-    var url: String? = nil
-    var imageURL: String? = nil
-    /// The event's `data`, as JSON text.
-    var data: String? = nil
-    var createdAt: Date
-    /// The event's own time to live, else the category's.
-    var ttlSeconds: Int? = nil
-}
-
 enum APNsPayload {
     /// The largest payload APNs takes for a notification.
     static let maxSize = 4096
@@ -35,7 +18,7 @@ enum APNsPayload {
     /// notifications, or its settings leave nothing to show.
     /// - Parameter unread: the user's unread inbox count now, the app icon's badge.
     static func request(
-        _ content: PushContent, device: DeviceStore.Device, unread: Int, topic: String
+        _ content: DeliveryContent, device: DeviceStore.Device, unread: Int, topic: String
     ) -> APNsRequest? {
         guard device.authorization.allowsDelivery else { return nil }
         let provisional = device.authorization == .provisional
@@ -88,7 +71,7 @@ enum APNsPayload {
 
     /// The largest payload an event can make: every field a device may get, and a large badge.
     /// Events over `maxSize` are refused when triggered.
-    static func largestSize(_ content: PushContent) -> Int {
+    static func largestSize(_ content: DeliveryContent) -> Int {
         let device = DeviceStore.Device(
             id: UUID(), userID: UUID(), platform: .apns, address: "", environment: .production,
             authorization: .authorized, settings: PushSettings(), createdAt: Date(), updatedAt: Date())

@@ -11,18 +11,20 @@ import NIOHTTP1
 final class APNsProvider: Sendable {
     struct Answer: Sendable, Equatable {
         var status: Int
-        /// Apple's `reason`, verbatim.
-        var reason: String?
+        /// Apple's `reason`, when it refused the request.
+        var reason: APNsReason?
         var retryAfter: TimeInterval?
     }
 
     let configuration: ServerConfiguration.APNs
     private let client: HTTPClient
     private let tokens: ProviderTokens
+    private let now: @Sendable () -> Date
 
     init(configuration: ServerConfiguration.APNs, client: HTTPClient, now: @escaping @Sendable () -> Date) throws {
         self.configuration = configuration
         self.client = client
+        self.now = now
         tokens = ProviderTokens(
             key: try P256.Signing.PrivateKey(pemRepresentation: configuration.keyPEM), keyID: configuration.keyID,
             teamID: configuration.teamID, now: now)
@@ -42,7 +44,7 @@ final class APNsProvider: Sendable {
     func send(_ request: APNsRequest) async throws -> Answer {
         let token = tokens.current()
         let answer = try await post(request, token: token)
-        guard answer.status == 403, answer.reason?.hasSuffix("ProviderToken") == true else { return answer }
+        guard answer.status == 403, answer.reason?.refusesProviderToken == true else { return answer }
         return try await post(request, token: tokens.replace(token))
     }
 
@@ -59,8 +61,8 @@ final class APNsProvider: Sendable {
         let reason =
             response.status == .ok ? nil : (try? JSONDecoder().decode(Failure.self, from: body))?.reason
         return Answer(
-            status: Int(response.status.code), reason: reason,
-            retryAfter: response.headers.first(name: "retry-after").flatMap(TimeInterval.init))
+            status: Int(response.status.code), reason: reason.map(APNsReason.init),
+            retryAfter: RetryAfter.seconds(response.headers.first(name: "retry-after"), now: now()))
     }
 }
 

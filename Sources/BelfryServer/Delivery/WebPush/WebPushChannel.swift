@@ -1,54 +1,40 @@
 import AsyncHTTPClient
 import BelfryCore
 import BelfryWebPush
-import Fluent
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
-import SQLKit
 
 /// Delivers to one browser subscription per delivery (RFC 8030), the message encrypted for
 /// it (RFC 8291) and the request signed with the server's VAPID key (RFC 8292).
-struct WebPushChannel: DeliveryChannel {
+struct WebPushChannel: DeliveryProvider {
     /// Four weeks, what push services keep at most, when neither the event nor the category says.
     static let defaultTTL = 28 * 86_400
 
-    let context: BelfryContext
-    let database: @Sendable () -> any Database
     let client: HTTPClient
-    let subject: String
     let tokens: VAPIDTokens
+    let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
 
-    init(
-        context: BelfryContext, database: @escaping @Sendable () -> any Database, client: HTTPClient,
-        subject: String
-    ) {
-        self.context = context
-        self.database = database
+    init(client: HTTPClient, key: VAPIDKey, subject: String, now: @escaping @Sendable () -> Date) {
         self.client = client
-        self.subject = subject
-        tokens = VAPIDTokens(key: context.vapidKey, subject: subject, now: context.now)
+        self.now = now
+        tokens = VAPIDTokens(key: key, subject: subject, now: now)
     }
 
-    func deliver(_ job: DeliveryJob) async -> DeliveryOutcome {
-        let db = database()
+    func deliver(_ delivery: Delivery) async -> DeliveryResult {
+        guard let device = delivery.device else { return .failed(reason: "the subscription was removed") }
+        let content = delivery.content
+        guard let endpoint = URL(string: device.address), let origin = VAPIDKey.origin(of: endpoint),
+            let p256dh = device.p256dh, let auth = device.authSecret
+        else {
+            return .failed(reason: "the stored subscription is incomplete")
+        }
         do {
-            let target: PushTarget
-            switch try await PushTarget.load(job, device: "subscription", context: context, on: db) {
-            case .finished(let outcome): return outcome
-            case .ready(let loaded): target = loaded
-            }
-            let (device, content) = (target.device, target.content)
-            guard let endpoint = URL(string: device.address), let origin = VAPIDKey.origin(of: endpoint),
-                let p256dh = device.p256dh, let auth = device.authSecret
-            else {
-                return .permanentFailure(status: nil, error: "the stored subscription is incomplete")
-            }
             let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
             let body = try WebPushEncryption.encrypt(
-                WebPushMessage(content, badge: target.unread).encoded(), for: keys)
+                WebPushMessage(content, badge: delivery.unread).encoded(), for: keys)
 
             var request = HTTPClientRequest(url: device.address)
             request.method = .POST
@@ -57,33 +43,29 @@ struct WebPushChannel: DeliveryChannel {
             request.body = .bytes(ByteBuffer(bytes: body))
             let response = try await client.execute(request, timeout: .seconds(30))
             let text = String(buffer: try await response.body.collect(upTo: 16 * 1024))
-            return try await outcome(
+            return Self.result(
                 status: Int(response.status.code), body: text,
-                retryAfter: response.headers.first(name: "Retry-After").flatMap(TimeInterval.init), device: device,
-                on: db)
+                retryAfter: RetryAfter.seconds(response.headers.first(name: "Retry-After"), now: now()),
+                device: device.id)
         } catch {
-            return .retry(status: nil, retryAfter: nil, error: "the push service could not be reached: \(error)")
+            return .retry(reason: "the push service could not be reached: \(error)")
         }
     }
 
-    private func outcome(
-        status: Int, body: String, retryAfter: TimeInterval?, device: DeviceStore.Device, on db: any Database
-    ) async throws -> DeliveryOutcome {
+    static func result(status: Int, body: String, retryAfter: TimeInterval?, device: UUID) -> DeliveryResult {
         let detail = body.isEmpty ? "HTTP \(status)" : "HTTP \(status): \(body.prefix(300))"
         switch status {
         case 200...299:
-            return .sent(status: status)
+            return .delivered(status: status)
         case 404, 410:
             // The subscription expired or the user unsubscribed: it will never work again.
-            try await DeviceStore(context: context).retire(device.id, reason: detail, on: db)
-            return .permanentFailure(status: status, error: "\(detail); the subscription is retired")
+            return .retire(device: device, reason: detail, status: status)
         case 413:
-            return .permanentFailure(
-                status: status, error: "the push service refused the payload as too large (\(detail))")
+            return .failed(reason: "the push service refused the payload as too large (\(detail))", status: status)
         case 429, 500...599:
-            return .retry(status: status, retryAfter: retryAfter, error: detail)
+            return .retry(after: retryAfter, reason: detail, status: status)
         default:
-            return .permanentFailure(status: status, error: detail)
+            return .failed(reason: detail, status: status)
         }
     }
 }

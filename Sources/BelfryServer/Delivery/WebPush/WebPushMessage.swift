@@ -30,7 +30,7 @@ struct WebPushMessage: Encodable, Sendable {
         case notificationID = "notification_id"
     }
 
-    init(_ content: PushContent, badge: Int) {
+    init(_ content: DeliveryContent, badge: Int) {
         title = content.title
         body = content.body
         url = content.url
@@ -51,12 +51,12 @@ struct WebPushMessage: Encodable, Sendable {
 
     /// The largest encrypted body an event can make (a large badge), checked against the 4096
     /// bytes push services must accept when the event is triggered.
-    static func largestEncryptedSize(_ content: PushContent) -> Int {
+    static func largestEncryptedSize(_ content: DeliveryContent) -> Int {
         WebPushEncryption.encryptedSize(plaintextLength: WebPushMessage(content, badge: 9_999_999).encoded().count)
     }
 
     /// RFC 8030 headers from the category's push hints.
-    static func headers(for content: PushContent) -> [(String, String)] {
+    static func headers(for content: DeliveryContent) -> [(String, String)] {
         let hints = content.category.push
         var headers = [
             ("TTL", String(content.ttlSeconds ?? WebPushChannel.defaultTTL)),

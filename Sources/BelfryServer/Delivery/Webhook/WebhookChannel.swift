@@ -10,7 +10,7 @@ import Vapor
 ///
 /// The signature header is `Belfry-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`
 /// with the webhook secret as key; README.md shows how a receiver checks it.
-struct WebhookChannel: DeliveryChannel {
+struct WebhookChannel: DeliveryProvider {
     let url: String
     let secret: String
     let client: HTTPClient
@@ -57,26 +57,29 @@ struct WebhookChannel: DeliveryChannel {
         return "t=\(timestamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
     }
 
-    func deliver(_ job: DeliveryJob) async -> DeliveryOutcome {
+    func deliver(_ delivery: Delivery) async -> DeliveryResult {
+        let content = delivery.content
         let body: Data
         do {
-            let data = try job.data.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+            let data = try content.data.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
             body = try Response.jsonEncoder.encode(
                 Envelope(
-                    type: job.kind == .action ? "notification.action" : "notification.delivered",
-                    deliveryID: job.id, eventID: job.eventID, attempt: job.attempt, user: ["id": job.externalUserID],
+                    type: delivery.kind == .action ? "notification.action" : "notification.delivered",
+                    deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,
+                    user: ["id": delivery.externalUserID],
                     notification: .init(
-                        id: job.notificationID, category: job.category, tenant: job.tenant, title: job.title,
-                        body: job.body, url: job.url, data: data, createdAt: job.createdAt),
-                    action: job.action))
+                        id: content.notificationID, category: content.category.id, tenant: content.tenant,
+                        title: content.title, body: content.body, url: content.url, data: data,
+                        createdAt: content.createdAt),
+                    action: delivery.action))
         } catch {
-            return .permanentFailure(status: nil, error: "could not encode the webhook body: \(error)")
+            return .failed(reason: "could not encode the webhook body: \(error)")
         }
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "Belfry")
-        request.headers.add(name: "Belfry-Delivery", value: job.id.uuidString)
+        request.headers.add(name: "Belfry-Delivery", value: delivery.id.uuidString)
         request.headers.add(
             name: "Belfry-Signature",
             value: Self.signature(secret: secret, timestamp: Int(now().timeIntervalSince1970), body: body))
@@ -85,35 +88,24 @@ struct WebhookChannel: DeliveryChannel {
             let response = try await client.execute(request, timeout: timeout)
             // The body is not needed; reading a little of it frees the connection.
             _ = try? await response.body.collect(upTo: 64 * 1024)
-            return Self.classify(status: Int(response.status.code), headers: response.headers, now: now())
+            return Self.result(status: Int(response.status.code), headers: response.headers, now: now())
         } catch {
-            return .retry(status: nil, retryAfter: nil, error: "webhook request failed: \(error)")
+            return .retry(reason: "webhook request failed: \(error)")
         }
     }
 
     /// 2xx is delivered; 408, 425, 429 and 5xx are worth retrying (honouring Retry-After);
     /// any other answer is final.
-    static func classify(status: Int, headers: HTTPHeaders, now: Date) -> DeliveryOutcome {
+    static func result(status: Int, headers: HTTPHeaders, now: Date) -> DeliveryResult {
         switch status {
         case 200..<300:
-            return .sent(status: status)
+            return .delivered(status: status)
         case 408, 425, 429, 500..<600:
             return .retry(
-                status: status, retryAfter: retryAfter(headers.first(name: "Retry-After"), now: now),
-                error: "the webhook answered \(status)")
+                after: RetryAfter.seconds(headers.first(name: "Retry-After"), now: now),
+                reason: "the webhook answered \(status)", status: status)
         default:
-            return .permanentFailure(status: status, error: "the webhook answered \(status)")
+            return .failed(reason: "the webhook answered \(status)", status: status)
         }
-    }
-
-    /// Retry-After is either seconds or an HTTP date (RFC 9110 §10.2.3).
-    static func retryAfter(_ value: String?, now: Date) -> TimeInterval? {
-        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Int(value) { return TimeInterval(max(seconds, 0)) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: value).map { max($0.timeIntervalSince(now), 0) }
     }
 }

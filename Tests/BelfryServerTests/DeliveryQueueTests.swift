@@ -46,8 +46,8 @@ final class WebhookReceiver: Sendable {
     }
 }
 
-@Suite("Delivery worker and the webhook channel")
-struct DeliveryWorkerTests {
+@Suite("Delivery queue and the webhook channel")
+struct DeliveryQueueTests {
     static func trigger(
         _ app: Application, _ category: String = "login-fail", to users: [String] = ["ada"]
     ) async throws
@@ -87,7 +87,7 @@ struct DeliveryWorkerTests {
         let receiver = try await WebhookReceiver(answers: "200")
         defer { receiver.stop() }
         try await withBelfry(database, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             let id = try await Self.trigger(app)
             #expect(try await worker.runOnce() == 2)
             let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
@@ -117,7 +117,7 @@ struct DeliveryWorkerTests {
         defer { receiver.stop() }
         try await withBelfry(.sqlite, webhook: .init(url: receiver.url, secret: WebhookReceiver.secret)) { app in
             _ = try await Self.trigger(app)
-            try await #require(app.deliveryWorker).runOnce()
+            try await #require(app.deliveryQueue).runOnce()
             let entries = try receiver.entries()
             #expect(entries.count == 1)
             #expect(entries.first?.valid == false)
@@ -143,7 +143,7 @@ struct DeliveryWorkerTests {
         defer { receiver.stop() }
         let clock = TestClock()
         try await withBelfry(.sqlite, clock: clock, jitter: 0.5, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             _ = try await Self.trigger(app)
             #expect(try await worker.runOnce() == 2, "webhook and email")
             #expect(try await worker.runOnce() == 0, "nothing is due yet")
@@ -181,7 +181,7 @@ struct DeliveryWorkerTests {
         defer { receiver.stop() }
         let clock = TestClock()
         try await withBelfry(.sqlite, clock: clock, jitter: 1, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             let id = try await Self.trigger(app)
             for _ in 0..<12 {
                 try await worker.runOnce()
@@ -209,11 +209,12 @@ struct DeliveryWorkerTests {
         defer { receiver.stop() }
         let clock = TestClock()
         try await withBelfry(database, clock: clock, webhook: receiver.webhook) { app in
-            let crashed = try #require(app.deliveryWorker)
+            let crashed = try #require(app.deliveryQueue)
             _ = try await Self.trigger(app)
             #expect(try await crashed.claim(limit: 10).count == 2, "claimed, then never attempted")
-            let survivor = DeliveryWorker(
-                context: app.belfry, database: { app.db }, channels: crashed.channels, logger: app.logger)
+            let survivor = DeliveryQueue(
+                database: { app.db }, storage: crashed.storage, workspace: crashed.workspace,
+                providers: crashed.providers, now: crashed.now, jitter: crashed.jitter, logger: app.logger)
             #expect(try await survivor.runOnce() == 0, "the lease still holds")
             clock.advance(by: 121)
             #expect(try await survivor.runOnce() == 2)
@@ -229,7 +230,7 @@ struct DeliveryWorkerTests {
         defer { receiver.stop() }
         let clock = TestClock()
         try await withBelfry(.sqlite, clock: clock, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             let id = try await Self.trigger(app)
             // Eight workers claim it and die before recording anything.
             for _ in 0..<8 {
@@ -259,7 +260,7 @@ struct DeliveryWorkerTests {
                 workspace.categories[index].mandatoryChannels.removeAll { $0 == "webhook" }
             }
             try await withBelfryApp(location: location, workspace: workspace, webhook: receiver.webhook) { app, _ in
-                try await #require(app.deliveryWorker).runOnce()
+                try await #require(app.deliveryQueue).runOnce()
                 let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
                 #expect(status.deliveries["webhook"] == ["failed": 1])
                 #expect(status.lastErrors["webhook"] == "the channel is no longer in the workspace config")
@@ -273,7 +274,7 @@ struct DeliveryWorkerTests {
         let receiver = try await WebhookReceiver(answers: "200")
         defer { receiver.stop() }
         try await withBelfry(.sqlite, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             let id = try await Self.trigger(app)
             let claimed = try await worker.claim(limit: 10)
             #expect(claimed.count == 2)
@@ -297,7 +298,7 @@ struct DeliveryWorkerTests {
             .sqlite, clock: clock, jitter: 1,
             webhook: .init(url: "http://127.0.0.1:9/hook", secret: WebhookReceiver.secret)
         ) { app in
-            let worker = try #require(app.deliveryWorker)
+            let worker = try #require(app.deliveryQueue)
             let id = try await Self.trigger(app)
             try await worker.runOnce()
             let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)

@@ -1,0 +1,103 @@
+import BelfryCore
+import Foundation
+
+/// One delivery as a provider sees it: the queue's claim reads it whole, content, device and
+/// badge included, so that a provider only shapes and sends.
+struct Delivery: Sendable {
+    enum Kind: String, Sendable {
+        /// A notification to deliver.
+        case notification
+        /// A user's answer to one of a notification's custom actions, forwarded to the backend.
+        case action
+    }
+
+    var id: UUID
+    var kind: Kind = .notification
+    /// For `.action`: the action the user chose.
+    var action: NotificationAction?
+    var eventID: UUID
+    var channel: ChannelDefinition
+    /// This attempt's number, from 1.
+    var attempt: Int
+    var userID: UUID
+    var externalUserID: String
+    var content: DeliveryContent
+    /// For push channels: the device to deliver to, as it is now.
+    var device: DeviceStore.Device?
+    /// The user's unread inbox count now: the badge a push carries.
+    var unread: Int = 0
+}
+
+/// What a notification says, as every provider needs it.
+struct DeliveryContent: Sendable {
+    var deliveryID: UUID
+    var notificationID: UUID
+    var category: CategoryDefinition
+    var tenant: String
+    var title: String
+    var body: String
+    var url: String? = nil
+    var imageURL: String? = nil
+    /// The event's `data`, as JSON text.
+    var data: String? = nil
+    var createdAt: Date
+    /// The event's own time to live, else the category's.
+    var ttlSeconds: Int? = nil
+}
+
+/// What a provider's answer means for a delivery. `status` is the provider's own status code,
+/// kept on the delivery for the operator.
+enum DeliveryResult: Sendable, Equatable {
+    case delivered(status: Int? = nil)
+    /// Try again later: after `after` seconds when the provider said so, else after backoff.
+    case retry(after: TimeInterval? = nil, reason: String, status: Int? = nil)
+    /// The device will never take a delivery again: it is retired, and this delivery fails.
+    case retire(device: UUID, reason: String, status: Int? = nil)
+    /// Trying again cannot help.
+    case failed(reason: String, status: Int? = nil)
+}
+
+/// One channel kind's way to deliver (the inbox, webhook, APNs, Web Push; email next). The
+/// delivery queue claims, leases and records; a provider only sends one delivery and says
+/// what its answer means. It never touches the database.
+protocol DeliveryProvider: Sendable {
+    /// Attempts per delivery before it is dead-lettered.
+    var maxAttempts: Int { get }
+    func deliver(_ delivery: Delivery) async -> DeliveryResult
+}
+
+/// Backoff between attempts: exponential with full jitter, so retries from many deliveries
+/// spread out instead of arriving together.
+struct Backoff: Sendable {
+    var base: TimeInterval = 5
+    var cap: TimeInterval = 3600
+    /// The longest wait a provider's Retry-After is allowed to ask for.
+    var maxRetryAfter: TimeInterval = 24 * 3600
+
+    /// The wait before the attempt after `attempt`, with `jitter` uniform in 0..<1.
+    func delay(afterAttempt attempt: Int, retryAfter: TimeInterval?, jitter: Double) -> TimeInterval {
+        if let retryAfter { return min(max(retryAfter, 0), maxRetryAfter) }
+        let ceiling = min(cap, base * pow(2, Double(max(attempt - 1, 0))))
+        return ceiling * jitter
+    }
+}
+
+/// The in-app inbox. Fan-out writes the notification itself; a notification due later (a
+/// calendar schedule) becomes visible at its time, when its delivery comes due: then this
+/// tells the user's open streams.
+struct InboxProvider: DeliveryProvider {
+    /// Tells the streams that the event's notification is now in the user's inbox.
+    let becameAvailable: @Sendable (_ event: UUID, _ user: UUID) async -> Void
+
+    var maxAttempts: Int { 1 }
+
+    func deliver(_ delivery: Delivery) async -> DeliveryResult {
+        if delivery.kind == .notification { await becameAvailable(delivery.eventID, delivery.userID) }
+        return .delivered()
+    }
+}
+
+extension ChannelKind {
+    /// What users call the thing a push channel delivers to, in delivery errors.
+    var deviceNoun: String { self == .webPush ? "subscription" : "device" }
+}

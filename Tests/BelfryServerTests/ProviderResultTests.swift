@@ -1,0 +1,90 @@
+import Foundation
+import NIOHTTP1
+import Testing
+
+@testable import BelfryServer
+
+@Suite("Provider answers: Retry-After, APNs reasons, and what each answer means")
+struct ProviderResultTests {
+    static let now = Date(timeIntervalSince1970: 784_111_777)  // Sun, 06 Nov 1994 08:49:37 GMT
+
+    @Test("Retry-After takes delta-seconds and the three HTTP-date forms (RFC 9110 §10.2.3, §5.6.7)")
+    func retryAfter() {
+        #expect(RetryAfter.seconds("120", now: Self.now) == 120)
+        #expect(RetryAfter.seconds(" 0 ", now: Self.now) == 0)
+        #expect(RetryAfter.seconds("99999999999999999999999", now: Self.now) == TimeInterval(Int.max))
+        #expect(RetryAfter.seconds("Sun, 06 Nov 1994 08:51:37 GMT", now: Self.now) == 120)
+        #expect(RetryAfter.seconds("Sunday, 06-Nov-94 08:51:37 GMT", now: Self.now) == 120)
+        #expect(RetryAfter.seconds("Sun Nov  6 08:51:37 1994", now: Self.now) == 120)
+        #expect(RetryAfter.seconds("Sun, 06 Nov 1994 08:00:00 GMT", now: Self.now) == 0, "a date passed is no wait")
+        for unreadable in [nil, "", "soon", "-5", "1.5", "Sun, 06 Nov 1994 08:51:37"] {
+            #expect(RetryAfter.seconds(unreadable, now: Self.now) == nil, "\(unreadable ?? "nil")")
+        }
+    }
+
+    @Test("APNs reasons read Apple's spelling, keep unknown ones verbatim, and say which retire a device")
+    func apnsReasons() {
+        #expect(APNsReason("Unregistered") == .unregistered)
+        #expect(APNsReason("BadCollapseId") == .badCollapseID)
+        #expect(APNsReason("BadCollapseId").description == "BadCollapseId")
+        #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
+        #expect(APNsReason("SomethingNew").description == "SomethingNew")
+        let retiring = ["BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"]
+        #expect(retiring.allSatisfy { APNsReason($0).retiresDevice })
+        #expect(!APNsReason("BadTopic").retiresDevice)
+        #expect(APNsReason("ExpiredProviderToken").refusesProviderToken)
+        #expect(APNsReason("InvalidProviderToken").refusesProviderToken)
+        #expect(!APNsReason("Forbidden").refusesProviderToken)
+    }
+
+    @Test("APNs answers: 200 delivered, retiring reasons and 410 retire, 429 and 5xx retry, others fail")
+    func apnsResults() {
+        let device = UUID()
+        func result(_ status: Int, _ reason: String?, retryAfter: TimeInterval? = nil) -> DeliveryResult {
+            APNsChannel.result(
+                of: .init(status: status, reason: reason.map(APNsReason.init), retryAfter: retryAfter), device: device)
+        }
+        #expect(result(200, nil) == .delivered(status: 200))
+        #expect(result(410, "Unregistered") == .retire(device: device, reason: "Unregistered", status: 410))
+        #expect(result(400, "BadDeviceToken") == .retire(device: device, reason: "BadDeviceToken", status: 400))
+        #expect(result(400, "BadTopic") == .failed(reason: "BadTopic", status: 400))
+        #expect(
+            result(429, "TooManyRequests", retryAfter: 30)
+                == .retry(after: 30, reason: "TooManyRequests", status: 429))
+        #expect(result(503, nil) == .retry(reason: "HTTP 503", status: 503))
+        #expect(result(403, "ExpiredProviderToken") == .retry(reason: "ExpiredProviderToken", status: 403))
+        #expect(result(403, "Forbidden") == .failed(reason: "Forbidden", status: 403))
+    }
+
+    @Test("Web Push answers: 2xx delivered, 404 and 410 retire, 413 fails, 429 and 5xx retry")
+    func webPushResults() {
+        let device = UUID()
+        #expect(
+            WebPushChannel.result(status: 201, body: "", retryAfter: nil, device: device) == .delivered(status: 201))
+        #expect(
+            WebPushChannel.result(status: 410, body: "gone", retryAfter: nil, device: device)
+                == .retire(device: device, reason: "HTTP 410: gone", status: 410))
+        #expect(
+            WebPushChannel.result(status: 429, body: "", retryAfter: 7, device: device)
+                == .retry(after: 7, reason: "HTTP 429", status: 429))
+        guard
+            case .failed(let reason, 413) = WebPushChannel.result(
+                status: 413, body: "", retryAfter: nil, device: device)
+        else {
+            Issue.record("413 is final")
+            return
+        }
+        #expect(reason.contains("too large"))
+    }
+
+    @Test("webhook answers: Retry-After as an HTTP-date is honoured")
+    func webhookRetryAfterDate() {
+        let headers: HTTPHeaders = ["Retry-After": "Sun, 06 Nov 1994 08:50:37 GMT"]
+        #expect(
+            WebhookChannel.result(status: 503, headers: headers, now: Self.now)
+                == .retry(after: 60, reason: "the webhook answered 503", status: 503))
+        #expect(
+            WebhookChannel.result(status: 404, headers: [:], now: Self.now)
+                == .failed(reason: "the webhook answered 404", status: 404))
+    }
+}
