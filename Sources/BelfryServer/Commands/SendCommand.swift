@@ -45,9 +45,9 @@ struct SendCommand: AsyncParsableCommand {
         let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
         let users = try Self.readRecipients(recipients)
         guard !users.isEmpty else { throw ValidationError("no recipients: --to named no user ids") }
-        let batches = users.chunked(EventsController.maxRecipients)
+        let batches = users.chunked(EventIntake.maxRecipients)
         let ids = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-            let intake = EventIntake(context: app.belfry)
+            let intake = app.belfry.eventIntake
             let progress = Progress(total: users.count)
             var ids: [UUID] = []
             for (index, batch) in batches.enumerated() {
@@ -55,14 +55,11 @@ struct SendCommand: AsyncParsableCommand {
                     category: category, recipients: Array(batch), tenant: tenant,
                     content: .init(title: title, body: body, url: url),
                     idempotencyKey: idempotencyKey.map { "\($0)-\(index + 1)" })
-                let accepted: EventsController.Accepted
                 do {
-                    accepted = try EventsController.validate(
-                        request, workspace: app.belfry.workspace, now: app.belfry.now())
+                    ids.append(try await intake.accept(request, on: app.db).id)
                 } catch let error as BelfryError {
                     throw ValidationError(error.message)
                 }
-                ids.append(try await intake.accept(accepted, on: app.db).0)
                 progress.advance(by: batch.count, events: ids.count)
             }
             progress.finish()

@@ -1,22 +1,53 @@
 import BelfryCore
+import BelfryWebPush
 import Crypto
 import Fluent
 import Foundation
 import SQLKit
 
-/// Stores accepted events and reports on them.
+/// The one way events come in, for `POST /v1/events` and `belfry send` alike: checks an
+/// event, stores it durably, wakes fan-out, and reports on it later.
 struct EventIntake: Sendable {
-    let context: BelfryContext
+    static let maxRecipients = 10_000
+    static let maxTitleLength = 256
+    static let maxBodyBytes = 64 * 1024
+    static let maxDataBytes = 16 * 1024
+    static let idempotencyWindow: TimeInterval = 24 * 3600
+    /// Recipients per INSERT statement: well under SQLite's 32 766 bound parameters.
+    static let insertBatch = 500
+
+    let storage: BelfryDatabase
+    let workspace: WorkspaceConfig
+    let now: @Sendable () -> Date
+    /// Tells this process's fan-out that an event is waiting.
+    let wake: @Sendable () -> Void
+
+    /// What became of an accepted event.
+    struct Accepted: Sendable {
+        var id: UUID
+        /// An earlier event returned for its idempotency key, not stored again.
+        var replayed: Bool
+        /// Distinct recipients.
+        var recipients: Int
+    }
+
+    /// Checks `request` and stores it; throws a clear error naming every problem.
+    func accept(_ request: EventRequest, on db: any Database) async throws -> Accepted {
+        let event = try Self.validate(request, workspace: workspace, now: now())
+        let (id, replayed) = try await store(event, on: db)
+        wake()
+        return Accepted(id: id, replayed: replayed, recipients: event.recipients.count)
+    }
 
     /// Stores the event, its recipients and its idempotency key in one transaction; only
     /// after that commits does the caller answer 202. A key seen within 24 hours returns
     /// the first event instead.
     ///
     /// - Returns: the event id, and whether it is an earlier event replayed for its key.
-    func accept(_ event: EventsController.Accepted, on db: any Database) async throws -> (UUID, Bool) {
+    private func store(_ event: Checked, on db: any Database) async throws -> (UUID, Bool) {
         for attempt in 1...2 {
             do {
-                return try await context.database.write(db) { tx in try await self.insert(event, on: tx) }
+                return try await storage.write(db) { tx in try await self.insert(event, on: tx) }
             } catch  where error.isConstraintFailure && attempt == 1 {
                 // Another request stored the same idempotency key first: the second try replays it.
                 continue
@@ -25,15 +56,15 @@ struct EventIntake: Sendable {
         preconditionFailure("the second attempt returns or throws")
     }
 
-    private func insert(_ event: EventsController.Accepted, on db: any Database) async throws -> (UUID, Bool) {
+    private func insert(_ event: Checked, on db: any Database) async throws -> (UUID, Bool) {
         let sql = db.sql
-        let now = context.now()
+        let now = self.now()
         if let key = event.idempotencyKey {
             let rows = try await sql.select().columns("event_id", "created_at", "request_hash").from("idempotency_keys")
                 .where("key", .equal, key).all()
             if let row = rows.first {
                 let created = try row.decode(column: "created_at", as: Date.self)
-                if now.timeIntervalSince(created) < EventsController.idempotencyWindow {
+                if now.timeIntervalSince(created) < Self.idempotencyWindow {
                     guard try row.decode(column: "request_hash", as: String.self) == Self.fingerprint(event) else {
                         throw BelfryError(
                             .unprocessableEntity, "idempotency_key_reused",
@@ -59,10 +90,10 @@ struct EventIntake: Sendable {
                 event.content.imageURL, event.ttlSeconds
             )
             .run()
-        for (batchIndex, batch) in event.recipients.chunked(EventsController.insertBatch).enumerated() {
+        for (batchIndex, batch) in event.recipients.chunked(Self.insertBatch).enumerated() {
             let insert = sql.insert(into: "event_recipients").columns("event_id", "position", "external_id")
             for (offset, recipient) in batch.enumerated() {
-                insert.values(id, batchIndex * EventsController.insertBatch + offset, recipient)
+                insert.values(id, batchIndex * Self.insertBatch + offset, recipient)
             }
             try await insert.run()
         }
@@ -75,7 +106,7 @@ struct EventIntake: Sendable {
 
     /// A digest of what the event asks for, to tell a retry of the same event from a different
     /// event that reuses its key.
-    static func fingerprint(_ event: EventsController.Accepted) -> String {
+    static func fingerprint(_ event: Checked) -> String {
         var text = [event.category.id, event.tenant, event.content.title, event.content.body, event.content.url ?? ""]
         text += [event.data ?? "", "\(String(describing: event.schedule))"]
         // Only when given, so that keys stored before these fields existed still match.
@@ -85,6 +116,149 @@ struct EventIntake: Sendable {
         text += event.recipients
         let data = Data(text.joined(separator: "\u{0}").utf8)
         return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// A checked event, ready to store.
+    struct Checked: Sendable {
+        var category: CategoryDefinition
+        var tenant: String
+        var recipients: [String]
+        var content: EventRequest.Content
+        var data: String?
+        var idempotencyKey: String?
+        var notBefore: Date
+        /// A rule read in each recipient's time zone: their notification is due at its next match.
+        var calendar: CalendarRule?
+        /// The schedule as asked for, so that a retry can be recognised.
+        var schedule: EventRequest.Schedule?
+        var ttlSeconds: Int?
+    }
+
+    /// Checks an event against the workspace, reporting every problem at once.
+    static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Checked {
+        guard let category = workspace.category(event.category) else {
+            throw BelfryError.notFound("category_not_found", "no category \"\(event.category)\" in this workspace")
+        }
+        let tenant = event.tenant ?? workspace.defaultTenant
+        guard workspace.tenant(tenant) != nil else {
+            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(tenant)\" in this workspace")
+        }
+        var problems: [String] = []
+        if event.recipients.isEmpty || event.recipients.count > maxRecipients {
+            problems.append(
+                "field \"recipients\" must list 1 to \(maxRecipients) user ids, got \(event.recipients.count); "
+                    + "send larger audiences in several events")
+        }
+        let badIDs = event.recipients.enumerated().filter { !UserID.isValid($0.element) }.prefix(3)
+        for (index, id) in badIDs {
+            problems.append(
+                "field \"recipients[\(index)]\": \"\(id.prefix(40))\" is not a valid user id (\(UserID.rule))")
+        }
+        let title = event.content.title.trimmingCharacters(in: .whitespacesAndNewlines)
+        if title.isEmpty || event.content.title.count > maxTitleLength {
+            problems.append(
+                "field \"content.title\" must have 1 to \(maxTitleLength) characters, got \(event.content.title.count)")
+        }
+        if event.content.body.utf8.count > maxBodyBytes {
+            problems.append(
+                "field \"content.body\" is \(event.content.body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
+        }
+        for (field, url) in [("content.url", event.content.url), ("content.image_url", event.content.imageURL)] {
+            guard let url else { continue }
+            let parsed = URL(string: url)
+            if url.count > 2048 || !["http", "https"].contains(parsed?.scheme ?? "") || parsed?.host == nil {
+                problems.append("field \"\(field)\" must be an http or https URL, got \"\(url.prefix(80))\"")
+            }
+        }
+        if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
+            problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
+        }
+        var data: String?
+        if let fields = event.data {
+            let encoded = try JSONEncoder().encode(fields)
+            if encoded.count > maxDataBytes {
+                problems.append("field \"data\" is \(encoded.count) bytes as JSON; at most \(maxDataBytes) allowed")
+            }
+            data = String(decoding: encoded, as: UTF8.self)
+        }
+        if let key = event.idempotencyKey, key.isEmpty || key.count > 255 {
+            problems.append("the idempotency key must have 1 to 255 characters")
+        }
+        var notBefore = now
+        var calendar: CalendarRule?
+        if let schedule = event.schedule {
+            let year: TimeInterval = 366 * 24 * 3600
+            let given = [schedule.sendAt != nil, schedule.delaySeconds != nil, schedule.calendar != nil].filter { $0 }
+            if given.count != 1 {
+                problems.append("field \"schedule\" takes one of \"send_at\", \"delay_seconds\" or \"calendar\"")
+            }
+            if let sendAt = schedule.sendAt {
+                if sendAt.timeIntervalSince(now) > year {
+                    problems.append("field \"schedule.send_at\" must be within a year")
+                }
+                notBefore = max(now, sendAt)
+            }
+            if let delay = schedule.delaySeconds {
+                if !(0...Int(year)).contains(delay) {
+                    problems.append("field \"schedule.delay_seconds\" must be from 0 to \(Int(year)), got \(delay)")
+                }
+                notBefore = now.addingTimeInterval(TimeInterval(max(delay, 0)))
+            }
+            if let rule = schedule.calendar {
+                problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
+                if rule.problems.isEmpty, rule.nextDate(after: now, in: .gmt) == nil {
+                    problems.append("field \"schedule.calendar\": no date matches it (such as 30 February)")
+                }
+                if rule.repeats {
+                    problems.append(
+                        "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
+                }
+                calendar = rule
+            }
+        }
+        if problems.isEmpty {
+            problems += pushSizeProblems(event, category: category, tenant: tenant, data: data, workspace: workspace)
+        }
+        if !problems.isEmpty {
+            throw BelfryError.invalid(problems.joined(separator: "; "))
+        }
+        // One notification per person, however often the list names them.
+        var seen = Set<String>()
+        let recipients = event.recipients.filter { seen.insert($0).inserted }
+        return Checked(
+            category: category, tenant: tenant, recipients: recipients, content: event.content, data: data,
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
+            ttlSeconds: event.ttlSeconds)
+    }
+
+    /// Four weeks, the longest any push service keeps a message.
+    static let maxTTL = 28 * 86_400
+
+    /// The event is refused when the largest push it can make (every field, a large badge) is
+    /// over what a push channel of its category takes: 4096 bytes of APNs payload, or 4096
+    /// bytes of encrypted Web Push body.
+    private static func pushSizeProblems(
+        _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
+    ) -> [String] {
+        let kinds = Set(category.channels.compactMap { workspace.channel($0.channel)?.kind })
+        let content = DeliveryContent(
+            deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
+            title: event.content.title, body: event.content.body, url: event.content.url,
+            imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
+        var problems: [String] = []
+        if kinds.contains(.apns), case let size = APNsPayload.largestSize(content), size > APNsPayload.maxSize {
+            problems.append(
+                "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
+                    + "shorten the content or the data")
+        }
+        if kinds.contains(.webPush), case let size = WebPushMessage.largestEncryptedSize(content),
+            size > WebPushEncryption.maxPayloadSize
+        {
+            problems.append(
+                "the encrypted Web Push message would be \(size) bytes; push services take at most "
+                    + "\(WebPushEncryption.maxPayloadSize): shorten the content or the data")
+        }
+        return problems
     }
 
     func status(of id: UUID, on db: any Database) async throws -> EventStatus? {
@@ -148,5 +322,11 @@ extension Array {
     /// The elements in consecutive slices of at most `size`.
     func chunked(_ size: Int) -> [ArraySlice<Element>] {
         stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
+}
+
+extension BelfryContext {
+    var eventIntake: EventIntake {
+        EventIntake(storage: database, workspace: workspace, now: now, wake: deliveryWake)
     }
 }
