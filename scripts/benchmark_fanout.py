@@ -2,7 +2,8 @@
 
 Starts the server on a fresh database, triggers events of up to 10 000 recipients each (the
 API's limit per call) until N recipients are reached, waits until every event's fan-out is
-done, and prints recipients per second and the server's peak resident memory (VmHWM).
+done, and prints recipients per second and the server's peak resident memory (VmHWM). Then it
+writes the same rows without Belfry (benchmark_floor.py) and prints the ratio of the two times.
 
 Usage: python3 scripts/benchmark_fanout.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
 """
@@ -10,6 +11,7 @@ import argparse
 import sys
 import time
 
+import benchmark_floor
 from benchmark_support import call, memory_mib, start_server
 
 
@@ -40,6 +42,8 @@ def main():
         notifications = 0
         while pending:
             status = call(base, "GET", f"/v1/events/{pending[0]}")
+            if status["state"] == "failed":
+                sys.exit(f"event {pending[0]} failed: {status.get('error')}")
             if status["state"] == "done":
                 notifications += status["notifications"]
                 pending.pop(0)
@@ -56,6 +60,13 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=30)
+    if args.database.startswith("postgres"):
+        floor = benchmark_floor.postgres_floor(args.database, args.recipients)
+    else:
+        floor = benchmark_floor.sqlite_floor(args.database, args.database + ".floor", args.recipients)
+    print(f"floor:           {floor:.1f} s  ->  {args.recipients / floor:,.0f} recipients/s "
+          "(the same rows, without Belfry: benchmark_floor.py)")
+    print(f"ratio belfry/floor: {elapsed / floor:.2f}")
 
 
 if __name__ == "__main__":

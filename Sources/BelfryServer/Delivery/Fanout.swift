@@ -13,6 +13,7 @@ import SQLKit
 /// nothing: the batch rolls back and the next worker does it again.
 struct Fanout: Sendable {
     let context: BelfryContext
+    var storage: BelfryDatabase { context.database }
     static let batchSize = 500
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
@@ -121,12 +122,13 @@ struct Fanout: Sendable {
         let decodedData = try data.map { try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8)) }
         do {
             let users = try await userIDs(for: recipients, now: now, on: sql)
-            let preferences = try await preferenceSets(of: users.values.map(\.id), tenant: tenant, on: sql)
-            let devices = try await DeviceStore(context: context).deliverableDevices(
-                of: users.values.map(\.id), on: sql)
+            let known = users.values.filter { !$0.isNew }.map(\.id)
+            let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
+            let devices = try await DeviceStore(context: context).deliverableDevices(of: known, on: sql)
             let pushChannels = context.workspace.channels.filter(\.kind.isPush)
-            var notifications: [[any Encodable & Sendable]] = []
-            var deliveries: [[any Encodable & Sendable]] = []
+            var notifications: [[BulkValue]] = []
+            var deliveries: [[BulkValue]] = []
+            var randomness = IDRandomness()
             var skips: [String: [SkipReason: Int]] = [:]
             for recipient in recipients {
                 guard let user = users[recipient] else { continue }
@@ -154,10 +156,11 @@ struct Fanout: Sendable {
                     }
                 }
                 guard !delivering.isEmpty else { continue }
-                let notificationID = UUID()
+                let notificationID = UUID.timeOrdered(at: now, using: &randomness)
                 let inInbox = delivering.contains { $0.kind == .inbox }
                 notifications.append([
-                    notificationID, eventID, userID, categoryID, tenant, title, body, url, data, inInbox, now, due,
+                    .id(notificationID), .id(eventID), .id(userID), .text(categoryID), .text(tenant), .text(title),
+                    .text(body), .text(url), .text(data), .bool(inInbox), .date(now), .date(due),
                 ])
                 if inInbox, due <= now {
                     inboxUsers.append(userID)
@@ -184,28 +187,29 @@ struct Fanout: Sendable {
                     for device in targets {
                         if status == .queued { queued += 1 }
                         deliveries.append([
-                            UUID(), notificationID, eventID, userID, channel.id, device,
-                            Delivery.Kind.notification.rawValue, status.rawValue, status == .sent ? 1 : 0,
-                            Self.firstAttempt(on: channel, of: category, for: user, due: due), now, now,
+                            .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(eventID),
+                            .id(userID), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
+                            .text(status.rawValue), .integer(status == .sent ? 1 : 0),
+                            .date(Self.firstAttempt(on: channel, of: category, for: user, due: due)), .date(now),
+                            .date(now),
                         ])
                     }
                 }
             }
-            for rows in notifications.chunked(200) {
-                let insert = sql.insert(into: "notifications").columns(
+            // No conflict is expected: a batch is one transaction, so it never runs twice. At most
+            // 32 766 bound values per statement on SQLite: 200 notifications, 300 deliveries.
+            try await storage.insert(
+                into: "notifications",
+                columns: [
                     "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
-                    "created_at", "available_at")
-                rows.forEach { insert.values($0) }
-                // No conflict is expected: a batch is one transaction, so it never runs twice.
-                try await insert.run()
-            }
-            for rows in deliveries.chunked(300) {
-                let insert = sql.insert(into: "deliveries").columns(
+                    "created_at", "available_at",
+                ], rows: notifications, rowsPerStatement: 200, on: db)
+            try await storage.insert(
+                into: "deliveries",
+                columns: [
                     "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
-                    "attempts", "next_attempt_at", "created_at", "updated_at")
-                rows.forEach { insert.values($0) }
-                try await insert.run()
-            }
+                    "attempts", "next_attempt_at", "created_at", "updated_at",
+                ], rows: deliveries, rowsPerStatement: 300, on: db)
             for (channel, reasons) in skips {
                 for (reason, count) in reasons {
                     try await sql.raw(
@@ -239,17 +243,20 @@ struct Fanout: Sendable {
     /// What fan-out needs to know of a recipient.
     struct Recipient: Sendable {
         var id: UUID
-        var timeZone: TimeZone?
-        var quietHours: QuietHours?
+        var timeZone: TimeZone? = nil
+        var quietHours: QuietHours? = nil
+        /// Created by this batch: nothing stored about them yet.
+        var isNew = false
     }
 
-    /// The internal ids and time zones of these external ids, creating users Belfry does not know yet.
+    /// The internal ids and time zones of these external ids, creating users Belfry does not know
+    /// yet. Users created here are marked `isNew`: they have no preferences or devices to read.
     private func userIDs(
         for externalIDs: [String], now: Date, on sql: any SQLDatabase
     ) async throws
         -> [String: Recipient]
     {
-        func lookup() async throws -> [String: Recipient] {
+        func lookup(_ externalIDs: [String]) async throws -> [String: Recipient] {
             var found: [String: Recipient] = [:]
             for row in try await sql.select()
                 .columns("id", "external_id", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone")
@@ -269,16 +276,27 @@ struct Fanout: Sendable {
             }
             return found
         }
-        let found = try await lookup()
+        var found = try await lookup(externalIDs)
         // Sorted, so two instances creating the same users take their locks in the same order.
         let missing = externalIDs.filter { found[$0] == nil }.sorted()
         guard !missing.isEmpty else { return found }
         let insert = sql.insert(into: UserModel.schema).columns("id", "external_id", "created_at", "updated_at")
+        var created: [String: UUID] = [:]
+        var randomness = IDRandomness()
         for externalID in missing {
-            insert.values(UUID(), externalID, now, now)
+            let id = UUID.timeOrdered(at: now, using: &randomness)
+            created[externalID] = id
+            insert.values(id, externalID, now, now)
         }
-        try await insert.ignoringConflicts(with: ["external_id"]).run()
-        return try await lookup()
+        // Only the rows inserted come back: a user another instance created meanwhile is read below.
+        let inserted = try await insert.ignoringConflicts(with: ["external_id"]).returning("external_id").all()
+        for row in inserted {
+            let externalID = try row.decode(column: "external_id", as: String.self)
+            if let id = created[externalID] { found[externalID] = Recipient(id: id, isNew: true) }
+        }
+        let raced = missing.filter { found[$0] == nil }
+        if !raced.isEmpty { found.merge(try await lookup(raced)) { first, _ in first } }
+        return found
     }
 
     /// Each user's stored selections for the user's defaults and the event's tenant.
@@ -287,6 +305,7 @@ struct Fanout: Sendable {
     ) async throws
         -> [UUID: [PreferenceScope: PreferenceSelections]]
     {
+        guard !users.isEmpty else { return [:] }
         let scopes: [PreferenceScope] = [.userDefaults, .tenant(tenant)]
         var sets: [UUID: [PreferenceScope: PreferenceSelections]] = [:]
         for row in try await sql.select().columns("user_id", "scope", "selections").from(PreferenceSetModel.schema)

@@ -76,7 +76,7 @@ struct EventIntake: Sendable {
                 try await sql.delete(from: "idempotency_keys").where("key", .equal, key).run()
             }
         }
-        let id = UUID()
+        let id = UUID.timeOrdered(at: now)
         try await sql.insert(into: "events")
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
@@ -90,13 +90,10 @@ struct EventIntake: Sendable {
                 event.content.imageURL, event.ttlSeconds
             )
             .run()
-        for (batchIndex, batch) in event.recipients.chunked(Self.insertBatch).enumerated() {
-            let insert = sql.insert(into: "event_recipients").columns("event_id", "position", "external_id")
-            for (offset, recipient) in batch.enumerated() {
-                insert.values(id, batchIndex * Self.insertBatch + offset, recipient)
-            }
-            try await insert.run()
-        }
+        try await storage.insert(
+            into: "event_recipients", columns: ["event_id", "position", "external_id"],
+            rows: event.recipients.enumerated().map { [.id(id), .integer($0.offset), .text($0.element)] },
+            rowsPerStatement: Self.insertBatch, on: db)
         if let key = event.idempotencyKey {
             try await sql.insert(into: "idempotency_keys").columns("key", "event_id", "request_hash", "created_at")
                 .values(key, id, Self.fingerprint(event), now).run()

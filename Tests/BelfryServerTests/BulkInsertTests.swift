@@ -1,0 +1,88 @@
+import BelfryTestSupport
+import Foundation
+import SQLKit
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+@Suite("Fan-out's writes: time-ordered ids and bulk inserts")
+struct BulkInsertTests {
+    @Test("time-ordered ids are version 7, sort by their millisecond first, and keep random bits apart")
+    func timeOrderedIDs() {
+        var randomness = IDRandomness()
+        // The middle of each millisecond, so that floating point never rounds into the one before.
+        let milliseconds = (0..<1000).map { 1_800_000_000_123 + $0 }
+        let ids = milliseconds.map {
+            UUID.timeOrdered(at: Date(timeIntervalSince1970: (Double($0) + 0.5) / 1000), using: &randomness)
+        }
+        let start = Date(timeIntervalSince1970: 1_800_000_000.1235)
+        #expect(Set(ids).count == 1000)
+        for id in ids {
+            let text = id.uuidString
+            #expect(Array(text)[14] == "7", "version 7: \(text)")
+            #expect("89AB".contains(Array(text)[19]), "the RFC's variant: \(text)")
+        }
+        // The first 48 bits are the Unix time in milliseconds.
+        #expect(
+            ids[0].uuidString.prefix(13)
+                == String(format: "%08X-%04X", 1_800_000_000_123 >> 16, 1_800_000_000_123 & 0xFFFF))
+        let prefixes = ids.map { $0.uuidString.prefix(13) }
+        #expect(
+            zip(prefixes, prefixes.dropFirst()).allSatisfy { $0 <= $1 },
+            "a later millisecond sorts after an earlier one")
+        #expect(Set(prefixes).count == 1000, "one millisecond each")
+        #expect(UUID.timeOrdered(at: start) != UUID.timeOrdered(at: start))
+    }
+
+    @Test("upperCaseText is uuidString, which SQLite's driver stores")
+    func upperCaseText() {
+        for _ in 0..<200 {
+            let id = UUID()
+            #expect(id.upperCaseText == id.uuidString)
+        }
+        #expect(
+            UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).upperCaseText
+                == UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).uuidString)
+    }
+
+    @Test("a bulk insert reads back as the drivers' own writes do, nulls and all", arguments: TestDatabase.allCases)
+    func roundTrip(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let storage = BelfryDatabase(location: app.belfry.settings.database)
+            try await app.db.sql.raw(
+                "CREATE TABLE bulk_check (id UUID NOT NULL, other UUID, label TEXT, number INTEGER NOT NULL, at TIMESTAMPTZ NOT NULL, flag BOOLEAN NOT NULL)"
+            ).run()
+            let at = Date(timeIntervalSince1970: 1_800_000_000.5)
+            let rows: [[BulkValue]] = (0..<7).map { index in
+                [
+                    .id(UUID.timeOrdered(at: at)), .id(index.isMultiple(of: 2) ? UUID() : nil),
+                    .text(index.isMultiple(of: 3) ? nil : "row \(index) ✓"), .integer(index), .date(at),
+                    .bool(index.isMultiple(of: 2)),
+                ]
+            }
+            try await storage.insert(
+                into: "bulk_check", columns: ["id", "other", "label", "number", "at", "flag"], rows: rows,
+                rowsPerStatement: 3, on: app.db)
+            let read = try await app.db.sql.select().columns("id", "other", "label", "number", "at", "flag")
+                .from("bulk_check").orderBy("number").all()
+            #expect(read.count == 7)
+            for (row, written) in zip(read, rows) {
+                guard case .id(let id) = written[0], case .id(let other) = written[1],
+                    case .text(let label) = written[2]
+                else { continue }
+                #expect(try row.decode(column: "id", as: UUID.self) == id)
+                #expect(try row.decode(column: "other", as: UUID?.self) == other)
+                #expect(try row.decode(column: "label", as: String?.self) == label)
+                let number = try row.decode(column: "number", as: Int.self)
+                #expect(try row.decode(column: "flag", as: Bool.self) == number.isMultiple(of: 2))
+                #expect(abs(try row.decode(column: "at", as: Date.self).timeIntervalSince(at)) < 0.001)
+            }
+            // A row written by the driver's usual path is found by the same bound UUID.
+            guard case .id(let first?) = rows[0][0] else { return }
+            let found = try await app.db.sql.select().column("number").from("bulk_check").where("id", .equal, first)
+                .all()
+            #expect(found.count == 1)
+        }
+    }
+}
