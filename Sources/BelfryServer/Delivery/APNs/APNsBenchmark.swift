@@ -5,19 +5,19 @@ import NIOCore
 
 /// Sends many notifications through the real APNs provider (payload shaping, provider token,
 /// the shared HTTP/2 client), for `belfry-bench apns`.
-public enum APNsBenchmark {
-    public struct Result: Sendable {
-        public var sent: Int
-        public var failed: Int
-        public var seconds: Double
+package enum APNsBenchmark {
+    package struct Result: Sendable {
+        package var sent: Int
+        package var failed: Int
+        package var seconds: Double
         /// What was sent, so another client can send the same: path, headers and body.
-        public var path: String
-        public var headers: [(String, String)]
-        public var payload: Data
+        package var path: String
+        package var headers: [(String, String)]
+        package var payload: Data
     }
 
     /// Sends `count` pushes to one device token with at most `concurrency` in flight.
-    public static func run(
+    package static func run(
         count: Int, concurrency: Int, apns: ServerConfiguration.APNs, extraCertificatesPEM: String,
         eventLoopGroup: any EventLoopGroup
     ) async throws -> Result {

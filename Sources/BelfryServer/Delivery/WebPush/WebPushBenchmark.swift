@@ -6,14 +6,14 @@ import NIOCore
 
 /// Measures Web Push sending with Belfry's own steps (message, RFC 8291 encryption with a new
 /// key per message, cached VAPID token, the shared HTTP/2 client), for `belfry-bench webpush`.
-public enum WebPushBenchmark {
+package enum WebPushBenchmark {
     /// A typical message, as the service worker would receive it.
-    public static func samplePayload() -> Data {
+    package static func samplePayload() -> Data {
         WebPushMessage(PushBenchmark.sampleContent(), badge: 7).encoded()
     }
 
     /// Encrypts `payload` `count` times on the calling thread; returns the seconds taken.
-    public static func encrypt(_ payload: Data, count: Int, p256dh: String, auth: String) throws -> Double {
+    package static func encrypt(_ payload: Data, count: Int, p256dh: String, auth: String) throws -> Double {
         let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
         let started = ContinuousClock.now
         for _ in 0..<count { _ = try WebPushEncryption.encrypt(payload, for: keys) }
@@ -22,7 +22,7 @@ public enum WebPushBenchmark {
 
     /// Sends `count` messages to `endpoint` with at most `concurrency` in flight; returns how
     /// many were accepted and the seconds taken.
-    public static func send(
+    package static func send(
         _ payload: Data, count: Int, concurrency: Int, endpoint: String, p256dh: String, auth: String,
         extraCertificatesPEM: String, eventLoopGroup: any EventLoopGroup
     ) async throws -> (accepted: Int, seconds: Double) {
