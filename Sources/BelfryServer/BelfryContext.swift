@@ -19,8 +19,10 @@ struct BelfryContext: Sendable {
     let workspaceFingerprint: String
     /// A random number in 0..<1 for backoff jitter; tests replace it.
     let jitter: @Sendable () -> Double
-    /// Wakes the delivery worker after new work is committed.
-    let workSignal: WorkSignal
+    /// Wakes fan-out after an event is stored.
+    let fanoutSignal: WorkSignal
+    /// Wakes the delivery queue after deliveries are queued.
+    let deliverySignal: WorkSignal
     /// Live inbox events for the streams open on this process.
     let inboxHub: InboxHub
     /// The VAPID key that signs Web Push requests; browsers subscribe with its public half.
@@ -31,8 +33,12 @@ struct BelfryContext: Sendable {
     var instanceTag: String { String(instance.uuidString.prefix(8).lowercased()) }
     let logger: Logger
 
+    func fanoutWake() {
+        fanoutSignal.wake()
+    }
+
     func deliveryWake() {
-        workSignal.wake()
+        deliverySignal.wake()
     }
 
     /// Sends an event to `user`'s open streams, if they have any. Call it after the change committed.

@@ -124,7 +124,8 @@ public func configure(
         now: now,
         workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
         jitter: options.jitter,
-        workSignal: WorkSignal(),
+        fanoutSignal: WorkSignal(),
+        deliverySignal: WorkSignal(),
         inboxHub: InboxHub(now: now),
         vapidKey: vapidKey,
         logger: app.logger
@@ -142,11 +143,28 @@ public func configure(
         providers: try deliveryProviders(app, settings), now: now, jitter: options.jitter, logger: app.logger)
     app.deliveryQueue = queue
     if options.runWorkers {
+        let clock = ServerClock(current: now)
+        let fanout = Fanout(context: context)
+        let retention = InboxRetention(context: context)
+        let logger = app.logger
         app.lifecycle.use(
-            BackgroundWorkLifecycle(
-                work: BackgroundWork(
-                    fanout: Fanout(context: context), queue: queue, retention: InboxRetention(context: context),
-                    database: db, signal: context.workSignal, now: now, logger: app.logger)))
+            BackgroundServices(services: [
+                BackgroundService(
+                    name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger
+                ) { try await fanout.processBatch(on: db()) },
+                BackgroundService(
+                    name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
+                    beforeStopping: queue.beginStopping
+                ) { try await queue.runOnce() > 0 },
+                // Hourly; the first purge runs at start.
+                BackgroundService(name: "inbox retention", interval: 3600, clock: clock, logger: logger) {
+                    let purged = try await retention.purge(on: db())
+                    if purged > 0 {
+                        logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
+                    }
+                    return false
+                },
+            ]))
     }
 
     app.middleware = Middlewares()
@@ -216,16 +234,18 @@ private struct HTTPClientShutdown: LifecycleHandler {
     }
 }
 
-/// Starts the background work once the server has booted, and drains it at shutdown.
-private struct BackgroundWorkLifecycle: LifecycleHandler {
-    let work: BackgroundWork
+/// Starts the background services once the server has booted, and drains them at shutdown.
+private struct BackgroundServices: LifecycleHandler {
+    let services: [BackgroundService]
 
     func didBootAsync(_ application: Application) async throws {
-        work.start()
+        services.forEach { $0.start() }
     }
 
     func shutdownAsync(_ application: Application) async {
-        await work.stop()
+        await withTaskGroup(of: Void.self) { group in
+            for service in services { group.addTask { await service.stop() } }
+        }
     }
 }
 

@@ -324,6 +324,6 @@ extension Array {
 
 extension BelfryContext {
     var eventIntake: EventIntake {
-        EventIntake(storage: database, workspace: workspace, now: now, wake: deliveryWake)
+        EventIntake(storage: database, workspace: workspace, now: now, wake: fanoutWake)
     }
 }

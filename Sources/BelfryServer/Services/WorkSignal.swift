@@ -1,7 +1,9 @@
+import Foundation
 import NIOConcurrencyHelpers
 
-/// Wakes the delivery worker when new work is stored, so it need not poll often.
-/// Wakes that arrive while the worker is busy are remembered as one.
+/// Wakes a background service when new work is stored for it, so it need not poll often.
+/// Wakes that arrive while the service is busy are remembered as one. One service waits on
+/// each signal.
 final class WorkSignal: Sendable {
     private struct State {
         var pending = false
@@ -37,11 +39,15 @@ final class WorkSignal: Sendable {
         }
     }
 
-    /// Returns at the next wake, or after `seconds` at the latest.
-    func wait(upTo seconds: Double) async {
+    /// Returns at the next wake, or after `seconds` on `clock` at the latest.
+    func wait(upTo seconds: TimeInterval, on clock: any ServiceClock) async {
         let timer = Task {
-            try? await Task.sleep(for: .seconds(seconds))
-            if !Task.isCancelled { self.wake() }
+            do {
+                try await clock.sleep(for: seconds)
+                self.wake()
+            } catch {
+                // Cancelled: the wake came first.
+            }
         }
         await wait()
         timer.cancel()
