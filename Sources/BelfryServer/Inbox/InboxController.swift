@@ -63,11 +63,10 @@ struct InboxController: RouteCollection {
         // Another user's notification answers exactly like one that does not exist.
         let userID = try user.requireID()
         guard let id = UUID(uuidString: text),
-            let item = try await store(req).mark(id, mark, userID: userID, on: req.db)
+            let item = try await req.belfry.inboxChanges.mark(id, mark, userID: userID, on: req.db)
         else {
             throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
         }
-        await req.belfry.inboxEvents.updated(item, user: userID, on: req.db)
         return try Response.json(item)
     }
 
@@ -78,7 +77,8 @@ struct InboxController: RouteCollection {
         let actionID = req.parameters.get("action_id") ?? ""
         let outcome: InboxStore.ActionOutcome =
             if let id = UUID(uuidString: text) {
-                try await store(req).respond(to: id, action: actionID, userID: try user.requireID(), on: req.db)
+                try await req.belfry.inboxChanges.respond(
+                    to: id, action: actionID, userID: try user.requireID(), on: req.db)
             } else { .notFound }
         switch outcome {
         case .notFound:
@@ -86,8 +86,6 @@ struct InboxController: RouteCollection {
         case .unknownAction:
             throw BelfryError.notFound("action_not_found", "this notification has no action \"\(actionID)\"")
         case .recorded(let item, let forwarded):
-            let userID = try user.requireID()
-            await req.belfry.inboxEvents.updated(item, user: userID, on: req.db)
             struct Answer: Encodable {
                 var notification: InboxNotification
                 var forwarded: Bool
@@ -100,13 +98,12 @@ struct InboxController: RouteCollection {
         let user = try await req.requireUser()
         let userID = try user.requireID()
         let tenant = try req.tenantFilter()
-        let updated = try await store(req).markAll(
+        let updated = try await req.belfry.inboxChanges.markAll(
             mark, userID: userID, tenant: tenant, category: req.query[String.self, at: "category"], on: req.db)
         struct Answer: Encodable {
             var updated: Int
             var counts: InboxCounts
         }
-        await req.belfry.inboxEvents.countsChanged(user: userID, on: req.db)
         return try Response.json(
             Answer(updated: updated, counts: try await store(req).counts(userID: userID, tenant: tenant, on: req.db)))
     }

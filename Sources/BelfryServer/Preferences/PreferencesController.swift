@@ -73,10 +73,9 @@ struct PreferencesController: RouteCollection {
     func patch(_ req: Request, user: UserModel, change: PreferenceChange) async throws -> Response {
         let scope = try req.preferenceScope()
         let expected = req.headers.first(name: .ifMatch).map { [scope: $0] } ?? [:]
-        let views = try await store(req).change(
+        let views = try await req.belfry.preferenceChanges.change(
             userID: try user.requireID(), scopes: [scope], changes: [change], expected: expected, on: req.db)
         log(req, user: user, scopes: [scope], count: 1)
-        try await announce(req, user: user, views: views)
         return try Response.json(views[0].data, headers: ["ETag": views[0].etag])
     }
 
@@ -107,24 +106,14 @@ struct PreferencesController: RouteCollection {
             }
             expected[scope] = etag
         }
-        let views = try await store(req).change(
+        let views = try await req.belfry.preferenceChanges.change(
             userID: try user.requireID(), scopes: scopes, changes: body.changes, expected: expected, on: req.db)
         log(req, user: user, scopes: scopes, count: body.changes.count)
-        try await announce(req, user: user, views: views)
         let results = views.map { view in
             let tenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
             return PreferenceChangesResponse.Result(tenant: tenant, etag: view.etag, preferences: view.data)
         }
         return try Response.json(PreferenceChangesResponse(results: results))
-    }
-
-    /// Tells the user's open streams (their other devices) that preferences changed.
-    private func announce(_ req: Request, user: UserModel, views: [PreferenceView]) async throws {
-        for view in views {
-            let tenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
-            await req.belfry.inboxEvents.preferencesChanged(
-                user: try user.requireID(), tenant: tenant, etag: view.etag, on: req.db)
-        }
     }
 
     private func log(_ req: Request, user: UserModel, scopes: [PreferenceScope], count: Int) {

@@ -168,9 +168,8 @@ struct WebController: RouteCollection {
         }
         if !changes.isEmpty {
             let expected = form["etag"].map { [PreferenceScope.tenant(tenant): $0] } ?? [:]
-            let views: [PreferenceView]
             do {
-                views = try await store.change(
+                _ = try await req.belfry.preferenceChanges.change(
                     userID: userID, scopes: scopes, changes: changes, expected: expected, on: req.db)
             } catch let error as BelfryError where error.status == .preconditionFailed {
                 return try await renderPreferences(
@@ -187,11 +186,6 @@ struct WebController: RouteCollection {
                     "belfry.user": "\(user.externalID)", "belfry.scopes": "\(scopes.map(\.key).joined(separator: ","))",
                     "belfry.changes": "\(changes.count)", "belfry.via": "web form",
                 ])
-            for view in views {
-                let scopeTenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
-                await req.belfry.inboxEvents.preferencesChanged(
-                    user: userID, tenant: scopeTenant, etag: view.etag, on: req.db)
-            }
         }
         let response = req.redirect(
             to: "/preferences?tenant=\(tenant)&saved=\(everywhere ? "all" : "tenant")", redirectType: .normal)
@@ -262,33 +256,30 @@ struct WebController: RouteCollection {
         let form = try WebForm.parse(req)
         let (_, user) = try await requireSessionForChange(req, form: form)
         let userID = try user.requireID()
-        let context = req.belfry
-        let store = InboxStore(context: context)
+        let changes = req.belfry.inboxChanges
         let op = form["op"] ?? ""
         if op == "read-all" {
-            _ = try await store.markAll(.read, userID: userID, tenant: nil, category: nil, on: req.db)
-            await context.inboxEvents.countsChanged(user: userID, on: req.db)
+            _ = try await changes.markAll(.read, userID: userID, tenant: nil, category: nil, on: req.db)
         } else {
             guard let id = form["id"].flatMap(UUID.init(uuidString:)) else {
                 throw Self.noSuchNotification
             }
             if op.hasPrefix("action:") {
-                switch try await store.respond(to: id, action: String(op.dropFirst(7)), userID: userID, on: req.db) {
+                switch try await changes.respond(to: id, action: String(op.dropFirst(7)), userID: userID, on: req.db) {
                 case .notFound:
                     throw Self.noSuchNotification
                 case .unknownAction:
                     throw BelfryError.notFound("action_not_found", "This notification has no such action.")
-                case .recorded(let item, _):
-                    await context.inboxEvents.updated(item, user: userID, on: req.db)
+                case .recorded:
+                    break
                 }
             } else {
                 guard let mark = InboxStore.Mark(rawValue: op), mark != .seen else {
                     throw BelfryError.badRequest("Unknown inbox operation.")
                 }
-                guard let item = try await store.mark(id, mark, userID: userID, on: req.db) else {
+                guard try await changes.mark(id, mark, userID: userID, on: req.db) != nil else {
                     throw Self.noSuchNotification
                 }
-                await context.inboxEvents.updated(item, user: userID, on: req.db)
             }
         }
         let response = req.redirect(to: "/inbox", redirectType: .normal)
