@@ -14,8 +14,7 @@ extension Request {
     func principal() async throws -> Principal {
         guard let bearer = headers.bearerAuthorization?.token else {
             throw BelfryError(
-                .unauthorized, "unauthorized",
-                "send an API key or a user token as \"Authorization: Bearer <token>\"",
+                .unauthorized, "send an API key or a user token as \"Authorization: Bearer <token>\"",
                 headers: ["WWW-Authenticate": "Bearer"])
         }
         return try await principal(for: bearer)
@@ -27,11 +26,11 @@ extension Request {
             return .user(try await belfry.tokens.verify(bearer, now: belfry.now()))
         } catch .expired {
             throw BelfryError(
-                .unauthorized, "token_expired", "the user token has expired; mint a new one",
+                .tokenExpired, "the user token has expired; mint a new one",
                 headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
         } catch {
             throw BelfryError(
-                .unauthorized, "invalid_token", "the token is neither an API key nor a valid user token",
+                .invalidToken, "the token is neither an API key nor a valid user token",
                 headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
         }
     }
@@ -39,7 +38,7 @@ extension Request {
     /// Requires an API key.
     func requireServer() async throws {
         guard case .server = try await principal() else {
-            throw BelfryError(.forbidden, "forbidden", "this endpoint needs an API key, not a user token")
+            throw BelfryError(.forbidden, "this endpoint needs an API key, not a user token")
         }
     }
 
@@ -56,7 +55,7 @@ extension Request {
         }
         guard case .user(let subject) = principal else {
             throw BelfryError(
-                .forbidden, "forbidden",
+                .forbidden,
                 "this endpoint acts as one user: send a user token (POST /v1/users/{user_id}/tokens), not an API key")
         }
         return try await user(for: subject)
@@ -69,7 +68,7 @@ extension Request {
             return try await UserModel.find(externalID: externalID, on: db)
         case .user(let subject):
             guard subject.externalID == externalID else {
-                throw BelfryError(.forbidden, "forbidden", "a user token only reaches its own user's data")
+                throw BelfryError(.forbidden, "a user token only reaches its own user's data")
             }
             return try await user(for: subject)
         }
@@ -77,7 +76,7 @@ extension Request {
 
     private func user(for subject: UserTokens.Subject) async throws -> UserModel {
         guard let user = try await UserModel.find(subject.userID, on: db) else {
-            throw BelfryError(.unauthorized, "invalid_token", "the user of this token no longer exists")
+            throw BelfryError(.invalidToken, "the user of this token no longer exists")
         }
         return user
     }

@@ -82,12 +82,12 @@ struct DeviceStore: Sendable {
                 .returning("id")
                 .first()
             guard let row else {
-                throw BelfryError(.internalServerError, "internal_error", "the device was not stored")
+                throw BelfryError(.internalError, "the device was not stored")
             }
             return try row.decode(column: "id", as: UUID.self)
         }
         guard let device = try await device(id, on: db) else {
-            throw BelfryError(.internalServerError, "internal_error", "the device was not stored")
+            throw BelfryError(.internalError, "the device was not stored")
         }
         return (device, id == newID)
     }

@@ -17,8 +17,8 @@ struct DevicesController: RouteCollection {
     /// The key browsers pass as `applicationServerKey` to `PushManager.subscribe`. No auth: it is public.
     @Sendable func vapidPublicKey(req: Request) async throws -> Response {
         guard req.belfry.settings.vapidSubject != nil else {
-            throw BelfryError.notFound(
-                "web_push_off", "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
+            throw BelfryError(
+                .webPushOff, "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
         }
         struct Key: Encodable {
             var publicKey: String
@@ -62,7 +62,7 @@ struct DevicesController: RouteCollection {
         guard let id = UUID(uuidString: text),
             try await DeviceStore(context: req.belfry).delete(id, userID: try user.requireID(), on: req.db)
         else {
-            throw BelfryError.notFound("device_not_found", "you have no device \"\(text)\"")
+            throw BelfryError(.deviceNotFound, "you have no device \"\(text)\"")
         }
         return .noContent
     }

@@ -1,32 +1,55 @@
 import BelfryCore
 import Vapor
 
-/// An error with the status and `{"error": {"code", "message"}}` body the client gets.
+/// An error a client is told about: a stable code, a message naming what was wrong, and any
+/// headers the answer needs (`ETag`, `WWW-Authenticate`). The code decides the status.
 public struct BelfryError: AbortError, Sendable, CustomStringConvertible {
-    public var status: HTTPResponseStatus
-    public var code: String
+    let code: ErrorCode
     public var message: String
     public var headers: HTTPHeaders
+    /// Only for a framework error passed through with a status no code has (say, 414).
+    private var statusOverride: HTTPResponseStatus?
 
-    public init(_ status: HTTPResponseStatus, _ code: String, _ message: String, headers: HTTPHeaders = [:]) {
-        self.status = status
+    init(_ code: ErrorCode, _ message: String, headers: HTTPHeaders = [:]) {
         self.code = code
         self.message = message
         self.headers = headers
     }
 
+    public var status: HTTPResponseStatus { statusOverride ?? code.status }
     public var reason: String { message }
-    public var description: String { "\(status.code) \(code): \(message)" }
+    public var description: String { "\(status.code) \(code.rawValue): \(message)" }
 
-    static func badRequest(_ message: String) -> Self { .init(.badRequest, "bad_request", message) }
-    static func invalid(_ message: String) -> Self { .init(.unprocessableEntity, "invalid_request", message) }
-    static func notFound(_ code: String, _ message: String) -> Self { .init(.notFound, code, message) }
+    static func badRequest(_ message: String) -> Self { .init(.badRequest, message) }
+    static func invalid(_ message: String) -> Self { .init(.invalidRequest, message) }
 }
 
 extension BelfryError {
     init(_ error: PreferenceChangeError) {
-        let status: HTTPResponseStatus = error.kind == .notEditable ? .conflict : .notFound
-        self.init(status, error.code, error.message)
+        let code: ErrorCode =
+            switch error.kind {
+            case .unknownCategory: .categoryNotFound
+            case .unknownChannel: .channelNotFound
+            case .channelNotInCategory: .channelNotInCategory
+            case .notEditable: .notEditable
+            }
+        self.init(code, error.message)
+    }
+
+    /// A framework error (Vapor's routing, body limits) in Belfry's shape.
+    fileprivate init(passingThrough error: any AbortError) {
+        let code: ErrorCode =
+            switch error.status {
+            case .notFound: .notFound
+            case .payloadTooLarge: .payloadTooLarge
+            case .unsupportedMediaType: .unsupportedMediaType
+            case .methodNotAllowed: .methodNotAllowed
+            case .unauthorized: .unauthorized
+            case .badRequest: .badRequest
+            default: error.status.code >= 500 ? .internalError : .badRequest
+            }
+        self.init(code, error.status == .notFound ? "no such route" : error.reason, headers: error.headers)
+        if code.status != error.status { statusOverride = error.status }
     }
 }
 
@@ -40,10 +63,10 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
             if failure.status.code >= 500 {
                 request.logger.error("request failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
             } else {
-                request.logger.debug("request refused", metadata: ["belfry.error.code": "\(failure.code)"])
+                request.logger.debug("request refused", metadata: ["belfry.error.code": "\(failure.code.rawValue)"])
             }
             let response = Response(status: failure.status, headers: failure.headers)
-            try response.content.encode(ErrorBody(code: failure.code, message: failure.message), as: .json)
+            try response.content.encode(ErrorBody(code: failure.code.rawValue, message: failure.message), as: .json)
             return response
         }
     }
@@ -55,20 +78,9 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
         case let error as DecodingError:
             return .invalid(describeDecoding(error))
         case let error as any AbortError:
-            let code: String =
-                switch error.status {
-                case .notFound: "not_found"
-                case .payloadTooLarge: "payload_too_large"
-                case .unsupportedMediaType: "unsupported_media_type"
-                case .methodNotAllowed: "method_not_allowed"
-                case .unauthorized: "unauthorized"
-                case .badRequest: "bad_request"
-                default: error.status.code >= 500 ? "internal_error" : "bad_request"
-                }
-            let message = error.status == .notFound ? "no such route" : error.reason
-            return BelfryError(error.status, code, message, headers: error.headers)
+            return BelfryError(passingThrough: error)
         default:
-            return BelfryError(.internalServerError, "internal_error", "something went wrong on the server")
+            return BelfryError(.internalError, "something went wrong on the server")
         }
     }
 
@@ -116,7 +128,7 @@ extension Request {
             throw BelfryError.badRequest("this request needs a JSON body")
         }
         if let contentType = headers.contentType, contentType != .json {
-            throw BelfryError(.unsupportedMediaType, "unsupported_media_type", "send the body as application/json")
+            throw BelfryError(.unsupportedMediaType, "send the body as application/json")
         }
         if let root = try? JSONDecoder().decode(JSONValue.self, from: buffer) {
             var unknown: [String] = []

@@ -67,7 +67,7 @@ struct EventIntake: Sendable {
                 if now.timeIntervalSince(created) < Self.idempotencyWindow {
                     guard try row.decode(column: "request_hash", as: String.self) == Self.fingerprint(event) else {
                         throw BelfryError(
-                            .unprocessableEntity, "idempotency_key_reused",
+                            .idempotencyKeyReused,
                             "the idempotency key \"\(key)\" was used in the last 24 hours for a different event; use a new key"
                         )
                     }
@@ -134,11 +134,11 @@ struct EventIntake: Sendable {
     /// Checks an event against the workspace, reporting every problem at once.
     static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Checked {
         guard let category = workspace.category(event.category) else {
-            throw BelfryError.notFound("category_not_found", "no category \"\(event.category)\" in this workspace")
+            throw BelfryError(.categoryNotFound, "no category \"\(event.category)\" in this workspace")
         }
         let tenant = event.tenant ?? workspace.defaultTenant
         guard workspace.tenant(tenant) != nil else {
-            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(tenant)\" in this workspace")
+            throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
         var problems: [String] = []
         if event.recipients.isEmpty || event.recipients.count > maxRecipients {

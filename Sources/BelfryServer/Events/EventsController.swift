@@ -44,10 +44,10 @@ struct EventsController: RouteCollection {
     @Sendable func status(req: Request) async throws -> Response {
         try await req.requireServer()
         guard let id = req.parameters.get("event_id").flatMap(UUID.init(uuidString:)) else {
-            throw BelfryError.notFound("event_not_found", "no event \"\(req.parameters.get("event_id") ?? "")\"")
+            throw BelfryError(.eventNotFound, "no event \"\(req.parameters.get("event_id") ?? "")\"")
         }
         guard let status = try await req.belfry.eventIntake.status(of: id, on: req.db) else {
-            throw BelfryError.notFound("event_not_found", "no event \"\(id)\"")
+            throw BelfryError(.eventNotFound, "no event \"\(id)\"")
         }
         return try Response.json(status)
     }

@@ -65,7 +65,7 @@ struct InboxController: RouteCollection {
         guard let id = UUID(uuidString: text),
             let item = try await req.belfry.inboxChanges.mark(id, mark, userID: userID, on: req.db)
         else {
-            throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
+            throw BelfryError(.notificationNotFound, "no notification \"\(text)\" in your inbox")
         }
         return try Response.json(item)
     }
@@ -82,9 +82,9 @@ struct InboxController: RouteCollection {
             } else { .notFound }
         switch outcome {
         case .notFound:
-            throw BelfryError.notFound("notification_not_found", "no notification \"\(text)\" in your inbox")
+            throw BelfryError(.notificationNotFound, "no notification \"\(text)\" in your inbox")
         case .unknownAction:
-            throw BelfryError.notFound("action_not_found", "this notification has no action \"\(actionID)\"")
+            throw BelfryError(.actionNotFound, "this notification has no action \"\(actionID)\"")
         case .recorded(let item, let forwarded):
             struct Answer: Encodable {
                 var notification: InboxNotification
@@ -166,7 +166,7 @@ extension Request {
     func tenantFilter() throws -> String? {
         guard let tenant = query[String.self, at: "tenant"] else { return nil }
         guard belfry.workspace.tenant(tenant) != nil else {
-            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(tenant)\" in this workspace")
+            throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
         return tenant
     }

@@ -29,7 +29,7 @@ struct OperationsController: RouteCollection {
             try await req.db.sql.raw("SELECT 1").run()
         } catch {
             req.logger.warning("database not ready", metadata: ["belfry.error": "\(String(reflecting: error))"])
-            throw BelfryError(.serviceUnavailable, "not_ready", "the \(kind) database does not answer")
+            throw BelfryError(.notReady, "the \(kind) database does not answer")
         }
         return try Response.json(Status(status: "ready", database: kind))
     }

@@ -66,7 +66,7 @@ struct PreferenceStore: Sendable {
         for (scope, header) in expected where !Self.matches(header, current: etag(scope, stored)) {
             let current = etag(scope, stored)
             throw BelfryError(
-                .preconditionFailed, "precondition_failed",
+                .preconditionFailed,
                 "the preferences for \(scope) have changed since you read them (current ETag \(current)); read them again and retry",
                 headers: ["ETag": current])
         }
@@ -88,8 +88,7 @@ struct PreferenceStore: Sendable {
                 .all()
             // The row is locked by this transaction, so its version cannot have moved.
             guard updated.count == 1 else {
-                throw BelfryError(
-                    .internalServerError, "internal_error", "a locked preference row changed underneath a write")
+                throw BelfryError(.internalError, "a locked preference row changed underneath a write")
             }
             stored[scope] = StoredSelections(version: old.version + 1, selections: selections)
         }

@@ -92,7 +92,7 @@ struct PreferencesController: RouteCollection {
             throw BelfryError.invalid("field \"tenants\" must list each tenant at most once")
         }
         for tenant in tenants where workspace.tenant(tenant) == nil {
-            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(tenant)\" in this workspace")
+            throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
         var scopes = tenants.map(PreferenceScope.tenant)
         if body.defaults == true { scopes.append(.userDefaults) }
@@ -146,7 +146,7 @@ extension Request {
         }
         let id = tenant ?? workspace.defaultTenant
         guard workspace.tenant(id) != nil else {
-            throw BelfryError.notFound("tenant_not_found", "no tenant \"\(id)\" in this workspace")
+            throw BelfryError(.tenantNotFound, "no tenant \"\(id)\" in this workspace")
         }
         return .tenant(id)
     }

@@ -22,7 +22,7 @@ struct QuietHoursController: RouteCollection {
 
     private func show(_ user: UserModel) throws -> Response {
         guard let hours = user.quietHours else {
-            throw BelfryError.notFound("quiet_hours_not_set", "no quiet hours are set; PUT them to start")
+            throw BelfryError(.quietHoursNotSet, "no quiet hours are set; PUT them to start")
         }
         return try Response.json(hours)
     }

@@ -6,7 +6,7 @@ extension UserModel {
     /// The user with this external id, or a 404.
     static func find(externalID: String, on database: any Database) async throws -> UserModel {
         guard let user = try await UserModel.query(on: database).filter(\.$externalID == externalID).first() else {
-            throw BelfryError.notFound("user_not_found", "no user \"\(externalID)\"")
+            throw BelfryError(.userNotFound, "no user \"\(externalID)\"")
         }
         return user
     }

@@ -35,25 +35,24 @@ struct WebController: RouteCollection {
             do {
                 userID = try await req.belfry.tokens.verify(token, now: now).userID
             } catch .expired {
-                throw BelfryError(
-                    .unauthorized, "token_expired", "This sign-in token has expired. Ask the app for a new link.")
+                throw BelfryError(.tokenExpired, "This sign-in token has expired. Ask the app for a new link.")
             } catch {
-                throw BelfryError(.unauthorized, "invalid_token", "This sign-in token is not valid.")
+                throw BelfryError(.invalidToken, "This sign-in token is not valid.")
             }
         } else {
             guard let link, let parsed = req.webSigner.verify(link, as: WebLink.self), parsed.kind == "link" else {
-                throw BelfryError(.unauthorized, "invalid_link", "This link is not valid. Ask for a new one.")
+                throw BelfryError(.invalidLink, "This link is not valid. Ask for a new one.")
             }
             guard parsed.exp > Int(now.timeIntervalSince1970) else {
-                throw BelfryError(.unauthorized, "link_expired", "This link has expired. Ask for a new one.")
+                throw BelfryError(.linkExpired, "This link has expired. Ask for a new one.")
             }
             guard parsed.page == page.rawValue else {
-                throw BelfryError(.unauthorized, "invalid_link", "This link is for another page.")
+                throw BelfryError(.invalidLink, "This link is for another page.")
             }
             userID = parsed.uid
         }
         guard let user = try await UserModel.find(userID, on: req.db) else {
-            throw BelfryError(.unauthorized, "invalid_token", "The account of this link no longer exists.")
+            throw BelfryError(.invalidToken, "The account of this link no longer exists.")
         }
         let session = req.webSigner.newSession(userID: try user.requireID(), externalID: user.externalID, now: now)
         var location = "/\(page.rawValue)"
@@ -71,9 +70,7 @@ struct WebController: RouteCollection {
     /// The signed-in session, or a page saying how to sign in.
     private func requireSession(_ req: Request) async throws -> (WebSession, UserModel) {
         guard let signedIn = try await req.webSession() else {
-            throw BelfryError(
-                .unauthorized, "not_signed_in",
-                "You are not signed in. Open this page from the link in your app or email.")
+            throw BelfryError(.notSignedIn, "You are not signed in. Open this page from the link in your app or email.")
         }
         return signedIn
     }
@@ -88,8 +85,7 @@ struct WebController: RouteCollection {
         let candidate = form["_csrf"] ?? req.headers.first(name: "X-CSRF-Token")
         guard req.webSigner.checkCSRF(candidate, for: session) else {
             throw BelfryError(
-                .forbidden, "csrf_failed",
-                "This form has expired or did not come from this site. Reload the page and try again.")
+                .csrfFailed, "This form has expired or did not come from this site. Reload the page and try again.")
         }
         return (session, user)
     }
@@ -171,7 +167,7 @@ struct WebController: RouteCollection {
             do {
                 _ = try await req.belfry.preferenceChanges.change(
                     userID: userID, scopes: scopes, changes: changes, expected: expected, on: req.db)
-            } catch let error as BelfryError where error.status == .preconditionFailed {
+            } catch let error as BelfryError where error.code == .preconditionFailed {
                 return try await renderPreferences(
                     req, session: session, user: user, tenant: tenant,
                     flash: .init(
@@ -226,8 +222,7 @@ struct WebController: RouteCollection {
     // MARK: Inbox
 
     /// Also for another user's notification, which answers exactly like one that does not exist.
-    static let noSuchNotification = BelfryError.notFound(
-        "notification_not_found", "There is no such notification in your inbox.")
+    static let noSuchNotification = BelfryError(.notificationNotFound, "There is no such notification in your inbox.")
 
     @Sendable func inbox(req: Request) async throws -> Response {
         if let exchanged = try await exchange(req, page: .inbox) { return exchanged }
@@ -269,7 +264,7 @@ struct WebController: RouteCollection {
                 case .notFound:
                     throw Self.noSuchNotification
                 case .unknownAction:
-                    throw BelfryError.notFound("action_not_found", "This notification has no such action.")
+                    throw BelfryError(.actionNotFound, "This notification has no such action.")
                 case .recorded:
                     break
                 }
@@ -291,14 +286,14 @@ struct WebController: RouteCollection {
 
     @Sendable func asset(req: Request) async throws -> Response {
         guard let name = req.parameters.get("file"), let asset = WebAssets.file(name), name != "sw.js" else {
-            throw BelfryError.notFound("not_found", "no such file")
+            throw BelfryError(.notFound, "no such file")
         }
         return asset.response(for: req)
     }
 
     /// Served from the root so that its scope covers every page.
     @Sendable func serviceWorker(req: Request) async throws -> Response {
-        guard let asset = WebAssets.file("sw.js") else { throw BelfryError.notFound("not_found", "no such file") }
+        guard let asset = WebAssets.file("sw.js") else { throw BelfryError(.notFound, "no such file") }
         return asset.response(for: req)
     }
 }
@@ -308,7 +303,7 @@ extension Request {
     func webTenant(_ given: String? = nil) throws -> String {
         let id = given ?? query[String.self, at: "tenant"] ?? belfry.workspace.defaultTenant
         guard belfry.workspace.tenant(id) != nil else {
-            throw BelfryError.notFound("tenant_not_found", "There is no site \"\(id)\" here.")
+            throw BelfryError(.tenantNotFound, "There is no site \"\(id)\" here.")
         }
         return id
     }

@@ -73,10 +73,10 @@ enum WebForm {
         guard req.headers.contentType?.type == "application",
             req.headers.contentType?.subType == "x-www-form-urlencoded"
         else {
-            throw BelfryError(.unsupportedMediaType, "unsupported_media_type", "This form must be sent as a web form.")
+            throw BelfryError(.unsupportedMediaType, "This form must be sent as a web form.")
         }
         guard let buffer = req.body.data, buffer.readableBytes <= maxBytes else {
-            throw BelfryError(.payloadTooLarge, "payload_too_large", "This form is too large.")
+            throw BelfryError(.payloadTooLarge, "This form is too large.")
         }
         return parse(String(buffer: buffer))
     }
