@@ -41,7 +41,7 @@ package enum APNsBenchmark {
         let sample = request()
         return Result(
             sent: sent, failed: count - sent, seconds: seconds, path: "/3/device/\(sample.deviceToken)",
-            headers: sample.headers + [("authorization", "bearer \(provider.providerToken())")],
+            headers: sample.headers + [("authorization", "bearer \(try provider.providerToken())")],
             payload: sample.payload)
     }
 }

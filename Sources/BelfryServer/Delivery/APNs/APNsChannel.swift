@@ -21,6 +21,8 @@ struct APNsChannel: DeliveryProvider {
         }
         do {
             return Self.result(of: try await provider.send(request), device: device.id)
+        } catch let error as ProviderTokens.SigningFailed {
+            return .retry(reason: "could not sign the APNs provider token: \(error.underlying)")
         } catch {
             return .retry(reason: "APNs could not be reached: \(error)")
         }

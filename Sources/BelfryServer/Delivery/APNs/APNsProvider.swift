@@ -36,16 +36,16 @@ final class APNsProvider: Sendable {
     }
 
     /// The provider token requests carry now.
-    func providerToken() -> String {
-        tokens.current()
+    func providerToken() throws -> String {
+        try tokens.current()
     }
 
     /// Sends one notification. A refused provider token is replaced and the request sent once more.
     func send(_ request: APNsRequest) async throws -> Answer {
-        let token = tokens.current()
+        let token = try tokens.current()
         let answer = try await post(request, token: token)
         guard answer.status == 403, answer.reason?.refusesProviderToken == true else { return answer }
-        return try await post(request, token: tokens.replace(token))
+        return try await post(request, token: try tokens.replace(token))
     }
 
     private func post(_ request: APNsRequest, token: String) async throws -> Answer {
@@ -69,6 +69,11 @@ final class APNsProvider: Sendable {
 /// The provider token: an ES256 JWT with the key id and team id, kept and reused between 20
 /// and 60 minutes as Apple asks (signed anew after 50), and replaced at once when refused.
 final class ProviderTokens: Sendable {
+    /// The key could not sign a provider token.
+    struct SigningFailed: Error {
+        var underlying: any Error
+    }
+
     static let lifetime: TimeInterval = 50 * 60
 
     private let key: P256.Signing.PrivateKey
@@ -84,35 +89,41 @@ final class ProviderTokens: Sendable {
         self.now = now
     }
 
-    func current() -> String {
+    /// - Throws: when the key cannot sign; a request never goes out with an empty signature.
+    func current() throws -> String {
         let now = self.now()
-        return cached.withLockedValue { cached in
+        return try cached.withLockedValue { cached in
             if let cached, now.timeIntervalSince(cached.issuedAt) < Self.lifetime, now >= cached.issuedAt {
                 return cached.token
             }
-            let token = sign(issuedAt: now)
+            let token = try sign(issuedAt: now)
             cached = (token, now)
             return token
         }
     }
 
     /// A new token in place of `refused`, unless another request already replaced it.
-    func replace(_ refused: String) -> String {
+    func replace(_ refused: String) throws -> String {
         let now = self.now()
-        return cached.withLockedValue { cached in
+        return try cached.withLockedValue { cached in
             if let cached, cached.token != refused { return cached.token }
-            let token = sign(issuedAt: now)
+            let token = try sign(issuedAt: now)
             cached = (token, now)
             return token
         }
     }
 
-    private func sign(issuedAt: Date) -> String {
+    private func sign(issuedAt: Date) throws -> String {
         let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
         let claims = #"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#
         let input = "\(Data(header.utf8).base64URLEncodedString()).\(Data(claims.utf8).base64URLEncodedString())"
         // Apple checks a JOSE signature: r and s, 32 bytes each.
-        let signature = (try? key.signature(for: Data(input.utf8)))?.rawRepresentation ?? Data()
+        let signature: Data
+        do {
+            signature = try key.signature(for: Data(input.utf8)).rawRepresentation
+        } catch {
+            throw SigningFailed(underlying: error)
+        }
         return "\(input).\(signature.base64URLEncodedString())"
     }
 }
