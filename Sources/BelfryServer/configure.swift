@@ -144,8 +144,8 @@ public func configure(
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock(current: now)
-        let fanout = Fanout(context: context)
-        let retention = InboxRetention(context: context)
+        let fanout = context.fanout
+        let retention = context.inboxRetention
         let logger = app.logger
         app.lifecycle.use(
             BackgroundServices(services: [

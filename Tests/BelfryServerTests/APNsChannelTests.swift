@@ -66,7 +66,7 @@ struct APNsChannelTests {
                 data: ["revision": .number(42)], ttlSeconds: 3600)
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
             let worker = try #require(app.deliveryQueue)
             while try await worker.runOnce() > 0 {}
 
@@ -268,7 +268,7 @@ extension APNsChannelTests {
             let event = EventRequest(
                 category: "reverted", recipients: users, content: .init(title: "Edit reverted", body: "Undone"))
             _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event)
-            while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
             // Only the pushes are due, so that the count is theirs.
             try await app.db.sql.raw("UPDATE deliveries SET status = 'sent' WHERE channel <> 'ios_push'").run()
 

@@ -59,7 +59,7 @@ struct DeliveryQueueTests {
             data: ["ip": .string("192.0.2.1")])
         let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
             .eventID
-        while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+        while try await app.belfry.fanout.processBatch(on: app.db) {}
         return id
     }
 

@@ -71,7 +71,7 @@ struct WebPushChannelTests {
                 data: ["revision": .number(42)], ttlSeconds: 600)
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await Fanout(context: app.belfry).processBatch(on: app.db) {}
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
             try await #require(app.deliveryQueue).runOnce()
 
             let received = try #require(endpoint.received.first)

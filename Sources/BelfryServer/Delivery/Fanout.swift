@@ -12,8 +12,15 @@ import SQLKit
 /// other channels, and advances the event's cursor. A process that dies mid-batch loses
 /// nothing: the batch rolls back and the next worker does it again.
 struct Fanout: Sendable {
-    let context: BelfryContext
-    var storage: BelfryDatabase { context.database }
+    let storage: BelfryDatabase
+    let workspace: WorkspaceConfig
+    let now: @Sendable () -> Date
+    /// Tells the streams of the new notifications after each batch commits.
+    let events: InboxEvents
+    /// Whether a user has a stream open on this instance: their new items are built in the batch.
+    let isFollowed: @Sendable (UUID) -> Bool
+    /// Wakes the delivery queue once a batch queued deliveries.
+    let wakeDeliveries: @Sendable () -> Void
     static let batchSize = 500
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
@@ -27,11 +34,11 @@ struct Fanout: Sendable {
     func processBatch(on db: any Database) async throws -> Bool {
         let picked = NIOLockedValueBox<UUID?>(nil)
         do {
-            let outcome = try await context.database.write(db) { tx in try await self.batch(on: tx, picked: picked) }
-            if outcome.queuedDeliveries > 0 { context.deliveryWake() }
+            let outcome = try await storage.write(db) { tx in try await self.batch(on: tx, picked: picked) }
+            if outcome.queuedDeliveries > 0 { wakeDeliveries() }
             // Only now, after the commit, may streams hear of the new notifications.
             if let eventID = picked.withLockedValue({ $0 }), !outcome.inboxUsers.isEmpty {
-                await context.inboxEvents.created(
+                await events.created(
                     event: eventID, items: outcome.created, users: outcome.inboxUsers, on: db)
             }
             return outcome.processed
@@ -43,8 +50,8 @@ struct Fanout: Sendable {
     }
 
     private func recordFailure(of eventID: UUID, error: String, on db: any Database) async throws {
-        let now = context.now()
-        try await context.database.write(db) { tx in
+        let now = now()
+        try await storage.write(db) { tx in
             let failures =
                 try await tx.sql.update("events")
                 .set("failures", to: SQLRaw("failures + 1"))
@@ -73,7 +80,7 @@ struct Fanout: Sendable {
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
         let sql = db.sql
-        let now = context.now()
+        let now = now()
         let due = sql.select()
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
@@ -84,7 +91,7 @@ struct Fanout: Sendable {
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
             .limit(1)
-        guard let event = try await context.database.lockingSkipLocked(due).first()
+        guard let event = try await storage.lockingSkipLocked(due).first()
         else { return Outcome(processed: false, queuedDeliveries: 0) }
 
         let eventID = try event.decode(column: "id", as: UUID.self)
@@ -102,7 +109,7 @@ struct Fanout: Sendable {
             .orderBy("position").limit(Self.batchSize).all()
             .map { try $0.decode(column: "external_id", as: String.self) }
 
-        guard let category = context.workspace.category(categoryID) else {
+        guard let category = workspace.category(categoryID) else {
             // The workspace no longer has this category: say so on the event rather than drop it.
             try await sql.update("events")
                 .set("state", to: EventStatus.FanoutState.failed.rawValue)
@@ -124,8 +131,8 @@ struct Fanout: Sendable {
             let users = try await userIDs(for: recipients, now: now, on: sql)
             let known = users.values.filter { !$0.isNew }.map(\.id)
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
-            let devices = try await DeviceStore(context: context).deliverableDevices(of: known, on: sql)
-            let pushChannels = context.workspace.channels.filter(\.kind.isPush)
+            let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
+            let pushChannels = workspace.channels.filter(\.kind.isPush)
             var notifications: [[BulkValue]] = []
             var deliveries: [[BulkValue]] = []
             var randomness = IDRandomness()
@@ -139,7 +146,7 @@ struct Fanout: Sendable {
                     ?? now
                 let stored: [PreferenceScope: PreferenceSelections] = preferences[userID] ?? [:]
                 let resolved = ResolvedPreferences(
-                    config: context.workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
+                    config: workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
                     tenant: stored[.tenant(tenant)] ?? PreferenceSelections())
                 let userDevices = devices[userID] ?? []
                 let authorized = Set(
@@ -149,7 +156,7 @@ struct Fanout: Sendable {
                     for: category, preferences: resolved, authorizedPushChannels: authorized)
                 var delivering: [ChannelDefinition] = []
                 for (channelID, decision) in decisions {
-                    guard let channel = context.workspace.channel(channelID) else { continue }
+                    guard let channel = workspace.channel(channelID) else { continue }
                     switch decision {
                     case .deliver: delivering.append(channel)
                     case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
@@ -165,7 +172,7 @@ struct Fanout: Sendable {
                 if inInbox, due <= now {
                     inboxUsers.append(userID)
                     // Streams on this instance get the item itself; others read it when told.
-                    if context.inboxHub.isFollowed(userID) {
+                    if isFollowed(userID) {
                         created.append(
                             (
                                 userID,
@@ -317,5 +324,13 @@ struct Fanout: Sendable {
                 try row.decode(column: "selections", as: String.self))
         }
         return sets
+    }
+}
+
+extension BelfryContext {
+    var fanout: Fanout {
+        Fanout(
+            storage: database, workspace: workspace, now: now, events: inboxEvents, isFollowed: inboxHub.isFollowed,
+            wakeDeliveries: deliveryWake)
     }
 }

@@ -105,7 +105,7 @@ struct DeviceStore: Sendable {
     }
 
     /// The devices that may be notified, of many users at once (for a fan-out batch).
-    func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
+    static func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
         guard !users.isEmpty else { return [:] }
         let rows = try await sql.select().columns(Self.columns).from("devices")
             .where("user_id", .in, users).where("retired_at", .is, SQLLiteral.null)

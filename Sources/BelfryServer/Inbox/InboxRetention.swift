@@ -5,17 +5,20 @@ import SQLKit
 /// Purges inbox notifications that are read or archived and older than the retention age,
 /// with their deliveries and attempts (by cascade). Unread ones are kept however old.
 struct InboxRetention: Sendable {
-    let context: BelfryContext
+    let storage: BelfryDatabase
+    let now: @Sendable () -> Date
+    /// Days a read or archived notification is kept.
+    let days: Int
     /// Rows deleted per statement, so one purge never holds the database for long.
     static let batch = 1_000
 
     /// - Returns: how many notifications were purged.
     @discardableResult
     func purge(on db: any Database) async throws -> Int {
-        let cutoff = context.now().addingTimeInterval(-TimeInterval(context.settings.retentionDays) * 86_400)
+        let cutoff = now().addingTimeInterval(-TimeInterval(days) * 86_400)
         var purged = 0
         while true {
-            let deleted = try await context.database.write(db) { tx in
+            let deleted = try await storage.write(db) { tx in
                 try await tx.sql.raw(
                     """
                     DELETE FROM notifications WHERE id IN (
@@ -29,5 +32,11 @@ struct InboxRetention: Sendable {
             purged += deleted
             if deleted < Self.batch { return purged }
         }
+    }
+}
+
+extension BelfryContext {
+    var inboxRetention: InboxRetention {
+        InboxRetention(storage: database, now: now, days: settings.retentionDays)
     }
 }
