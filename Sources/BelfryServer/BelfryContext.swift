@@ -5,7 +5,10 @@ import Fluent
 import Foundation
 import Vapor
 
-/// What every route needs, built once by `configure` and kept on the application.
+/// The server's configuration and the few things its parts share (the database, the clock,
+/// the streams' hub, the wake signals), built once by `configure` and kept on the application.
+/// Stores and services do not hold it: each takes what it uses in its `init`, and the
+/// extensions named after them (`inboxStore`, `fanout`, `eventIntake`, …) build them from it.
 struct BelfryContext: Sendable {
     let settings: ServerConfiguration
     let database: BelfryDatabase
@@ -39,20 +42,6 @@ struct BelfryContext: Sendable {
 
     func deliveryWake() {
         deliverySignal.wake()
-    }
-
-    /// Sends an event to `user`'s open streams, if they have any. Call it after the change committed.
-    func publish(to user: UUID, _ name: String, _ value: some Encodable) {
-        guard inboxHub.isFollowed(user), let data = try? Response.jsonEncoder.encode(value) else { return }
-        inboxHub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self))
-    }
-
-    /// Sends `user`'s current bell counts to their open streams, if they have any.
-    func publishCounts(to user: UUID, on db: any Database) async {
-        guard inboxHub.isFollowed(user),
-            let counts = try? await InboxStore(context: self).counts(userID: user, tenant: nil, on: db)
-        else { return }
-        publish(to: user, "counts", counts)
     }
 
     var workspace: WorkspaceConfig { settings.workspace }

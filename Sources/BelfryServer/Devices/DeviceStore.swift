@@ -5,7 +5,8 @@ import SQLKit
 
 /// Push devices: registration, listing, retirement, and what fan-out and the push channels read.
 struct DeviceStore: Sendable {
-    let context: BelfryContext
+    let storage: BelfryDatabase
+    let now: @Sendable () -> Date
 
     static let columns = [
         "id", "user_id", "platform", "address", "environment", "topic", "p256dh", "auth_secret", "authorization",
@@ -62,9 +63,9 @@ struct DeviceStore: Sendable {
     /// `userID`, and active again if it had been retired).
     /// - Returns: the device, and whether it is new.
     func register(_ registration: Registration, userID: UUID, on db: any Database) async throws -> (Device, Bool) {
-        let now = context.now()
+        let now = now()
         let newID = UUID()
-        let id: UUID = try await context.database.write(db) { tx in
+        let id: UUID = try await storage.write(db) { tx in
             let row = try await tx.sql.insert(into: "devices")
                 .columns(Self.columns)
                 .values(
@@ -119,7 +120,7 @@ struct DeviceStore: Sendable {
 
     /// Removes one of the user's devices; `false` when they have no such device.
     func delete(_ id: UUID, userID: UUID, on db: any Database) async throws -> Bool {
-        try await context.database.write(db) { tx in
+        try await storage.write(db) { tx in
             try await tx.sql.delete(from: "devices").where("id", .equal, id).where("user_id", .equal, userID)
                 .returning("id").all().count == 1
         }
@@ -190,4 +191,8 @@ extension DevicePlatform {
         case .webPush: .webPush
         }
     }
+}
+
+extension BelfryContext {
+    var deviceStore: DeviceStore { DeviceStore(storage: database, now: now) }
 }

@@ -37,7 +37,7 @@ struct DevicesController: RouteCollection {
             ],
             nested: ["settings": ["alert", "sound", "badge"], "subscription": ["endpoint", "keys", "expirationTime"]])
         let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
-        let (device, created) = try await DeviceStore(context: req.belfry).register(
+        let (device, created) = try await req.belfry.deviceStore.register(
             registration, userID: try user.requireID(), on: req.db)
         req.logger.info(
             "device registered",
@@ -51,7 +51,7 @@ struct DevicesController: RouteCollection {
 
     @Sendable func list(req: Request) async throws -> Response {
         let user = try await req.requireUser()
-        let devices = try await DeviceStore(context: req.belfry).devices(of: try user.requireID(), on: req.db)
+        let devices = try await req.belfry.deviceStore.devices(of: try user.requireID(), on: req.db)
         return try Response.json(DeviceList(devices: devices.map(\.record)))
     }
 
@@ -60,7 +60,7 @@ struct DevicesController: RouteCollection {
         let text = req.parameters.get("device_id") ?? ""
         // Another user's device answers exactly like one that does not exist.
         guard let id = UUID(uuidString: text),
-            try await DeviceStore(context: req.belfry).delete(id, userID: try user.requireID(), on: req.db)
+            try await req.belfry.deviceStore.delete(id, userID: try user.requireID(), on: req.db)
         else {
             throw BelfryError(.deviceNotFound, "you have no device \"\(text)\"")
         }

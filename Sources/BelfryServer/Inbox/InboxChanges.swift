@@ -40,5 +40,5 @@ struct InboxChanges: Sendable {
 }
 
 extension BelfryContext {
-    var inboxChanges: InboxChanges { InboxChanges(store: InboxStore(context: self), events: inboxEvents) }
+    var inboxChanges: InboxChanges { InboxChanges(store: self.inboxStore, events: inboxEvents) }
 }

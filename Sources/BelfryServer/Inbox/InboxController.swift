@@ -19,7 +19,7 @@ struct InboxController: RouteCollection {
     }
 
     private func store(_ req: Request) -> InboxStore {
-        InboxStore(context: req.belfry)
+        req.belfry.inboxStore
     }
 
     @Sendable func list(req: Request) async throws -> Response {
@@ -126,7 +126,7 @@ extension InboxController {
             return Int(parts[1])
         }
         let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID)
-        let counts = try await InboxStore(context: context).counts(userID: userID, tenant: nil, on: req.db)
+        let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
         let first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
         var headers = HTTPHeaders()
         headers.replaceOrAdd(name: .contentType, value: "text/event-stream")

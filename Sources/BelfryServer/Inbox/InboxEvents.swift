@@ -2,6 +2,7 @@ import BelfryCore
 import Fluent
 import Foundation
 import SQLKit
+import Vapor
 
 /// What changed in a user's inbox or preferences, small enough to tell other instances.
 ///
@@ -32,7 +33,15 @@ struct InboxEvents: Sendable {
         var signal: InboxSignal
     }
 
-    let context: BelfryContext
+    /// This instance's open streams.
+    let hub: InboxHub
+    /// Reads what the streams need (items, counts).
+    let store: InboxStore
+    /// On PostgreSQL, other instances hear of changes through `NOTIFY`.
+    let relays: Bool
+    /// This process, so that it ignores its own messages.
+    let instance: UUID
+    let logger: Logger
 
     /// New notifications of one event. `items` are those of users followed here, already built;
     /// `users` are all whose inbox got one, for the other instances.
@@ -52,13 +61,13 @@ struct InboxEvents: Sendable {
     }
 
     func updated(_ item: InboxNotification, user: UUID, on db: any Database) async {
-        context.publish(to: user, "notification.updated", item)
-        await context.publishCounts(to: user, on: db)
+        publish(to: user, "notification.updated", item)
+        await publishCounts(to: user, on: db)
         await relay(.updated(user: user, notification: item.id), on: db)
     }
 
     func countsChanged(user: UUID, on db: any Database) async {
-        await context.publishCounts(to: user, on: db)
+        await publishCounts(to: user, on: db)
         await relay(.counts(user: user), on: db)
     }
 
@@ -69,7 +78,6 @@ struct InboxEvents: Sendable {
 
     /// Brings this instance's streams up to date with a signal, reading what they need.
     func apply(_ signal: InboxSignal, on db: any Database) async {
-        let hub = context.inboxHub
         do {
             switch signal {
             case .created(let event, let users):
@@ -80,20 +88,20 @@ struct InboxEvents: Sendable {
             case .updated(let user, let notification):
                 guard hub.isFollowed(user) else { return }
                 if let item = try await store.item(notification, userID: user, on: db) {
-                    context.publish(to: user, "notification.updated", item)
+                    publish(to: user, "notification.updated", item)
                 }
-                await context.publishCounts(to: user, on: db)
+                await publishCounts(to: user, on: db)
             case .counts(let user):
-                await context.publishCounts(to: user, on: db)
+                await publishCounts(to: user, on: db)
             case .preferences(let user, let tenant, let etag):
                 struct Changed: Encodable {
                     var tenant: String?
                     var etag: String
                 }
-                context.publish(to: user, "preferences.updated", Changed(tenant: tenant, etag: etag))
+                publish(to: user, "preferences.updated", Changed(tenant: tenant, etag: etag))
             }
         } catch {
-            context.logger.warning(
+            logger.warning(
                 "could not update inbox streams", metadata: ["belfry.error": "\(String(reflecting: error))"])
         }
     }
@@ -101,29 +109,44 @@ struct InboxEvents: Sendable {
     /// Each new notification, then its user's counts, to the streams here.
     private func publishCreated(_ items: [(UUID, InboxNotification)], counts: [UUID: InboxCounts]) {
         for (user, item) in items {
-            context.publish(to: user, "notification.created", item)
-            if let counts = counts[user] { context.publish(to: user, "counts", counts) }
+            publish(to: user, "notification.created", item)
+            if let counts = counts[user] { publish(to: user, "counts", counts) }
         }
     }
 
     /// Tells the other instances; a lost message costs their streams one update, never data.
     private func relay(_ signal: InboxSignal, on db: any Database) async {
-        guard context.database.kind == .postgres else { return }
+        guard relays else { return }
         do {
-            let payload = try JSONEncoder().encode(Message(origin: context.instance, signal: signal))
+            let payload = try JSONEncoder().encode(Message(origin: instance, signal: signal))
             try await db.sql.raw(
                 "SELECT pg_notify(\(bind: Self.channel), \(bind: String(decoding: payload, as: UTF8.self)))"
             ).run()
         } catch {
-            context.logger.warning(
+            logger.warning(
                 "could not tell other instances of an inbox change",
                 metadata: ["belfry.error": "\(String(reflecting: error))"])
         }
     }
 
-    private var store: InboxStore { InboxStore(context: context) }
+    /// Sends an event to `user`'s open streams here, if they have any. Call it after the change committed.
+    func publish(to user: UUID, _ name: String, _ value: some Encodable) {
+        guard hub.isFollowed(user), let data = try? Response.jsonEncoder.encode(value) else { return }
+        hub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self))
+    }
+
+    /// Sends `user`'s current bell counts to their open streams here, if they have any.
+    func publishCounts(to user: UUID, on db: any Database) async {
+        guard hub.isFollowed(user), let counts = try? await store.counts(userID: user, tenant: nil, on: db) else {
+            return
+        }
+        publish(to: user, "counts", counts)
+    }
 }
 
 extension BelfryContext {
-    var inboxEvents: InboxEvents { InboxEvents(context: self) }
+    var inboxEvents: InboxEvents {
+        InboxEvents(
+            hub: inboxHub, store: inboxStore, relays: database.kind == .postgres, instance: instance, logger: logger)
+    }
 }

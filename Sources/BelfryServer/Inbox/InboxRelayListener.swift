@@ -86,9 +86,10 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
     /// Fresh counts for every followed user, after a gap in which signals may have been lost.
     private func resync(context: BelfryContext, on db: any Database) async {
         let users = context.inboxHub.followedUsers()
-        guard !users.isEmpty, let counts = try? await InboxStore(context: context).counts(of: users, on: db) else {
+        guard !users.isEmpty, let counts = try? await context.inboxStore.counts(of: users, on: db) else {
             return
         }
-        for (user, counts) in counts { context.publish(to: user, "counts", counts) }
+        let events = context.inboxEvents
+        for (user, counts) in counts { events.publish(to: user, "counts", counts) }
     }
 }

@@ -5,7 +5,11 @@ import SQLKit
 
 /// A user's inbox: the notifications fan-out wrote with the inbox channel, once they are due.
 struct InboxStore: Sendable {
-    let context: BelfryContext
+    let storage: BelfryDatabase
+    let workspace: WorkspaceConfig
+    let now: @Sendable () -> Date
+    /// Wakes the delivery queue after an action answer is queued for the webhook.
+    let wakeDeliveries: @Sendable () -> Void
 
     enum Status: String, CaseIterable, Sendable {
         case unread, read, all, archived
@@ -28,7 +32,7 @@ struct InboxStore: Sendable {
     /// The rows a user sees: theirs, meant for the inbox, and due.
     private func visible(_ select: SQLSelectBuilder, userID: UUID) -> SQLSelectBuilder {
         select.where("user_id", .equal, userID).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, context.now())
+            .where("available_at", .lessThanOrEqual, now())
     }
 
     /// Newest first. The cursor is the last notification of the previous page: the next page
@@ -79,7 +83,7 @@ struct InboxStore: Sendable {
             .column(SQLRaw("SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"), as: "unseen")
             .from("notifications")
             .where("user_id", .in, users).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, context.now()).where("archived_at", .is, SQLLiteral.null)
+            .where("available_at", .lessThanOrEqual, now()).where("archived_at", .is, SQLLiteral.null)
         if let tenant { select.where("tenant", .equal, tenant) }
         for row in try await select.groupBy("user_id").all() {
             result[try row.decode(column: "user_id", as: UUID.self)] = InboxCounts(
@@ -94,7 +98,7 @@ struct InboxStore: Sendable {
         guard !users.isEmpty else { return [] }
         let rows = try await db.sql.select().columns(Self.columns + ["user_id"]).from("notifications")
             .where("event_id", .equal, eventID).where("user_id", .in, users).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, context.now())
+            .where("available_at", .lessThanOrEqual, now())
             .all()
         return try rows.map { (try $0.decode(column: "user_id", as: UUID.self), try item($0)) }
     }
@@ -107,8 +111,8 @@ struct InboxStore: Sendable {
 
     /// Changes one notification's state; `nil` when the user has no such notification.
     func mark(_ id: UUID, _ mark: Mark, userID: UUID, on db: any Database) async throws -> InboxNotification? {
-        let now = context.now()
-        let updated = try await context.database.write(db) { tx in
+        let now = now()
+        let updated = try await storage.write(db) { tx in
             let update = tx.sql.update("notifications")
             Self.apply(mark, to: update, now: now)
             return try await update.where("id", .equal, id).where("user_id", .equal, userID)
@@ -132,16 +136,16 @@ struct InboxStore: Sendable {
     ) async throws
         -> ActionOutcome
     {
-        let now = context.now()
-        let webhook = context.workspace.channels.first { $0.kind == .webhook }
-        let outcome: ActionOutcome = try await context.database.write(db) { tx in
+        let now = now()
+        let webhook = workspace.channels.first { $0.kind == .webhook }
+        let outcome: ActionOutcome = try await storage.write(db) { tx in
             guard
                 let row = try await self.visible(
                     tx.sql.select().columns("category", "event_id").from("notifications"), userID: userID
                 ).where("id", .equal, id).first()
             else { return .notFound }
             let category = try row.decode(column: "category", as: String.self)
-            guard self.context.workspace.category(category)?.actions.contains(where: { $0.id == actionID }) == true
+            guard self.workspace.category(category)?.actions.contains(where: { $0.id == actionID }) == true
             else {
                 return .unknownAction
             }
@@ -169,7 +173,7 @@ struct InboxStore: Sendable {
             guard let item else { return .notFound }
             return .recorded(try self.item(item), forwarded: webhook != nil)
         }
-        if case .recorded(_, true) = outcome { context.deliveryWake() }
+        if case .recorded(_, true) = outcome { wakeDeliveries() }
         return outcome
     }
 
@@ -180,8 +184,8 @@ struct InboxStore: Sendable {
     ) async throws
         -> Int
     {
-        let now = context.now()
-        return try await context.database.write(db) { tx in
+        let now = now()
+        return try await storage.write(db) { tx in
             let update = tx.sql.update("notifications")
             Self.apply(mark, to: update, now: now)
             update.where("user_id", .equal, userID).where("in_inbox", .equal, true)
@@ -225,7 +229,7 @@ struct InboxStore: Sendable {
             data: try row.decode(column: "data", as: String?.self).map {
                 try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8))
             },
-            actions: context.workspace.category(category)?.actions ?? [],
+            actions: workspace.category(category)?.actions ?? [],
             createdAt: try row.decode(column: "available_at", as: Date.self),
             seenAt: try row.decode(column: "seen_at", as: Date?.self),
             readAt: try row.decode(column: "read_at", as: Date?.self),
@@ -243,5 +247,11 @@ struct InboxStore: Sendable {
             decoded.hasPrefix("n1:")
         else { return nil }
         return UUID(uuidString: String(decoded.dropFirst(3)))
+    }
+}
+
+extension BelfryContext {
+    var inboxStore: InboxStore {
+        InboxStore(storage: database, workspace: workspace, now: now, wakeDeliveries: deliveryWake)
     }
 }

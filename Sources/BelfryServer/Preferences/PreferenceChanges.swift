@@ -26,6 +26,6 @@ struct PreferenceChanges: Sendable {
 
 extension BelfryContext {
     var preferenceChanges: PreferenceChanges {
-        PreferenceChanges(store: PreferenceStore(context: self), events: inboxEvents)
+        PreferenceChanges(store: self.preferenceStore, events: inboxEvents)
     }
 }

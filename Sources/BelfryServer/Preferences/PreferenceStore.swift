@@ -26,7 +26,11 @@ struct PreferenceView: Sendable {
 /// one transaction: concurrent writers queue instead of overwriting each other, and a change
 /// to several scopes lands whole or not at all.
 struct PreferenceStore: Sendable {
-    let context: BelfryContext
+    let storage: BelfryDatabase
+    let workspace: WorkspaceConfig
+    /// A short digest of the workspace, part of every ETag, so a config change shows as a new version.
+    let workspaceFingerprint: String
+    let now: @Sendable () -> Date
 
     func view(userID: UUID, scope: PreferenceScope, on db: any Database) async throws -> PreferenceView {
         let stored = try await load(userID: userID, scopes: [scope, .userDefaults], on: db)
@@ -46,9 +50,9 @@ struct PreferenceStore: Sendable {
         // Refuse bad changes before touching the database, with the same rules the write applies.
         var probe = PreferenceSelections()
         for change in changes {
-            do { try probe.apply(change, in: context.workspace) } catch { throw BelfryError(error) }
+            do { try probe.apply(change, in: workspace) } catch { throw BelfryError(error) }
         }
-        return try await context.database.write(db) { tx in
+        return try await storage.write(db) { tx in
             try await self.applyLocked(userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
         }
     }
@@ -70,12 +74,12 @@ struct PreferenceStore: Sendable {
                 "the preferences for \(scope) have changed since you read them (current ETag \(current)); read them again and retry",
                 headers: ["ETag": current])
         }
-        let now = context.now()
+        let now = now()
         for scope in locked where scopes.contains(scope) {
             let old = stored[scope] ?? .empty
             var selections = old.selections
             for change in changes {
-                do { try selections.apply(change, in: context.workspace) } catch { throw BelfryError(error) }
+                do { try selections.apply(change, in: workspace) } catch { throw BelfryError(error) }
             }
             let updated = try await db.sql.update(PreferenceSetModel.schema)
                 .set("selections", to: try Self.encode(selections))
@@ -102,7 +106,7 @@ struct PreferenceStore: Sendable {
         -> [PreferenceScope: StoredSelections]
     {
         let empty = try Self.encode(PreferenceSelections())
-        let now = context.now()
+        let now = now()
         let insert = db.sql.insert(into: PreferenceSetModel.schema)
             .columns("id", "user_id", "scope", "version", "selections", "updated_at")
         for scope in scopes {
@@ -161,10 +165,10 @@ struct PreferenceStore: Sendable {
         let resolved: ResolvedPreferences
         switch scope {
         case .userDefaults:
-            resolved = ResolvedPreferences(config: context.workspace, userDefaults: defaults.selections)
+            resolved = ResolvedPreferences(config: workspace, userDefaults: defaults.selections)
         case .tenant:
             resolved = ResolvedPreferences(
-                config: context.workspace, userDefaults: defaults.selections,
+                config: workspace, userDefaults: defaults.selections,
                 tenant: (stored[scope] ?? .empty).selections)
         }
         return PreferenceView(scope: scope, resolved: resolved, etag: etag(scope, stored))
@@ -176,9 +180,9 @@ struct PreferenceStore: Sendable {
         let defaults = (stored[.userDefaults] ?? .empty).version
         switch scope {
         case .userDefaults:
-            return "\"\(context.workspaceFingerprint)-d\(defaults)\""
+            return "\"\(workspaceFingerprint)-d\(defaults)\""
         case .tenant:
-            return "\"\(context.workspaceFingerprint)-d\(defaults)-t\((stored[scope] ?? .empty).version)\""
+            return "\"\(workspaceFingerprint)-d\(defaults)-t\((stored[scope] ?? .empty).version)\""
         }
     }
 
@@ -188,5 +192,11 @@ struct PreferenceStore: Sendable {
         return candidates.contains { candidate in
             candidate == "*" || candidate == current || candidate == "W/\(current)"
         }
+    }
+}
+
+extension BelfryContext {
+    var preferenceStore: PreferenceStore {
+        PreferenceStore(storage: database, workspace: workspace, workspaceFingerprint: workspaceFingerprint, now: now)
     }
 }

@@ -56,7 +56,7 @@ struct PreferencesController: RouteCollection {
     }
 
     private func store(_ req: Request) -> PreferenceStore {
-        PreferenceStore(context: req.belfry)
+        req.belfry.preferenceStore
     }
 
     func show(_ req: Request, user: UserModel) async throws -> Response {

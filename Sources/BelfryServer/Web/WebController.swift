@@ -95,7 +95,7 @@ struct WebController: RouteCollection {
     ) async throws -> WebLayout {
         let context = req.belfry
         let userID = try user.requireID()
-        let counts = try await InboxStore(context: context).counts(userID: userID, tenant: nil, on: req.db)
+        let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
         let token = try await context.tokens.mint(
             userID: userID, externalID: user.externalID, now: context.now(),
             lifetime: min(Self.pageTokenLifetime, context.tokens.lifetime))
@@ -134,7 +134,7 @@ struct WebController: RouteCollection {
         _ req: Request, session: WebSession, user: UserModel, tenant: String, flash: PreferenceCenterPage.Flash?,
         status: HTTPStatus = .ok
     ) async throws -> Response {
-        let view = try await PreferenceStore(context: req.belfry).view(
+        let view = try await req.belfry.preferenceStore.view(
             userID: try user.requireID(), scope: .tenant(tenant), on: req.db)
         let page = PreferenceCenterPage(
             workspace: req.belfry.workspace, data: view.data, tenant: tenant, etag: view.etag,
@@ -153,7 +153,7 @@ struct WebController: RouteCollection {
         let (session, user) = try await requireSessionForChange(req, form: form)
         let tenant = try req.webTenant(form["tenant"])
         let userID = try user.requireID()
-        let store = PreferenceStore(context: req.belfry)
+        let store = req.belfry.preferenceStore
         let current = try await store.view(userID: userID, scope: .tenant(tenant), on: req.db)
         let everywhere = form["apply"] == "all"
         let changes = Self.changes(from: form, against: current.data, all: everywhere)
@@ -236,7 +236,7 @@ struct WebController: RouteCollection {
             case .archived: .archived
             }
         let cursor = req.query[String.self, at: "cursor"].flatMap(InboxStore.parseCursor)
-        let page = try await InboxStore(context: req.belfry).page(
+        let page = try await req.belfry.inboxStore.page(
             userID: try user.requireID(), filter: storeFilter, limit: 20, after: cursor, on: req.db)
         let layout = try await layout(
             req, page: .inbox, title: "Inbox", session: session, user: user, scripts: ["inbox.js"])
