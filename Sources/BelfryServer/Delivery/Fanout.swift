@@ -44,7 +44,7 @@ struct Fanout: Sendable {
             return outcome.processed
         } catch {
             guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
-            try await recordFailure(of: eventID, error: "\(error)", on: db)
+            try await recordFailure(of: eventID, error: error.operatorDescription, on: db)
             return true
         }
     }
