@@ -143,7 +143,7 @@ public func configure(
         providers: try deliveryProviders(app, settings), now: now, jitter: options.jitter, logger: app.logger)
     app.deliveryQueue = queue
     if options.runWorkers {
-        let clock = ServerClock(current: now)
+        let clock = ServerClock()
         let fanout = context.fanout
         let retention = context.inboxRetention
         let logger = app.logger

@@ -17,18 +17,61 @@ public enum TestDatabase: String, CaseIterable, Sendable, CustomStringConvertibl
 /// The API key test applications accept.
 public let testAPIKey = "test-api-key-0123456789abcdef"
 
-/// A clock tests move by hand.
-public final class TestClock: Sendable {
-    private let current: NIOLockedValueBox<Date>
-
-    public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
-        current = NIOLockedValueBox(start)
+/// A clock tests move by hand: the `now` of a test application, and the waits of its
+/// background services, which return when `advance` passes their deadline.
+public final class TestClock: ServiceClock {
+    private struct Sleeper {
+        var id: UUID
+        var deadline: Date
+        var continuation: CheckedContinuation<Void, any Error>
     }
 
-    public var now: Date { current.withLockedValue { $0 } }
+    private struct State {
+        var now: Date
+        var sleepers: [Sleeper] = []
+    }
+
+    private let state: NIOLockedValueBox<State>
+
+    public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
+        state = NIOLockedValueBox(State(now: start))
+    }
+
+    public var now: Date { state.withLockedValue { $0.now } }
+
+    /// How many waits are pending.
+    public var sleeping: Int { state.withLockedValue { $0.sleepers.count } }
 
     public func advance(by seconds: TimeInterval) {
-        current.withLockedValue { $0.addTimeInterval(seconds) }
+        let due = state.withLockedValue { state -> [Sleeper] in
+            state.now.addTimeInterval(seconds)
+            let now = state.now
+            let due = state.sleepers.filter { $0.deadline <= now }
+            state.sleepers.removeAll { $0.deadline <= now }
+            return due
+        }
+        due.forEach { $0.continuation.resume() }
+    }
+
+    package func sleep(for seconds: TimeInterval) async throws {
+        let id = UUID()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let cancelled = state.withLockedValue { state -> Bool in
+                    if Task.isCancelled { return true }
+                    state.sleepers.append(
+                        Sleeper(id: id, deadline: state.now.addingTimeInterval(seconds), continuation: continuation))
+                    return false
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let cancelled = state.withLockedValue { state -> Sleeper? in
+                guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.sleepers.remove(at: index)
+            }
+            cancelled?.continuation.resume(throwing: CancellationError())
+        }
     }
 }
 

@@ -1,55 +1,9 @@
+import BelfryTestSupport
 import Foundation
 import NIOConcurrencyHelpers
 import Testing
 
 @testable import BelfryServer
-
-/// A clock the test moves: sleepers return when `advance` reaches their deadline.
-final class ManualClock: ServiceClock {
-    private struct Sleeper {
-        var id: UUID
-        var deadline: Date
-        var continuation: CheckedContinuation<Void, any Error>
-    }
-
-    private let state = NIOLockedValueBox<(now: Date, sleepers: [Sleeper])>(
-        (Date(timeIntervalSince1970: 1_800_000_000), []))
-
-    var now: Date { state.withLockedValue { $0.now } }
-    var sleeping: Int { state.withLockedValue { $0.sleepers.count } }
-
-    func sleep(for seconds: TimeInterval) async throws {
-        let id = UUID()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let resumeNow = state.withLockedValue { state -> Bool in
-                    if Task.isCancelled { return true }
-                    state.sleepers.append(
-                        Sleeper(id: id, deadline: state.now.addingTimeInterval(seconds), continuation: continuation))
-                    return false
-                }
-                if resumeNow { continuation.resume(throwing: CancellationError()) }
-            }
-        } onCancel: {
-            let cancelled = state.withLockedValue { state -> Sleeper? in
-                guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else { return nil }
-                return state.sleepers.remove(at: index)
-            }
-            cancelled?.continuation.resume(throwing: CancellationError())
-        }
-    }
-
-    func advance(by seconds: TimeInterval) {
-        let due = state.withLockedValue { state -> [Sleeper] in
-            state.now.addTimeInterval(seconds)
-            let now = state.now
-            let due = state.sleepers.filter { $0.deadline <= now }
-            state.sleepers.removeAll { $0.deadline <= now }
-            return due
-        }
-        due.forEach { $0.continuation.resume() }
-    }
-}
 
 /// Waits, yielding to the services' tasks, until `condition` holds; fails after many yields.
 func eventually(_ what: Comment, _ condition: () -> Bool) async {
@@ -60,7 +14,7 @@ func eventually(_ what: Comment, _ condition: () -> Bool) async {
     Issue.record("never: \(what)")
 }
 
-@Suite("Background services on a manual clock")
+@Suite("Background services on a test clock")
 struct BackgroundServiceTests {
     final class Steps: Sendable {
         private let count = NIOLockedValueBox(0)
@@ -85,7 +39,7 @@ struct BackgroundServiceTests {
         }
     }
 
-    static func service(_ steps: Steps, clock: ManualClock, signal: WorkSignal = WorkSignal()) -> BackgroundService {
+    static func service(_ steps: Steps, clock: TestClock, signal: WorkSignal = WorkSignal()) -> BackgroundService {
         BackgroundService(name: "test", interval: 1, signal: signal, clock: clock, logger: .init(label: "test")) {
             steps.step()
         }
@@ -93,7 +47,7 @@ struct BackgroundServiceTests {
 
     @Test("while a step finds work the next runs at once; idle, it waits its interval on the clock")
     func pollsOnTheClock() async {
-        let clock = ManualClock()
+        let clock = TestClock()
         let steps = Steps(pending: 3)
         let service = Self.service(steps, clock: clock)
         service.start()
@@ -110,7 +64,7 @@ struct BackgroundServiceTests {
 
     @Test("a wake runs the next step without waiting for the interval")
     func wakeSkipsTheWait() async {
-        let clock = ManualClock()
+        let clock = TestClock()
         let signal = WorkSignal()
         let steps = Steps()
         let service = Self.service(steps, clock: clock, signal: signal)
@@ -126,7 +80,7 @@ struct BackgroundServiceTests {
 
     @Test("stop waits for the step under way, runs the stopping hook first, and starts no other")
     func stopDrains() async {
-        let clock = ManualClock()
+        let clock = TestClock()
         let entered = NIOLockedValueBox(false)
         let release = WorkSignal()
         let finished = NIOLockedValueBox(0)
@@ -152,7 +106,7 @@ struct BackgroundServiceTests {
 
     @Test("a step that throws is retried after the interval")
     func failureRetried() async {
-        let clock = ManualClock()
+        let clock = TestClock()
         let attempts = NIOLockedValueBox(0)
         struct Failure: Error {}
         let service = BackgroundService(name: "test", interval: 5, clock: clock, logger: .init(label: "test")) {

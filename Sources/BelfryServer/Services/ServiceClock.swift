@@ -1,19 +1,15 @@
 import Foundation
 
-/// The time and the waits of the background services. The server's is the wall clock; unit
-/// tests drive a manual one, so that no test sleeps.
-protocol ServiceClock: Sendable {
-    var now: Date { get }
+/// How the background services wait. The server's sleeps for real; tests use `TestClock`
+/// (BelfryTestSupport), which returns when the test moves time past the deadline, so that no
+/// test sleeps. The time itself comes from the `now` closures every part already takes.
+package protocol ServiceClock: Sendable {
     /// Returns after `seconds`, or throws `CancellationError` once the task is cancelled.
     func sleep(for seconds: TimeInterval) async throws
 }
 
-/// The wall clock (or the one `ConfigureOptions.now` gives), with real sleeps.
+/// Real sleeps.
 struct ServerClock: ServiceClock {
-    let current: @Sendable () -> Date
-
-    var now: Date { current() }
-
     func sleep(for seconds: TimeInterval) async throws {
         try await Task.sleep(for: .seconds(seconds))
     }
