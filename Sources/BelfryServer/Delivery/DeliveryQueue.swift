@@ -163,8 +163,16 @@ final class DeliveryQueue: Sendable {
         if !orphans.isEmpty {
             // The workspace config no longer has their channel or category: fail them visibly
             // instead of leaving them to be claimed again for ever.
-            for (id, error) in orphans {
-                try await record(id, attempt: nil, result: .failed(reason: error), maxAttempts: 1, started: now)
+            try await storage.write(database()) { [orphans] db in
+                for (id, error) in orphans {
+                    try await db.sql.update("deliveries")
+                        .set("status", to: DeliveryStatus.failed.rawValue)
+                        .set("last_error", to: error)
+                        .set("lease_expires_at", to: Date?.none)
+                        .set("updated_at", to: now)
+                        .where("id", .equal, id)
+                        .run()
+                }
             }
         }
         return deliveries
@@ -241,16 +249,15 @@ final class DeliveryQueue: Sendable {
     }
 
     /// Records an attempt's result on its delivery (and retires its device when the provider
-    /// said so), in one transaction. `attempt` is nil for a delivery failed before any attempt.
+    /// said so), in one transaction.
     private func record(
-        _ id: UUID, attempt: Int?, result: DeliveryResult, maxAttempts: Int, started: Date,
-        deviceNoun: String = "device"
+        _ id: UUID, attempt: Int, result: DeliveryResult, maxAttempts: Int, started: Date, deviceNoun: String
     ) async throws {
         let now = self.now()
         let (final, next, lastError, lastStatus) = resolve(
             result, attempt: attempt, maxAttempts: maxAttempts, now: now, deviceNoun: deviceNoun)
         let recorded = try await storage.write(database()) { db in
-            let update = db.sql.update("deliveries")
+            let updated = try await db.sql.update("deliveries")
                 .set("status", to: final.rawValue)
                 .set("next_attempt_at", to: next)
                 .set("lease_expires_at", to: Date?.none)
@@ -258,12 +265,10 @@ final class DeliveryQueue: Sendable {
                 .set("last_status", to: lastStatus)
                 .set("updated_at", to: now)
                 .where("id", .equal, id)
+                .where("worker", .equal, self.name)
                 .where("status", .equal, DeliveryStatus.running.rawValue)
-            guard let attempt else {
-                try await update.run()
-                return true
-            }
-            let updated = try await update.where("worker", .equal, self.name).returning("id").all()
+                .returning("id")
+                .all()
             // A worker whose lease expired meanwhile lost the delivery to another: its result is history only.
             try await db.sql.insert(into: "delivery_attempts")
                 .columns("id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
@@ -281,13 +286,13 @@ final class DeliveryQueue: Sendable {
 
     /// The delivery's new status, next attempt time, error and provider status code.
     private func resolve(
-        _ result: DeliveryResult, attempt: Int?, maxAttempts: Int, now: Date, deviceNoun: String
+        _ result: DeliveryResult, attempt: Int, maxAttempts: Int, now: Date, deviceNoun: String
     ) -> (DeliveryStatus, Date, String?, Int?) {
         switch result {
         case .delivered(let status):
             return (.sent, now, nil, status)
         case .retry(let after, let reason, let status):
-            guard let attempt, attempt < maxAttempts else { return (.dead, now, reason, status) }
+            guard attempt < maxAttempts else { return (.dead, now, reason, status) }
             let delay = backoff.delay(afterAttempt: attempt, retryAfter: after, jitter: jitter())
             return (.queued, now.addingTimeInterval(delay), reason, status)
         case .retire(_, let reason, let status):
