@@ -140,7 +140,8 @@ public func configure(
     let context = app.belfry
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
-        providers: try deliveryProviders(app, settings), now: now, jitter: options.jitter, logger: app.logger)
+        providers: try deliveryProviders(app, settings, database: db), now: now, jitter: options.jitter,
+        logger: app.logger)
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()
@@ -184,10 +185,9 @@ public func configure(
 
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
 private func deliveryProviders(
-    _ app: Application, _ settings: ServerConfiguration
+    _ app: Application, _ settings: ServerConfiguration, database: @escaping @Sendable () -> any Database
 ) throws -> [ChannelKind: any DeliveryProvider] {
     let context = app.belfry
-    let database: @Sendable () -> any Database = { [unowned app] in app.db }
     var providers: [ChannelKind: any DeliveryProvider] = [
         .inbox: InboxProvider { event, user in
             await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
