@@ -51,6 +51,7 @@ let package = Package(
             name: "BelfryServer",
             dependencies: [
                 "BelfryCore",
+                "BelfryAPNs",
                 "BelfryWebPush",
                 .product(name: "Vapor", package: "vapor"),
                 .product(name: "Fluent", package: "fluent"),
@@ -69,6 +70,13 @@ let package = Package(
         .executableTarget(
             name: "belfry",
             dependencies: ["BelfryServer"],
+            swiftSettings: swiftSettings
+        ),
+        // APNs requests (payload shaped to the device, headers), Apple's reasons, and the
+        // provider token cache: Crypto only. The server adapts its rows to its plain values.
+        .target(
+            name: "BelfryAPNs",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         // Web Push message encryption (RFC 8291) and VAPID (RFC 8292): Crypto only.
@@ -131,6 +139,11 @@ let package = Package(
         .testTarget(
             name: "BelfryActivityTests",
             dependencies: ["BelfryActivity"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryAPNsTests",
+            dependencies: ["BelfryAPNs", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,10 +1,12 @@
+import BelfryAPNs
+import BelfryCore
 import Foundation
 import NIOHTTP1
 import Testing
 
 @testable import BelfryServer
 
-@Suite("Provider answers: Retry-After, APNs reasons, and what each answer means")
+@Suite("Provider answers: Retry-After, and what each answer means")
 struct ProviderResultTests {
     static let now = Date(timeIntervalSince1970: 784_111_777)  // Sun, 06 Nov 1994 08:49:37 GMT
 
@@ -22,19 +24,36 @@ struct ProviderResultTests {
         }
     }
 
-    @Test("APNs reasons read Apple's spelling, keep unknown ones verbatim, and say which retire a device")
-    func apnsReasons() {
-        #expect(APNsReason("Unregistered") == .unregistered)
-        #expect(APNsReason("BadCollapseId") == .badCollapseID)
-        #expect(APNsReason("BadCollapseId").description == "BadCollapseId")
-        #expect(APNsReason("SomethingNew") == .unknown("SomethingNew"))
-        #expect(APNsReason("SomethingNew").description == "SomethingNew")
-        let retiring = ["BadDeviceToken", "DeviceTokenNotForTopic", "Unregistered", "ExpiredToken"]
-        #expect(retiring.allSatisfy { APNsReason($0).retiresDevice })
-        #expect(!APNsReason("BadTopic").retiresDevice)
-        #expect(APNsReason("ExpiredProviderToken").refusesProviderToken)
-        #expect(APNsReason("InvalidProviderToken").refusesProviderToken)
-        #expect(!APNsReason("Forbidden").refusesProviderToken)
+    @Test("the APNs channel hands the core the category's push hints and the device's settings")
+    func apnsAdapters() throws {
+        let category = try #require(WorkspaceConfig.demo.category("edit-user-talk"))
+        let content = DeliveryContent(
+            deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "enwiki", title: "T", body: "B",
+            data: #"{"page":"Ada"}"#, createdAt: Date(), ttlSeconds: 60)
+        let notification = APNsNotification(content)
+        #expect(notification.id == content.deliveryID)
+        #expect(notification.category == "edit-user-talk")
+        #expect(notification.threadID == "talk")
+        #expect(notification.interruptionLevel == .active)
+        #expect(notification.urgent == (category.push.priority == .high))
+        #expect(notification.data == content.data)
+        #expect(notification.ttlSeconds == 60)
+
+        let device = APNsDevice(
+            DeviceStore.Device(
+                id: UUID(), userID: UUID(), platform: .apns, address: "ab12", environment: .sandbox,
+                authorization: .provisional, settings: PushSettings(sound: .disabled, badge: .notSupported),
+                createdAt: Date(), updatedAt: Date()))
+        #expect(
+            device
+                == APNsDevice(
+                    token: "ab12", environment: .sandbox, authorization: .provisional, showsAlerts: true,
+                    showsBadge: false, playsSound: false))
+        let unknownEnvironment = DeviceStore.Device(
+            id: UUID(), userID: UUID(), platform: .apns, address: "ab12", environment: nil, authorization: .denied,
+            settings: PushSettings(), createdAt: Date(), updatedAt: Date())
+        #expect(APNsDevice(unknownEnvironment).environment == .production)
+        #expect(APNsDevice(unknownEnvironment).authorization == .denied)
     }
 
     @Test("APNs answers: 200 delivered, retiring reasons and 410 retire, 429 and 5xx retry, others fail")

@@ -1,3 +1,4 @@
+import BelfryAPNs
 import BelfryCore
 import BelfryWebPush
 import Crypto
@@ -243,7 +244,9 @@ struct EventIntake: Sendable {
             title: event.content.title, body: event.content.body, url: event.content.url,
             imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
         var problems: [String] = []
-        if kinds.contains(.apns), case let size = APNsPayload.largestSize(content), size > APNsPayload.maxSize {
+        if kinds.contains(.apns), case let size = APNsPayload.largestSize(APNsNotification(content)),
+            size > APNsPayload.maxSize
+        {
             problems.append(
                 "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
                     + "shorten the content or the data")

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import BelfryAPNs
 import BelfryCore
 import Foundation
 import NIOCore
@@ -24,14 +25,13 @@ package enum APNsBenchmark {
         let client = try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: extraCertificatesPEM)
         defer { _ = client.shutdown() }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
-        let device = DeviceStore.Device(
-            id: UUID(), userID: UUID(), platform: .apns, address: String(repeating: "ab12", count: 16),
-            environment: .production, authorization: .authorized, settings: PushSettings(), createdAt: Date(),
-            updatedAt: Date())
+        let device = APNsDevice(
+            token: String(repeating: "ab12", count: 16), environment: .production, authorization: .authorized)
         let topic = apns.topic ?? "org.example"
         @Sendable func request() -> APNsRequest {
             // An authorized device with every setting enabled always gets a request.
-            APNsPayload.request(PushBenchmark.sampleContent(), device: device, unread: 7, topic: topic)!
+            APNsPayload.request(
+                APNsNotification(PushBenchmark.sampleContent()), device: device, unread: 7, topic: topic)!
         }
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
@@ -40,7 +40,7 @@ package enum APNsBenchmark {
         }
         let sample = request()
         return Result(
-            sent: sent, failed: count - sent, seconds: seconds, path: "/3/device/\(sample.deviceToken)",
+            sent: sent, failed: count - sent, seconds: seconds, path: sample.path,
             headers: sample.headers + [("authorization", "bearer \(try provider.providerToken())")],
             payload: sample.payload)
     }

@@ -1,3 +1,4 @@
+import BelfryAPNs
 import BelfryCore
 import Foundation
 
@@ -14,14 +15,15 @@ struct APNsChannel: DeliveryProvider {
             return .failed(reason: "no APNs topic: set BELFRY_APNS_TOPIC or register the device with one")
         }
         guard
-            let request = APNsPayload.request(delivery.content, device: device, unread: delivery.unread, topic: topic)
+            let request = APNsPayload.request(
+                APNsNotification(delivery.content), device: APNsDevice(device), unread: delivery.unread, topic: topic)
         else {
             return .failed(
                 reason: "the device no longer lets the app notify (authorization \(device.authorization.rawValue))")
         }
         do {
             return Self.result(of: try await provider.send(request), device: device.id)
-        } catch let error as ProviderTokens.SigningFailed {
+        } catch let error as APNsProviderTokens.SigningFailed {
             return .retry(reason: "could not sign the APNs provider token: \(error.underlying)")
         } catch {
             return .retry(reason: "APNs could not be reached: \(error)")
@@ -43,5 +45,54 @@ struct APNsChannel: DeliveryProvider {
         default:
             return .failed(reason: reason, status: answer.status)
         }
+    }
+}
+
+// The APNs core knows nothing of Belfry's rows: the channel hands it plain values.
+
+extension APNsNotification {
+    init(_ content: DeliveryContent) {
+        let push = content.category.push
+        self.init(
+            id: content.deliveryID, notificationID: content.notificationID, category: content.category.id,
+            tenant: content.tenant, title: content.title, body: content.body, url: content.url,
+            imageURL: content.imageURL, data: content.data, threadID: push.threadID, collapseID: push.collapseKey,
+            interruptionLevel: push.interruptionLevel.map(InterruptionLevel.init),
+            urgent: push.priority == .high, createdAt: content.createdAt, ttlSeconds: content.ttlSeconds)
+    }
+}
+
+extension APNsDevice {
+    init(_ device: DeviceStore.Device) {
+        self.init(
+            token: device.address, environment: device.environment == .sandbox ? .sandbox : .production,
+            authorization: Authorization(device.authorization),
+            showsAlerts: device.settings.alert == .enabled, showsBadge: device.settings.badge == .enabled,
+            playsSound: device.settings.sound == .enabled)
+    }
+}
+
+extension APNsNotification.InterruptionLevel {
+    init(_ level: PushHints.InterruptionLevel) {
+        self =
+            switch level {
+            case .passive: .passive
+            case .active: .active
+            case .timeSensitive: .timeSensitive
+            case .critical: .critical
+            }
+    }
+}
+
+extension APNsDevice.Authorization {
+    init(_ authorization: PushAuthorization) {
+        self =
+            switch authorization {
+            case .notDetermined: .notDetermined
+            case .denied: .denied
+            case .authorized: .authorized
+            case .provisional: .provisional
+            case .ephemeral: .ephemeral
+            }
     }
 }

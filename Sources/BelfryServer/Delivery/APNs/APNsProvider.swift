@@ -1,8 +1,8 @@
 import AsyncHTTPClient
+import BelfryAPNs
 import BelfryCore
 import Crypto
 import Foundation
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 
@@ -18,19 +18,19 @@ final class APNsProvider: Sendable {
 
     let configuration: ServerConfiguration.APNs
     private let client: HTTPClient
-    private let tokens: ProviderTokens
+    private let tokens: APNsProviderTokens
     private let now: @Sendable () -> Date
 
     init(configuration: ServerConfiguration.APNs, client: HTTPClient, now: @escaping @Sendable () -> Date) throws {
         self.configuration = configuration
         self.client = client
         self.now = now
-        tokens = ProviderTokens(
+        tokens = APNsProviderTokens(
             key: try P256.Signing.PrivateKey(pemRepresentation: configuration.keyPEM), keyID: configuration.keyID,
             teamID: configuration.teamID, now: now)
     }
 
-    func baseURL(for environment: APNsEnvironment) -> String {
+    func baseURL(for environment: APNsDevice.Environment) -> String {
         configuration.url
             ?? (environment == .sandbox ? "https://api.sandbox.push.apple.com" : "https://api.push.apple.com")
     }
@@ -49,7 +49,7 @@ final class APNsProvider: Sendable {
     }
 
     private func post(_ request: APNsRequest, token: String) async throws -> Answer {
-        var http = HTTPClientRequest(url: "\(baseURL(for: request.environment))/3/device/\(request.deviceToken)")
+        var http = HTTPClientRequest(url: baseURL(for: request.environment) + request.path)
         http.method = .POST
         http.headers.add(name: "authorization", value: "bearer \(token)")
         http.headers.add(name: "content-type", value: "application/json")
@@ -63,67 +63,5 @@ final class APNsProvider: Sendable {
         return Answer(
             status: Int(response.status.code), reason: reason.map(APNsReason.init),
             retryAfter: RetryAfter.seconds(response.headers.first(name: "retry-after"), now: now()))
-    }
-}
-
-/// The provider token: an ES256 JWT with the key id and team id, kept and reused between 20
-/// and 60 minutes as Apple asks (signed anew after 50), and replaced at once when refused.
-final class ProviderTokens: Sendable {
-    /// The key could not sign a provider token.
-    struct SigningFailed: Error {
-        var underlying: any Error
-    }
-
-    static let lifetime: TimeInterval = 50 * 60
-
-    private let key: P256.Signing.PrivateKey
-    private let keyID: String
-    private let teamID: String
-    private let now: @Sendable () -> Date
-    private let cached = NIOLockedValueBox<(token: String, issuedAt: Date)?>(nil)
-
-    init(key: P256.Signing.PrivateKey, keyID: String, teamID: String, now: @escaping @Sendable () -> Date) {
-        self.key = key
-        self.keyID = keyID
-        self.teamID = teamID
-        self.now = now
-    }
-
-    /// - Throws: when the key cannot sign; a request never goes out with an empty signature.
-    func current() throws -> String {
-        let now = self.now()
-        return try cached.withLockedValue { cached in
-            if let cached, now.timeIntervalSince(cached.issuedAt) < Self.lifetime, now >= cached.issuedAt {
-                return cached.token
-            }
-            let token = try sign(issuedAt: now)
-            cached = (token, now)
-            return token
-        }
-    }
-
-    /// A new token in place of `refused`, unless another request already replaced it.
-    func replace(_ refused: String) throws -> String {
-        let now = self.now()
-        return try cached.withLockedValue { cached in
-            if let cached, cached.token != refused { return cached.token }
-            let token = try sign(issuedAt: now)
-            cached = (token, now)
-            return token
-        }
-    }
-
-    private func sign(issuedAt: Date) throws -> String {
-        let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
-        let claims = #"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#
-        let input = "\(Data(header.utf8).base64URLEncodedString()).\(Data(claims.utf8).base64URLEncodedString())"
-        // Apple checks a JOSE signature: r and s, 32 bytes each.
-        let signature: Data
-        do {
-            signature = try key.signature(for: Data(input.utf8)).rawRepresentation
-        } catch {
-            throw SigningFailed(underlying: error)
-        }
-        return "\(input).\(signature.base64URLEncodedString())"
     }
 }

@@ -1,7 +1,7 @@
 /// Why APNs refused a request: the `reason` of its JSON answer, as Apple documents them
 /// ("Handling notification responses from APNs"). A reason Apple adds later is `unknown`,
 /// kept verbatim.
-enum APNsReason: Sendable, Hashable, CustomStringConvertible {
+public enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     case badCollapseID, badDeviceToken, badExpirationDate, badMessageID, badPriority, badTopic
     case deviceTokenNotForTopic, duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken
     case missingTopic, payloadEmpty, topicDisallowed, badCertificate, badCertificateEnvironment
@@ -29,18 +29,18 @@ enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     ]
     private static let byName = Dictionary(uniqueKeysWithValues: known.map { ($0.1, $0.0) })
 
-    init(_ text: String) {
+    public init(_ text: String) {
         self = Self.byName[text] ?? .unknown(text)
     }
 
     /// Apple's spelling.
-    var description: String {
+    public var description: String {
         if case .unknown(let text) = self { return text }
         return Self.known.first { $0.0 == self }?.1 ?? ""
     }
 
     /// The device token will never work again for this app: stop sending to it.
-    var retiresDevice: Bool {
+    public var retiresDevice: Bool {
         switch self {
         case .badDeviceToken, .deviceTokenNotForTopic, .unregistered, .expiredToken: true
         default: false
@@ -48,7 +48,7 @@ enum APNsReason: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The provider token was refused: a new one is signed and the request sent again.
-    var refusesProviderToken: Bool {
+    public var refusesProviderToken: Bool {
         switch self {
         case .expiredProviderToken, .invalidProviderToken, .missingProviderToken: true
         default: false
