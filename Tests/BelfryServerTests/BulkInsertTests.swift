@@ -46,7 +46,9 @@ struct BulkInsertTests {
                 == UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).uuidString)
     }
 
-    @Test("a bulk insert reads back as the drivers' own writes do, nulls and all", arguments: TestDatabase.allCases)
+    @Test(
+        "a bulk insert reads back as the drivers' own writes do: nulls, escapes, dates",
+        arguments: TestDatabase.allCases)
     func roundTrip(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
             let storage = BelfryDatabase(location: app.belfry.settings.database)
@@ -57,7 +59,9 @@ struct BulkInsertTests {
             let rows: [[BulkValue]] = (0..<7).map { index in
                 [
                     .id(UUID.timeOrdered(at: at)), .id(index.isMultiple(of: 2) ? UUID() : nil),
-                    .text(index.isMultiple(of: 3) ? nil : "row \(index) ✓"), .integer(index), .date(at),
+                    .text(
+                        index.isMultiple(of: 3) ? nil : "row \(index) ✓ \"quoted\" back\\slash\nline\ttab\u{1}🔔 </x>"),
+                    .integer(index), .date(at),
                     .bool(index.isMultiple(of: 2)),
                 ]
             }
@@ -83,6 +87,30 @@ struct BulkInsertTests {
             let found = try await app.db.sql.select().column("number").from("bulk_check").where("id", .equal, first)
                 .all()
             #expect(found.count == 1)
+        }
+    }
+
+    @Test("conflicting rows are skipped, and only the rows inserted come back", arguments: TestDatabase.allCases)
+    func conflicts(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let storage = BelfryDatabase(location: app.belfry.settings.database)
+            try await app.db.sql.raw("CREATE TABLE bulk_unique (id UUID NOT NULL, name TEXT NOT NULL UNIQUE)").run()
+            func write(_ names: [String]) async throws -> [String] {
+                try await storage.insert(
+                    into: "bulk_unique", columns: ["id", "name"], rows: names.map { [.id(UUID()), .text($0)] },
+                    rowsPerStatement: 2, ignoringConflictsOn: ["name"], returning: ["name"], on: app.db
+                ).map { try $0.decode(column: "name", as: String.self) }
+            }
+            #expect(try await write(["a", "b", "c"]).sorted() == ["a", "b", "c"])
+            #expect(try await write(["b", "d", "a", "e"]).sorted() == ["d", "e"], "b and a were there already")
+            let stored = try await app.db.sql.select().column("name").from("bulk_unique").all()
+            #expect(
+                try stored.map { try $0.decode(column: "name", as: String.self) }.sorted() == ["a", "b", "c", "d", "e"])
+            await #expect(throws: (any Error).self, "without a conflict target, a repeated row fails") {
+                try await storage.insert(
+                    into: "bulk_unique", columns: ["id", "name"], rows: [[.id(UUID()), .text("a")]],
+                    rowsPerStatement: 1, on: app.db)
+            }
         }
     }
 }

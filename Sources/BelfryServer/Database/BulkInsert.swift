@@ -14,35 +14,76 @@ enum BulkValue: Sendable {
 }
 
 extension BelfryDatabase {
-    /// Inserts `rows` (each a value per column) with multi-row INSERTs of `rowsPerStatement`.
+    /// Inserts `rows` (each a value per column) in few statements.
     ///
-    /// Fan-out writes a few rows per recipient. On SQLite this hands the driver its own values
-    /// and the statement text directly: going through SQLKit's serializer and `Encodable` binds
-    /// (a dynamic cast and an encoder per value, and Foundation's C formatting of every UUID as
-    /// text) took more of fan-out's time than SQLite itself. PostgreSQL takes the usual way.
+    /// Fan-out writes a few rows per recipient, so this is its hot path, and neither database
+    /// goes through SQLKit's serializer and `Encodable` binds here (a dynamic cast and an
+    /// encoder per value: that took more of fan-out's time than the database itself). SQLite
+    /// gets the driver's own values in multi-row INSERTs of `rowsPerStatement` (its limit is
+    /// 32 766 bound values per statement); PostgreSQL gets all the rows in one statement, as
+    /// one JSON parameter that the server unpacks.
+    /// - Parameters:
+    ///   - conflictTarget: columns of a unique index; a row that would repeat a stored one is
+    ///     skipped instead of failing the statement.
+    ///   - returning: columns to read back from each row actually inserted.
+    @discardableResult
     func insert(
-        into table: String, columns: [String], rows: [[BulkValue]], rowsPerStatement: Int, on db: any Database
-    ) async throws {
+        into table: String, columns: [String], rows: [[BulkValue]], rowsPerStatement: Int,
+        ignoringConflictsOn conflictTarget: [String] = [], returning: [String] = [], on db: any Database
+    ) async throws -> [any SQLRow] {
+        guard !rows.isEmpty else { return [] }
+        let quoted = { (names: [String]) in names.map { "\"\($0)\"" }.joined(separator: ", ") }
+        var tail = ""
+        if !conflictTarget.isEmpty { tail += " ON CONFLICT (\(quoted(conflictTarget))) DO NOTHING" }
+        if !returning.isEmpty { tail += " RETURNING \(quoted(returning))" }
         guard kind == .sqlite, let sqlite = db as? any SQLiteDatabase else {
-            for chunk in rows.chunked(rowsPerStatement) {
-                let insert = db.sql.insert(into: table).columns(columns)
-                for row in chunk { insert.values(row.map(\.encodable)) }
-                try await insert.run()
-            }
-            return
+            return try await db.sql.raw(Self.recordSet(into: table, columns: columns, rows: rows, tail: tail)).all()
         }
-        let head = "INSERT INTO \"\(table)\" (\(columns.map { "\"\($0)\"" }.joined(separator: ", "))) VALUES "
+        var inserted: [any SQLRow] = []
+        let head = "INSERT INTO \"\(table)\" (\(quoted(columns))) VALUES "
         let group = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
         for chunk in rows.chunked(rowsPerStatement) {
-            let sql = head + Array(repeating: group, count: chunk.count).joined(separator: ", ")
+            let sql = head + Array(repeating: group, count: chunk.count).joined(separator: ", ") + tail
             var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * columns.count)
             for row in chunk {
                 precondition(row.count == columns.count, "a bulk row has a value for each column")
                 for value in row { binds.append(value.sqliteData) }
             }
-            _ = try await sqlite.query(sql, binds)
+            inserted += try await sqlite.query(sql, binds).map { $0 as any SQLRow }
         }
+        return inserted
+    }
+
+    /// PostgreSQL's INSERT of `rows` from one JSON array of arrays bound as text. Each position
+    /// is cast to the kind of the first row's value there (a missing value keeps its kind).
+    /// Dates travel as seconds since 1970, which `to_timestamp` turns back with microseconds kept.
+    private static func recordSet(
+        into table: String, columns: [String], rows: [[BulkValue]], tail: String
+    ) -> SQLQueryString {
+        var json: [UInt8] = [UInt8(ascii: "[")]
+        json.reserveCapacity(rows.count * columns.count * 24)
+        for (index, row) in rows.enumerated() {
+            precondition(row.count == columns.count, "a bulk row has a value for each column")
+            if index > 0 { json.append(UInt8(ascii: ",")) }
+            json.append(UInt8(ascii: "["))
+            for (position, value) in row.enumerated() {
+                if position > 0 { json.append(UInt8(ascii: ",")) }
+                value.appendJSON(to: &json)
+            }
+            json.append(UInt8(ascii: "]"))
+        }
+        json.append(UInt8(ascii: "]"))
+        let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")
+        // jsonb_array_elements keeps the rows in order; ->> reads each position as text, cast
+        // to the column's type.
+        let values = zip(columns, rows[0]).enumerated().map { position, column in
+            column.1.postgresValue("row ->> \(position)")
+        }
+        return """
+            INSERT INTO "\(unsafeRaw: table)" (\(unsafeRaw: names)) SELECT \(unsafeRaw: values.joined(separator: ", ")) \
+            FROM jsonb_array_elements(\(bind: String(decoding: json, as: UTF8.self))::jsonb) AS rows(row)\(unsafeRaw: tail)
+            """
     }
 }
 
@@ -68,4 +109,47 @@ extension BulkValue {
         case .bool(let value): value
         }
     }
+
+    /// This value as JSON, for PostgreSQL's record set.
+    fileprivate func appendJSON(to json: inout [UInt8]) {
+        switch self {
+        case .text(let value?): appendJSONString(value, to: &json)
+        case .id(let value?): appendJSONString(value.upperCaseText, to: &json)
+        case .text(nil), .id(nil): json.append(contentsOf: "null".utf8)
+        case .integer(let value): json.append(contentsOf: String(value).utf8)
+        case .date(let value): json.append(contentsOf: "\(value.timeIntervalSince1970)".utf8)
+        case .bool(let value): json.append(contentsOf: (value ? "true" : "false").utf8)
+        }
+    }
+
+    /// The SQL that reads this kind of value from `text`, a JSON element read as text.
+    fileprivate func postgresValue(_ text: String) -> String {
+        switch self {
+        case .text: "(\(text))"
+        case .id: "(\(text))::uuid"
+        case .integer: "(\(text))::bigint"
+        case .date: "to_timestamp((\(text))::double precision)"
+        case .bool: "(\(text))::boolean"
+        }
+    }
+}
+
+/// `text` as a JSON string (RFC 8259 §7): quotes, backslashes and control characters escaped.
+private func appendJSONString(_ text: String, to json: inout [UInt8]) {
+    json.append(UInt8(ascii: "\""))
+    for byte in text.utf8 {
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+            json.append(UInt8(ascii: "\\"))
+            json.append(byte)
+        case ..<0x20:
+            let hex = Array("0123456789abcdef".utf8)
+            json.append(contentsOf: Array("\\u00".utf8))
+            json.append(hex[Int(byte >> 4)])
+            json.append(hex[Int(byte & 0xF)])
+        default:
+            json.append(byte)
+        }
+    }
+    json.append(UInt8(ascii: "\""))
 }
