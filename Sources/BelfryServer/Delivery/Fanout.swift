@@ -128,7 +128,7 @@ struct Fanout: Sendable {
         var inboxUsers: [UUID] = []
         let decodedData = try data.map { try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8)) }
         do {
-            let users = try await userIDs(for: recipients, now: now, on: sql)
+            let users = try await userIDs(for: recipients, now: now, on: db)
             let known = users.values.filter { !$0.isNew }.map(\.id)
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
             let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
@@ -259,10 +259,11 @@ struct Fanout: Sendable {
     /// The internal ids and time zones of these external ids, creating users Belfry does not know
     /// yet. Users created here are marked `isNew`: they have no preferences or devices to read.
     private func userIDs(
-        for externalIDs: [String], now: Date, on sql: any SQLDatabase
+        for externalIDs: [String], now: Date, on db: any Database
     ) async throws
         -> [String: Recipient]
     {
+        let sql = db.sql
         func lookup(_ externalIDs: [String]) async throws -> [String: Recipient] {
             var found: [String: Recipient] = [:]
             for row in try await sql.select()
@@ -287,16 +288,18 @@ struct Fanout: Sendable {
         // Sorted, so two instances creating the same users take their locks in the same order.
         let missing = externalIDs.filter { found[$0] == nil }.sorted()
         guard !missing.isEmpty else { return found }
-        let insert = sql.insert(into: UserModel.schema).columns("id", "external_id", "created_at", "updated_at")
         var created: [String: UUID] = [:]
+        var rows: [[BulkValue]] = []
         var randomness = IDRandomness()
         for externalID in missing {
             let id = UUID.timeOrdered(at: now, using: &randomness)
             created[externalID] = id
-            insert.values(id, externalID, now, now)
+            rows.append([.id(id), .text(externalID), .date(now), .date(now)])
         }
         // Only the rows inserted come back: a user another instance created meanwhile is read below.
-        let inserted = try await insert.ignoringConflicts(with: ["external_id"]).returning("external_id").all()
+        let inserted = try await storage.insert(
+            into: UserModel.schema, columns: ["id", "external_id", "created_at", "updated_at"], rows: rows,
+            rowsPerStatement: 500, ignoringConflictsOn: ["external_id"], returning: ["external_id"], on: db)
         for row in inserted {
             let externalID = try row.decode(column: "external_id", as: String.self)
             if let id = created[externalID] { found[externalID] = Recipient(id: id, isNew: true) }
