@@ -1,5 +1,6 @@
-"""The floor for the fan-out benchmark: the same three rows per recipient that Belfry's fan-out
-writes (a new user, their notification, its inbox delivery), into the same tables and indexes
+"""The floor for the fan-out benchmark: the same two rows per recipient that Belfry's fan-out
+writes (a new user, their notification; the notification is the inbox's delivery, so an
+inbox-only event writes no delivery row), into the same tables and indexes
 (the schema is copied from the database Belfry just used), 500 recipients per transaction, with
 multi-row INSERTs (COPY on PostgreSQL) and time-ordered (version 7) UUID keys. No preference rule, no reading back:
 the database's own cost for the rows, which Belfry cannot beat.
@@ -27,19 +28,16 @@ def uuid7():
 
 
 def rows(start, count, event_id, now):
-    users, notifications, deliveries = [], [], []
+    users, notifications = [], []
     for index in range(start, start + count):
-        user, notification = uuid7(), uuid7()
+        user = uuid7()
         users.append((user, f"floor-{index}", now, now))
-        notifications.append((notification, event_id, user) + CONTENT + (None, None, True, now, now))
-        deliveries.append((uuid7(), notification, event_id, user, "inbox", None, "notification", "sent", 1, now, now, now))
-    return users, notifications, deliveries
+        notifications.append((uuid7(), event_id, user) + CONTENT + (None, None, True, now, now))
+    return users, notifications
 
 
 USER_COLUMNS = "id, external_id, created_at, updated_at"
 NOTIFICATION_COLUMNS = "id, event_id, user_id, category, tenant, title, body, url, data, in_inbox, created_at, available_at"
-DELIVERY_COLUMNS = ("id, notification_id, event_id, user_id, channel, device_id, kind, status, attempts, "
-                    "next_attempt_at, created_at, updated_at")
 EVENT_INSERT = ("INSERT INTO events (id, category, tenant, title, body, state, not_before, recipients, processed, "
                 "failures, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, 'done', {p}, 0, 0, 0, {p})")
 
@@ -70,13 +68,12 @@ def sqlite_floor(belfry_path, floor_path, recipients):
     database.execute(EVENT_INSERT.format(p="?"), [blob(event_id), *CONTENT[:4], now, now])
     started = time.monotonic()
     for start in range(0, recipients, BATCH):
-        users, notifications, deliveries = rows(start, min(BATCH, recipients - start), event_id, now)
+        users, notifications = rows(start, min(BATCH, recipients - start), event_id, now)
         cursor = database.cursor()
         cursor.execute("BEGIN IMMEDIATE")
-        # At most 32 766 bound parameters per statement: 200 notifications or 300 deliveries, as Belfry does.
+        # At most 32 766 bound parameters per statement: 200 notifications, as Belfry does.
         for table, columns, values, size in (("users", USER_COLUMNS, users, 500),
-                                             ("notifications", NOTIFICATION_COLUMNS, notifications, 200),
-                                             ("deliveries", DELIVERY_COLUMNS, deliveries, 300)):
+                                             ("notifications", NOTIFICATION_COLUMNS, notifications, 200)):
             for offset in range(0, len(values), size):
                 insert(cursor, table, columns, [tuple(blob(v) for v in row) for row in values[offset:offset + size]], "?")
         cursor.execute("COMMIT")
@@ -107,12 +104,11 @@ def postgres_floor(belfry_url, recipients):
         database.commit()
         started = time.monotonic()
         for start in range(0, recipients, BATCH):
-            users, notifications, deliveries = rows(start, min(BATCH, recipients - start), event_id, now)
+            users, notifications = rows(start, min(BATCH, recipients - start), event_id, now)
             # COPY, PostgreSQL's fastest way in: the floor, not what Belfry does.
             with database.cursor() as cursor:
                 for table, columns, values in (("users", USER_COLUMNS, users),
-                                               ("notifications", NOTIFICATION_COLUMNS, notifications),
-                                               ("deliveries", DELIVERY_COLUMNS, deliveries)):
+                                               ("notifications", NOTIFICATION_COLUMNS, notifications)):
                     with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                         for row in values:
                             copy.write_row(row)

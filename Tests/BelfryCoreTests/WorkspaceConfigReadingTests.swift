@@ -58,6 +58,17 @@ struct WorkspaceConfigReadingTests {
         #expect(error.description.hasPrefix("configuration has \(expected.count) problems:"))
     }
 
+    @Test("one inbox per user: a second inbox channel is refused")
+    func oneInbox() throws {
+        let json = """
+            {"channels": [{"id": "inbox", "kind": "inbox"}, {"id": "bell", "kind": "inbox"}],
+             "categories": [{"id": "a", "name": "A", "channels": ["inbox"]}], "tenants": [{"id": "t"}]}
+            """
+        let error = try #require(throws: ConfigError.self) { try WorkspaceConfig.decodeFile(Data(json.utf8)) }
+        #expect(error.issues.map(\.path) == ["channels[1].kind"])
+        #expect(error.issues.first?.message.contains("only one channel may be the inbox") == true)
+    }
+
     @Test("reports broken JSON as one clear problem")
     func brokenJSON() throws {
         let error = try #require(throws: ConfigError.self) {

@@ -331,7 +331,7 @@ struct EventsAPITests {
     @Test("a fan-out that PostgreSQL refuses shows the server's reason on the event, not a generic one")
     func postgresReason() async throws {
         try await withBelfry(.postgres) { app in
-            try await app.db.sql.raw("ALTER TABLE deliveries ADD CONSTRAINT refuse_all CHECK (false)").run()
+            try await app.db.sql.raw("ALTER TABLE notifications ADD CONSTRAINT refuse_all CHECK (false)").run()
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
                 .decode(EventAccepted.self).eventID
             try await Self.fanOut(app)

@@ -38,6 +38,11 @@ extension WorkspaceConfig {
         for key in ["channels", "sections", "categories", "tenants"] {
             reportDuplicates(root[key].elements, key: "id", noun: String(key.dropLast()))
         }
+        // A user has one inbox: its notifications are the inbox channel's deliveries.
+        let inboxes = root["channels"].elements.filter { $0["kind"].value == .string(ChannelKind.inbox.rawValue) }
+        for extra in inboxes.dropFirst() {
+            extra["kind"].fail("only one channel may be the inbox; another channel already is")
+        }
         let defaultTenant = root["default_tenant"].identifier(required: false) ?? tenants.first?.id ?? ""
         if root["default_tenant"].isPresent, !defaultTenant.isEmpty,
             !tenants.contains(where: { $0.id == defaultTenant })

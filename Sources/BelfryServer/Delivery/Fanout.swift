@@ -8,9 +8,9 @@ import SQLKit
 ///
 /// Each batch is one transaction that locks its event (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
 /// so several instances share events without waiting on each other), applies the preference
-/// rule to each recipient, writes their notification (the inbox) and queued deliveries for the
-/// other channels, and advances the event's cursor. A process that dies mid-batch loses
-/// nothing: the batch rolls back and the next worker does it again.
+/// rule to each recipient, writes their notification (the inbox: the row is its delivery) and
+/// queued deliveries for the other channels, and advances the event's cursor. A process that
+/// dies mid-batch loses nothing: the batch rolls back and the next worker does it again.
 struct Fanout: Sendable {
     let storage: BelfryDatabase
     let workspace: WorkspaceConfig
@@ -184,19 +184,21 @@ struct Fanout: Sendable {
                     }
                 }
                 for channel in delivering {
-                    // The inbox is the notification row itself, written in this transaction; one
-                    // due later is marked sent by the worker when its time comes.
-                    let status: DeliveryStatus = channel.kind == .inbox && due <= now ? .sent : .queued
+                    // The inbox delivery is the notification row itself, written in this
+                    // transaction: a delivery row would only repeat it (and cost the fan-out more
+                    // than half its writes). One due later is queued, so that the queue tells the
+                    // streams when its time comes.
+                    if channel.kind == .inbox && due <= now { continue }
                     // A push channel delivers to each of the user's devices on its platform.
                     let targets: [UUID?] =
                         channel.kind.isPush
                         ? userDevices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
                     for device in targets {
-                        if status == .queued { queued += 1 }
+                        queued += 1
                         deliveries.append([
                             .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(eventID),
                             .id(userID), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
-                            .text(status.rawValue), .integer(status == .sent ? 1 : 0),
+                            .text(DeliveryStatus.queued.rawValue), .integer(0),
                             .date(Self.firstAttempt(on: channel, of: category, for: user, due: due)), .date(now),
                             .date(now),
                         ])

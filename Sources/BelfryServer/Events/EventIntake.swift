@@ -270,9 +270,11 @@ struct EventIntake: Sendable {
                 )
                 .from("events").where("id", .equal, id).first()
         else { return nil }
-        let notifications =
-            try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("notifications").where("event_id", .equal, id).first()?.decode(column: "n", as: Int.self) ?? 0
+        let counts = try await sql.select()
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
+            .from("notifications").where("event_id", .equal, id).first()
+        let notifications = try counts?.decode(column: "n", as: Int.self) ?? 0
         var deliveries: [String: [String: Int]] = [:]
         for row in try await sql.select().columns("channel", "status")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
@@ -280,6 +282,17 @@ struct EventIntake: Sendable {
         {
             deliveries[try row.decode(column: "channel", as: String.self), default: [:]][
                 try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+        }
+        // An inbox notification delivered at fan-out has no delivery row (the notification is
+        // its record); one that was due later has one. So the inbox notifications without a row
+        // were delivered.
+        if let inbox = workspace.channels.first(where: { $0.kind == .inbox }),
+            let inInbox = try counts?.decode(column: "inbox", as: Int?.self)
+        {
+            let withRows = deliveries[inbox.id, default: [:]].values.reduce(0, +)
+            if inInbox > withRows {
+                deliveries[inbox.id, default: [:]][DeliveryStatus.sent.rawValue, default: 0] += inInbox - withRows
+            }
         }
         var skipped: [String: [String: Int]] = [:]
         for row in try await sql.select().columns("channel", "reason", "count").from("event_skips")
