@@ -130,9 +130,9 @@ extension Request {
         if let contentType = headers.contentType, contentType != .json {
             throw BelfryError(.unsupportedMediaType, "send the body as application/json")
         }
-        if let root = try? JSONDecoder().decode(JSONValue.self, from: buffer) {
-            var unknown: [String] = []
-            Self.collectUnknownKeys(root, allowed: keys, nested: nested, path: "", into: &unknown)
+        let keyReader = JSONDecoder()
+        keyReader.userInfo = [UnknownKeys.allowed: keys, UnknownKeys.nested: nested]
+        if let unknown = try? keyReader.decode(UnknownKeys.self, from: buffer).found {
             if !unknown.isEmpty {
                 throw BelfryError.invalid(
                     "unknown field\(unknown.count == 1 ? "" : "s") \(unknown.joined(separator: ", ")); "
@@ -167,28 +167,63 @@ extension Request {
         }
         return decoder
     }()
+}
 
-    private static func collectUnknownKeys(
-        _ value: JSONValue, allowed: Set<String>, nested: [String: Set<String>], path: String,
-        into unknown: inout [String]
-    ) {
-        guard case .object(let fields) = value else { return }
-        for (key, child) in fields.sorted(by: { $0.key < $1.key }) {
-            let childPath = path.isEmpty ? key : "\(path).\(key)"
-            guard allowed.contains(key) else {
+/// The keys of a JSON body that a request does not take, found without decoding any value:
+/// only the top-level object and the nested objects of the fields named are walked, so a
+/// list of 10 000 recipients is skipped, not read.
+private struct UnknownKeys: Decodable {
+    static let allowed = CodingUserInfoKey(rawValue: "belfry.allowedKeys")!
+    static let nested = CodingUserInfoKey(rawValue: "belfry.nestedKeys")!
+
+    /// Each unknown key's path, quoted, in key order.
+    var found: [String] = []
+
+    init(from decoder: any Decoder) throws {
+        guard let object = try? decoder.container(keyedBy: Key.self) else { return }
+        found = Self.unknown(
+            in: object, allowed: decoder.userInfo[Self.allowed] as? Set<String> ?? [],
+            nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "")
+    }
+
+    private static func unknown(
+        in object: KeyedDecodingContainer<Key>, allowed: Set<String>, nested: [String: Set<String>], path: String
+    ) -> [String] {
+        var unknown: [String] = []
+        for key in object.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+            let childPath = path.isEmpty ? key.stringValue : "\(path).\(key.stringValue)"
+            guard allowed.contains(key.stringValue) else {
                 unknown.append("\"\(childPath)\"")
                 continue
             }
-            guard let inner = nested[key] else { continue }
-            switch child {
-            case .array(let elements):
-                for (index, element) in elements.enumerated() {
-                    collectUnknownKeys(
-                        element, allowed: inner, nested: [:], path: "\(childPath)[\(index)]", into: &unknown)
+            guard let inner = nested[key.stringValue] else { continue }
+            if let child = try? object.nestedContainer(keyedBy: Key.self, forKey: key) {
+                unknown += Self.unknown(in: child, allowed: inner, nested: [:], path: childPath)
+            } else if var list = try? object.nestedUnkeyedContainer(forKey: key) {
+                var index = 0
+                while !list.isAtEnd {
+                    if let element = try? list.nestedContainer(keyedBy: Key.self) {
+                        unknown += Self.unknown(
+                            in: element, allowed: inner, nested: [:], path: "\(childPath)[\(index)]")
+                    } else if (try? list.decode(Skipped.self)) == nil {
+                        break
+                    }
+                    index += 1
                 }
-            default:
-                collectUnknownKeys(child, allowed: inner, nested: [:], path: childPath, into: &unknown)
             }
         }
+        return unknown
+    }
+
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    /// Any value, left unread.
+    private struct Skipped: Decodable {
+        init(from decoder: any Decoder) throws {}
     }
 }
