@@ -171,6 +171,7 @@ public func configure(
     app.middleware = Middlewares()
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
+    app.middleware.use(QueryCheckMiddleware())
     try app.register(collection: OperationsController())
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())

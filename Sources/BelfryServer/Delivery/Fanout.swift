@@ -126,7 +126,7 @@ struct Fanout: Sendable {
         var queued = 0
         var created: [(UUID, InboxNotification)] = []
         var inboxUsers: [UUID] = []
-        let decodedData = try data.map { try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8)) }
+        let decodedData = data.flatMap(JSONValue.storedData)
         do {
             let users = try await userIDs(for: recipients, now: now, on: db)
             let known = users.values.filter { !$0.isNew }.map(\.id)

@@ -13,6 +13,8 @@ struct EventIntake: Sendable {
     static let maxTitleLength = 256
     static let maxBodyBytes = 64 * 1024
     static let maxDataBytes = 16 * 1024
+    /// How deep `data` may nest: lists and objects inside one another.
+    static let maxDataDepth = 32
     static let idempotencyWindow: TimeInterval = 24 * 3600
     /// Recipients per INSERT statement: well under SQLite's 32 766 bound parameters.
     static let insertBatch = 500
@@ -157,6 +159,10 @@ struct EventIntake: Sendable {
             problems.append(
                 "field \"content.title\" must have 1 to \(maxTitleLength) characters, got \(event.content.title.count)")
         }
+        problems += [
+            TextCheck.controlCharacters(in: event.content.title, field: "content.title"),
+            TextCheck.controlCharacters(in: event.content.body, field: "content.body", multiline: true),
+        ].compactMap { $0 }
         if event.content.body.utf8.count > maxBodyBytes {
             problems.append(
                 "field \"content.body\" is \(event.content.body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
@@ -173,6 +179,13 @@ struct EventIntake: Sendable {
         }
         var data: String?
         if let fields = event.data {
+            // Every reader of the data (the inbox, the streams, each provider) decodes it again
+            // inside the notification around it: one limit here keeps all of them well within
+            // what their decoders take.
+            let depth = JSONValue.object(fields).depth
+            if depth > maxDataDepth {
+                problems.append("field \"data\" nests \(depth) levels deep; at most \(maxDataDepth) allowed")
+            }
             let encoded = try JSONEncoder().encode(fields)
             if encoded.count > maxDataBytes {
                 problems.append("field \"data\" is \(encoded.count) bytes as JSON; at most \(maxDataBytes) allowed")

@@ -226,9 +226,7 @@ struct InboxStore: Sendable {
             title: try row.decode(column: "title", as: String.self),
             body: try row.decode(column: "body", as: String.self),
             url: try row.decode(column: "url", as: String?.self),
-            data: try row.decode(column: "data", as: String?.self).map {
-                try JSONDecoder().decode([String: JSONValue].self, from: Data($0.utf8))
-            },
+            data: try row.decode(column: "data", as: String?.self).flatMap(JSONValue.storedData),
             actions: workspace.category(category)?.actions ?? [],
             createdAt: try row.decode(column: "available_at", as: Date.self),
             seenAt: try row.decode(column: "seen_at", as: Date?.self),

@@ -108,6 +108,7 @@ struct UsersController: RouteCollection {
             let parts = email.split(separator: "@", omittingEmptySubsequences: false)
             if email.count > 254 || parts.count != 2 || parts.contains(where: \.isEmpty)
                 || email.contains(where: \.isWhitespace)
+                || TextCheck.controlCharacters(in: email, field: "email") != nil
             {
                 problems.append("field \"email\" must be an email address such as ada@example.org, got \"\(email)\"")
             }

@@ -75,22 +75,19 @@ enum WebForm {
         else {
             throw BelfryError(.unsupportedMediaType, "This form must be sent as a web form.")
         }
-        guard let buffer = req.body.data, buffer.readableBytes <= maxBytes else {
+        // An empty form has no body at all: it is an empty form, not a large one.
+        let buffer = req.body.data ?? ByteBuffer()
+        guard buffer.readableBytes <= maxBytes else {
             throw BelfryError(.payloadTooLarge, "This form is too large.")
         }
-        return parse(String(buffer: buffer))
+        return try parse(String(buffer: buffer))
     }
 
-    static func parse(_ body: String) -> [String: String] {
-        var fields: [String: String] = [:]
-        for pair in body.split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            func decode(_ part: Substring) -> String? {
-                part.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
-            }
-            guard let name = decode(parts[0]) else { continue }
-            fields[name] = parts.count > 1 ? decode(parts[1]) ?? "" : ""
+    static func parse(_ body: String) throws -> [String: String] {
+        do {
+            return Dictionary(try URLEncoded.pairs(Substring(body)), uniquingKeysWith: { _, last in last })
+        } catch {
+            throw BelfryError.badRequest("This form has \"\(error.part)\", which could not be read.")
         }
-        return fields
     }
 }

@@ -40,7 +40,7 @@ struct WebPushMessage: Encodable, Sendable {
         tenant = content.tenant
         actions = content.category.actions.map { Action(action: $0.id, title: $0.title) }
         self.badge = badge
-        data = content.data.flatMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+        data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
     }
 
     func encoded() -> Data {

@@ -61,7 +61,7 @@ struct WebhookChannel: DeliveryProvider {
         let content = delivery.content
         let body: Data
         do {
-            let data = try content.data.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+            let data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
             body = try Response.jsonEncoder.encode(
                 Envelope(
                     type: delivery.kind == .action ? "notification.action" : "notification.delivered",
