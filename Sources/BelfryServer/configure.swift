@@ -54,6 +54,7 @@ public func configure(
     app.http.server.configuration.hostname = settings.hostname
     app.http.server.configuration.port = settings.port
     app.routes.defaultMaxBodySize = ByteCount(value: settings.maxBodySize)
+    app.http.server.configuration.idleTimeout = .seconds(Int64(settings.idleTimeout))
 
     let database = BelfryDatabase(location: settings.database)
     try database.register(on: app)
@@ -171,6 +172,7 @@ public func configure(
     app.middleware = Middlewares()
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
+    app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))
     app.middleware.use(QueryCheckMiddleware())
     try app.register(collection: OperationsController())
     try app.register(collection: UsersController())

@@ -23,6 +23,11 @@ public struct ServerConfiguration: Sendable {
     public var logLevel: Logger.Level
     /// Largest request body accepted.
     public var maxBodySize: Int
+    /// Seconds a request may take to arrive and be answered before it gets a 408.
+    public var requestTimeout: Int
+    /// Seconds a connection may go without a byte either way before it is closed. Open
+    /// streams send a heartbeat every 15 seconds, so this is at least 20.
+    public var idleTimeout: Int
     /// Days after which read or archived inbox notifications are purged.
     public var retentionDays: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
@@ -78,6 +83,8 @@ public struct ServerConfiguration: Sendable {
         tokenLifetime: Int = 3600,
         logLevel: Logger.Level = .info,
         maxBodySize: Int = 256 * 1024,
+        requestTimeout: Int = 30,
+        idleTimeout: Int = 60,
         retentionDays: Int = 90,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
@@ -96,6 +103,8 @@ public struct ServerConfiguration: Sendable {
         self.tokenLifetime = tokenLifetime
         self.logLevel = logLevel
         self.maxBodySize = maxBodySize
+        self.requestTimeout = requestTimeout
+        self.idleTimeout = idleTimeout
         self.retentionDays = retentionDays
         self.webhook = webhook
         self.apns = apns
@@ -124,7 +133,8 @@ public struct ServerConfiguration: Sendable {
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
-        "max_body_bytes", "webhook_url", "webhook_secret", "retention_days", "apns_key_path", "apns_key_id",
+        "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "webhook_url", "webhook_secret",
+        "retention_days", "apns_key_path", "apns_key_id",
         "apns_team_id", "apns_topic", "apns_url", "extra_ca_file", "vapid_subject", "vapid_private_key_path",
         "webpush_allow_http_loopback",
     ]
@@ -227,6 +237,10 @@ public struct ServerConfiguration: Sendable {
         let maxBodySize =
             pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
             ?? 256 * 1024
+        let requestTimeout =
+            pick(env: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds") { parseInt($0, in: 1...3600) } ?? 30
+        let idleTimeout =
+            pick(env: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds") { parseInt($0, in: 20...86_400) } ?? 60
 
         let retentionDays =
             pick(env: "BELFRY_RETENTION_DAYS", file: "retention_days") { parseInt($0, in: 1...3650) } ?? 90
@@ -317,7 +331,8 @@ public struct ServerConfiguration: Sendable {
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
-            retentionDays: retentionDays, webhook: webhook, apns: apns, extraCertificatesPEM: extraCertificates,
+            requestTimeout: requestTimeout, idleTimeout: idleTimeout, retentionDays: retentionDays, webhook: webhook,
+            apns: apns, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP)
     }
 

@@ -29,6 +29,7 @@ enum ErrorCode: String, Sendable, CaseIterable {
     case notEditable = "not_editable"
     case preconditionFailed = "precondition_failed"
     case payloadTooLarge = "payload_too_large"
+    case requestTimeout = "request_timeout"
     case unsupportedMediaType = "unsupported_media_type"
     case invalidRequest = "invalid_request"
     case idempotencyKeyReused = "idempotency_key_reused"
@@ -47,6 +48,7 @@ enum ErrorCode: String, Sendable, CaseIterable {
         case .notEditable: .conflict
         case .preconditionFailed: .preconditionFailed
         case .payloadTooLarge: .payloadTooLarge
+        case .requestTimeout: .requestTimeout
         case .unsupportedMediaType: .unsupportedMediaType
         case .invalidRequest, .idempotencyKeyReused: .unprocessableEntity
         case .internalError: .internalServerError
