@@ -57,9 +57,9 @@ struct EventStreamParserTests {
 struct InboxTests {
     let clock = ManualClock()
 
-    func client(_ transport: FakeTransport) -> BelfryClient {
+    func client(_ transport: FakeTransport, tokens: any TokenProvider = CountingTokens()) -> BelfryClient {
         BelfryClient(
-            baseURL: URL(string: "https://belfry.test")!, tokenProvider: CountingTokens(), transport: transport,
+            baseURL: URL(string: "https://belfry.test")!, tokenProvider: tokens, transport: transport,
             clock: clock, store: InMemoryKeyValueStore())
     }
 
@@ -155,6 +155,52 @@ struct InboxTests {
         await clock.advance(by: delay)
         #expect(await updates.next() == .connected)
         #expect(transport.requests.last?.headers["Authorization"] == "Bearer t2")
+    }
+
+    @Test("a stream that ends with its token reconnects at once with a fresh one, without a disconnect")
+    func tokenExpiry() async throws {
+        let transport = FakeTransport()
+        let connections = Fixtures.Counter()
+        transport.streamHandler = { _ in
+            let (stream, continuation) = AsyncThrowingStream.makeStream(of: Data.self)
+            if connections.next() == 1 {
+                continuation.yield(Data("id: abc-3\nevent: counts\ndata: {\"unread\":1,\"unseen\":1}\n\n".utf8))
+                continuation.yield(
+                    Data("event: token_expired\ndata: {\"expired_at\":\"2026-11-23T15:00:00Z\"}\n\n".utf8))
+                continuation.finish()
+            } else {
+                continuation.yield(Data("event: counts\ndata: {\"unread\":0,\"unseen\":0}\n\n".utf8))
+            }
+            return (200, stream)
+        }
+        var updates = client(transport).inbox.updates().makeAsyncIterator()
+        #expect(await updates.next() == .connected)
+        #expect(await updates.next() == .counts(InboxCounts(unread: 1, unseen: 1)))
+        #expect(await updates.next() == .connected, "no disconnect and no wait in between")
+        #expect(await updates.next() == .counts(InboxCounts(unread: 0, unseen: 0)))
+        #expect(transport.requests.map { $0.headers["Authorization"] } == ["Bearer t1", "Bearer t2"])
+        #expect(transport.requests.last?.header("Last-Event-ID") == "abc-3")
+        #expect(clock.sleeperCount == 0)
+    }
+
+    @Test("a token provider that hands out the expired token again gets backoff, not a tight loop")
+    func expiredAgain() async throws {
+        let transport = FakeTransport()
+        transport.streamHandler = { _ in
+            let (stream, continuation) = AsyncThrowingStream.makeStream(of: Data.self)
+            continuation.yield(Data("event: token_expired\ndata: {}\n\n".utf8))
+            continuation.finish()
+            return (200, stream)
+        }
+        let stale = ClosureTokenProvider { _ in "stale" }
+        var updates = client(transport, tokens: stale).inbox.updates().makeAsyncIterator()
+        #expect(await updates.next() == .connected)
+        #expect(await updates.next() == .connected, "the first expiry reconnects at once")
+        guard case .disconnected(let error, _) = await updates.next() else {
+            Issue.record("expected a disconnect")
+            return
+        }
+        #expect(error.status == 401)
     }
 
     @Test(

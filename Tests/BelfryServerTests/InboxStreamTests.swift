@@ -78,6 +78,27 @@ struct InboxStreamTests {
         await app.server.shutdown()
     }
 
+    @Test("a stream ends when its token expires, saying so; the token then opens nothing")
+    func tokenExpiry() async throws {
+        try await withBelfry(.sqlite) { app in
+            try await Self.serving(app) { port, client in
+                _ = try await app.userToken("ada")
+                let user = try #require(try await UserModel.query(on: app.db).first())
+                let minted = try await app.belfry.tokens.mint(
+                    userID: try user.requireID(), externalID: "ada", now: Date(), lifetime: 2)
+                let (response, stream) = try await Self.open(port, token: minted.token, client: client)
+                #expect(response.status == .ok)
+                #expect(try await stream.next()?.name == "counts")
+                let expired = try await stream.next(within: 10)
+                #expect(expired?.name == "token_expired")
+                #expect(expired?.data.contains("expired_at") == true)
+                #expect(try await stream.next(within: 10) == nil, "the stream ended")
+                let (again, _) = try await Self.open(port, token: minted.token, client: client)
+                #expect(again.status == .unauthorized)
+            }
+        }
+    }
+
     @Test(
         "a new notification and the new counts reach an open stream within a second", arguments: TestDatabase.allCases)
     func liveDelivery(database: TestDatabase) async throws {

@@ -126,13 +126,17 @@ public final class Inbox: Sendable {
 
     /// The live stream (`GET /v1/me/stream`): connects, reconnects with backoff after a loss
     /// (sending `Last-Event-ID`, so missed events of the last minutes are replayed), and ends
-    /// when the consumer stops iterating.
+    /// when the consumer stops iterating. The server ends a stream when its token expires
+    /// (`token_expired`); the stream then reconnects at once with a refreshed token.
     public func updates() -> AsyncStream<InboxUpdate> {
         let (stream, continuation) = AsyncStream<InboxUpdate>.makeStream(bufferingPolicy: .bufferingNewest(256))
         let task = Task { [api, maxReconnectDelay] in
             var lastEventID: String?
             var failures = 0
             var refresh = false
+            // The token of the last stream that ended with it: a provider that hands it out again
+            // gets backoff, not a tight loop.
+            var expiredToken: String?
             while !Task.isCancelled {
                 var parser = EventStreamParser()
                 var error: BelfryClientError
@@ -152,11 +156,28 @@ public final class Inbox: Sendable {
                     }
                     failures = 0
                     continuation.yield(.connected)
-                    for try await chunk in chunks {
+                    var tokenExpired = false
+                    chunks: for try await chunk in chunks {
                         for event in parser.feed(chunk) {
+                            // The stream ends with its token: reconnect at once with a new one.
+                            if event.event == "token_expired" {
+                                tokenExpired = true
+                                break chunks
+                            }
                             if let update = Self.update(from: event) { continuation.yield(update) }
                         }
                         lastEventID = parser.lastEventID ?? lastEventID
+                    }
+                    if tokenExpired {
+                        lastEventID = parser.lastEventID ?? lastEventID
+                        refresh = true
+                        if token != expiredToken {
+                            expiredToken = token
+                            continue
+                        }
+                        throw BelfryClientError(
+                            code: .unauthorized, message: "the token provider gave the expired token again", status: 401
+                        )
                     }
                     error = BelfryClientError(code: .network, message: "the stream ended")
                 } catch let failure as BelfryClientError {

@@ -47,6 +47,11 @@ extension Request {
     /// - Parameter allowingQueryToken: also accept the token as a `token` query parameter, for
     ///   browsers' EventSource, which cannot send headers. Request logs show paths only, not queries.
     func requireUser(allowingQueryToken: Bool = false) async throws -> UserModel {
+        try await requireUserToken(allowingQueryToken: allowingQueryToken).user
+    }
+
+    /// Like `requireUser`, with the time the token expires, for a stream that must end then.
+    func requireUserToken(allowingQueryToken: Bool = false) async throws -> (user: UserModel, expiresAt: Date) {
         let principal: Principal
         if allowingQueryToken, headers.bearerAuthorization == nil, let token = query[String.self, at: "token"] {
             principal = try await self.principal(for: token)
@@ -58,7 +63,7 @@ extension Request {
                 .forbidden,
                 "this endpoint acts as one user: send a user token (POST /v1/users/{user_id}/tokens), not an API key")
         }
-        return try await user(for: subject)
+        return (try await user(for: subject), subject.expiresAt)
     }
 
     /// Requires an API key, or a user token of the user named in the path.

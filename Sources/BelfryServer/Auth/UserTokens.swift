@@ -32,6 +32,8 @@ struct UserTokens: Sendable {
     struct Subject: Sendable, Hashable {
         var userID: UUID
         var externalID: String
+        /// When the token stops being valid: a stream it opened ends then.
+        var expiresAt: Date
     }
 
     enum Failure: Error {
@@ -74,6 +76,6 @@ struct UserTokens: Sendable {
             throw .expired
         }
         guard let userID = UUID(uuidString: payload.uid) else { throw .malformed }
-        return Subject(userID: userID, externalID: payload.sub.value)
+        return Subject(userID: userID, externalID: payload.sub.value, expiresAt: payload.exp.value)
     }
 }

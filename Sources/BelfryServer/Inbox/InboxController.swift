@@ -115,7 +115,7 @@ extension InboxController {
     /// parameter. A `counts` event comes first; `Last-Event-ID` replays what a reconnecting
     /// client missed in the last few minutes; a comment every 15 s keeps proxies from closing it.
     @Sendable func stream(req: Request) async throws -> Response {
-        let user = try await req.requireUser(allowingQueryToken: true)
+        let (user, expiresAt) = try await req.requireUserToken(allowingQueryToken: true)
         let userID = try user.requireID()
         let context = req.belfry
         // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
@@ -151,7 +151,16 @@ extension InboxController {
                         try await writer.writeBuffer(ByteBuffer(string: ": heartbeat\n\n"))
                     }
                 }
-                // Ends when the client goes (a write fails) or the server shuts down (the events end).
+                // A stream lives no longer than the token that opened it: it says so and ends,
+                // and the client reconnects with a new token.
+                group.addTask {
+                    try await Task.sleep(for: .seconds(max(0, expiresAt.timeIntervalSince(context.now()))))
+                    let expired = String(
+                        decoding: try Response.jsonEncoder.encode(["expired_at": expiresAt]), as: UTF8.self)
+                    try await writer.writeBuffer(ByteBuffer(string: "event: token_expired\ndata: \(expired)\n\n"))
+                }
+                // Ends when the client goes (a write fails), the server shuts down (the events
+                // end) or the token expires.
                 _ = try? await group.next()
                 group.cancelAll()
             }

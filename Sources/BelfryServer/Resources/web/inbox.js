@@ -220,7 +220,7 @@
   }
 
   // Live updates. EventSource cannot send headers, so the page's token goes in the address;
-  // when it has expired the stream is refused, and a new token opens it again.
+  // the stream ends when that token expires, and a new token opens it again.
   let source = null;
   let retryDelay = 1000;
   function connect() {
@@ -233,6 +233,12 @@
       Belfry.toast(`New notification: ${item.title}`);
     });
     source.addEventListener("notification.updated", (event) => place(JSON.parse(event.data)));
+    // The stream ends when its token expires: open it again at once with a new one.
+    source.addEventListener("token_expired", async () => {
+      source.close();
+      try { await Belfry.refreshToken(); } catch { /* the next round of the error handler retries */ }
+      connect();
+    });
     source.addEventListener("error", () => {
       // CONNECTING: the browser retries by itself. CLOSED: refused (an expired token, say).
       document.body.dataset.stream = source.readyState === EventSource.CLOSED ? "closed" : "connecting";
