@@ -3,17 +3,44 @@
 Usage: webhook_receiver.py SECRET STATUSES LOG
 Listens on 127.0.0.1 on a free port and prints "listening PORT". Answers the n-th POST with
 the n-th entry of STATUSES (comma-separated; the last one repeats; "503+120" adds
-"Retry-After: 120"). Checks each request's Belfry-Signature with Python's hmac and appends
-one JSON line per request to LOG: {"valid": bool, "delivery": ..., "body": {...}}.
+"Retry-After: 120"). STATUSES "flaky:P:SEED" instead answers P % of requests, at random, with
+500 or with 429 and "Retry-After: 1", and the rest with 200; no delivery is failed more than
+four times in a row, so that its attempt limit is never what the test measures. Checks each
+request's Belfry-Signature with Python's hmac and appends one JSON line per request to LOG:
+{"valid": bool, "delivery": ..., "body": {...}}. Requests are served concurrently.
 """
 import hashlib
 import hmac
 import json
+import random
 import sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 secret, statuses, log_path = sys.argv[1].encode(), sys.argv[2].split(","), sys.argv[3]
 count = 0
+lock = threading.Lock()
+flaky = statuses[0].startswith("flaky:")
+if flaky:
+    _, percent, seed = statuses[0].split(":")
+    chance = int(percent) / 100
+    generator = random.Random(int(seed))
+failures_in_a_row = {}
+
+
+def answer_for(delivery):
+    """The next answer, as "STATUS" or "STATUS+RETRY_AFTER"; called under the lock."""
+    global count
+    if not flaky:
+        entry = statuses[min(count, len(statuses) - 1)]
+        count += 1
+        return entry
+    failed = failures_in_a_row.get(delivery, 0)
+    if failed < 4 and generator.random() < chance:
+        failures_in_a_row[delivery] = failed + 1
+        return generator.choice(["500", "429+1"])
+    failures_in_a_row[delivery] = 0
+    return "200"
 
 
 def signature_is_valid(header, body):
@@ -26,18 +53,17 @@ def signature_is_valid(header, body):
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
-        global count
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        entry = statuses[min(count, len(statuses) - 1)]
-        count += 1
-        status, _, retry_after = entry.partition("+")
-        with open(log_path, "a") as log:
-            log.write(json.dumps({
-                "valid": signature_is_valid(self.headers.get("Belfry-Signature", ""), body),
-                "delivery": self.headers.get("Belfry-Delivery"),
-                "answered": int(status),
-                "body": json.loads(body),
-            }) + "\n")
+        delivery = self.headers.get("Belfry-Delivery")
+        with lock:
+            status, _, retry_after = answer_for(delivery).partition("+")
+            with open(log_path, "a") as log:
+                log.write(json.dumps({
+                    "valid": signature_is_valid(self.headers.get("Belfry-Signature", ""), body),
+                    "delivery": delivery,
+                    "answered": int(status),
+                    "body": json.loads(body),
+                }) + "\n")
         self.send_response(int(status))
         if retry_after:
             self.send_header("Retry-After", retry_after)
@@ -49,6 +75,6 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-server = HTTPServer(("127.0.0.1", 0), Handler)
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 print(f"listening {server.server_address[1]}", flush=True)
 server.serve_forever()
