@@ -1,10 +1,12 @@
 import BelfryCore
-import BelfryServer
 import BelfryTestSupport
 import Foundation
+import SQLKit
 import Testing
 import Vapor
 import VaporTesting
+
+@testable import BelfryServer
 
 @Suite("Users, tokens and authentication")
 struct UsersAndAuthTests {
@@ -77,6 +79,89 @@ struct UsersAndAuthTests {
                 .PUT, "/v1/users/ada", bearer: testAPIKey, rawBody: #"{"emial": "ada@example.org"}"#)
             #expect(typo.status == .unprocessableEntity)
             #expect(typo.errorMessage?.hasPrefix(#"unknown field "emial"; this request takes email, locale"#) == true)
+        }
+    }
+
+    @Test(
+        "DELETE erases everything stored about the user: devices, inbox, deliveries, answers, pending events",
+        arguments: TestDatabase.allCases)
+    func eraseEverything(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock, webhook: receiver.webhook) { app in
+            let ada = try await app.userToken("ada", tenants: ["enwiki"])
+            let bob = try await app.userToken("bob")
+            for token in [ada, bob] {
+                #expect(
+                    try await app.send(
+                        .PATCH, "/v1/me/preferences/categories/mention", bearer: token, json: ["preference": "opt_in"]
+                    ).status == .ok)
+                #expect(
+                    try await app.send(
+                        .POST, "/v1/me/devices", bearer: token,
+                        json: DevicesAPITests.registration(
+                            token == ada ? DevicesAPITests.token : String(repeating: "cd", count: 32))
+                    ).status.code < 300)
+            }
+            // An inbox item answered with an action, push, email and webhook deliveries with attempts.
+            _ = try await InboxAPITests.notify(app, ["ada", "bob"], title: "Talk", category: "edit-user-talk")
+            _ = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            _ = try await app.deliveryQueue?.runOnce()
+            let item = try #require(try await InboxAPITests.page(app, ada).notifications.first { $0.title == "Talk" })
+            #expect(
+                try await app.send(.POST, "/v1/me/notifications/\(item.id)/actions/mark-read", bearer: ada).status
+                    .code < 300)
+            // An event not fanned out yet names ada too.
+            let later = EventRequest(
+                category: "mention", recipients: ["ada", "bob"], content: .init(title: "Later", body: "b"),
+                schedule: .init(delaySeconds: 3600))
+            let pending = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: later)
+                .decode(EventAccepted.self).eventID
+
+            let adaID = try await WebPagesTests.userID(app, "ada")
+            let bobID = try await WebPagesTests.userID(app, "bob")
+            func rows(_ table: String, _ column: String = "user_id", of id: UUID) async throws -> Int {
+                try await app.db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from(table)
+                    .where(SQLColumn(column), .equal, SQLBind(id)).first()?.decode(column: "n", as: Int.self) ?? -1
+            }
+            func linked(_ table: String, via column: String, to parent: String, of id: UUID) async throws -> Int {
+                try await app.db.sql.raw(
+                    "SELECT COUNT(*) AS n FROM \(unsafeRaw: table) WHERE \(unsafeRaw: column) IN (SELECT id FROM \(unsafeRaw: parent) WHERE user_id = \(bind: id))"
+                ).first()?.decode(column: "n", as: Int.self) ?? -1
+            }
+            func stored(_ id: UUID) async throws -> [String: Int] {
+                [
+                    "preference_sets": try await rows("preference_sets", of: id),
+                    "user_tenants": try await rows("user_tenants", of: id),
+                    "devices": try await rows("devices", of: id),
+                    "notifications": try await rows("notifications", of: id),
+                    "deliveries": try await rows("deliveries", of: id),
+                    "delivery_attempts": try await linked(
+                        "delivery_attempts", via: "delivery_id", to: "deliveries", of: id),
+                    "notification_actions": try await linked(
+                        "notification_actions", via: "notification_id", to: "notifications", of: id),
+                ]
+            }
+            let before = try await stored(adaID)
+            #expect(before.values.allSatisfy { $0 > 0 }, "the test stores something in each table: \(before)")
+            let bobBefore = try await stored(bobID)
+
+            #expect(try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status == .noContent)
+            let after = try await stored(adaID)
+            #expect(after.values.allSatisfy { $0 == 0 }, "\(after)")
+            let recipients = try await app.db.sql.select().column("position").from("event_recipients")
+                .where("external_id", .equal, "ada").all()
+            #expect(recipients.isEmpty)
+            #expect(try await stored(bobID) == bobBefore, "bob keeps everything")
+
+            // The pending event reaches bob alone, and does not bring ada back.
+            clock.advance(by: 3601)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            let status = try await app.send(.GET, "/v1/events/\(pending)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.state == .done)
+            #expect(status.notifications == 1)
+            #expect(try await app.send(.GET, "/v1/users/ada", bearer: testAPIKey).status == .notFound)
         }
     }
 

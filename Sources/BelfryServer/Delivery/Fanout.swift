@@ -104,10 +104,13 @@ struct Fanout: Sendable {
             try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
         }
         let acceptedAt = try event.decode(column: "created_at", as: Date.self)
-        let recipients = try await sql.select().column("external_id").from("event_recipients")
+        let rows = try await sql.select().columns("position", "external_id").from("event_recipients")
             .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
             .orderBy("position").limit(Self.batchSize).all()
-            .map { try $0.decode(column: "external_id", as: String.self) }
+        let recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
+        // Positions below the cursor are done. They are dense unless a user was erased since
+        // (their rows go with them), so the cursor follows the last position read.
+        let cursor = try rows.last.map { try $0.decode(column: "position", as: Int.self) + 1 } ?? total
 
         guard let category = workspace.category(categoryID) else {
             // The workspace no longer has this category: say so on the event rather than drop it.
@@ -231,9 +234,9 @@ struct Fanout: Sendable {
                 }
             }
         }
-        let done = processed + recipients.count >= total || recipients.isEmpty
+        let done = cursor >= total || recipients.isEmpty
         try await sql.update("events")
-            .set("processed", to: processed + recipients.count)
+            .set("processed", to: cursor)
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
             .where("id", .equal, eventID)
             .run()
