@@ -18,7 +18,8 @@ public struct TestCertificateAuthority: Sendable {
     public init() throws {
         let now = Date()
         let authorityKey = P256.Signing.PrivateKey()
-        let authorityName = try DistinguishedName { CommonName("Belfry Test CA") }
+        // A name of its own: a client trusting two test servers' authorities finds each by name.
+        let authorityName = try DistinguishedName { CommonName("Belfry Test CA \(UUID().uuidString.prefix(8))") }
         let authority = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(authorityKey.publicKey),
             notValidBefore: now.addingTimeInterval(-3600), notValidAfter: now.addingTimeInterval(30 * 86_400),

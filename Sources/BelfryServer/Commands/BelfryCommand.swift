@@ -40,10 +40,11 @@ extension ServerConfiguration {
     }
 }
 
-/// Logging to standard error at the configured level. Each process runs one command, so this runs once.
+/// Logging to standard error at the configured level, with credentials redacted. Each process
+/// runs one command, so this runs once.
 private func bootstrapLogging(_ level: Logger.Level) {
     LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
+        var handler = RedactingLogHandler(base: StreamLogHandler.standardError(label: label))
         handler.logLevel = level
         return handler
     }

@@ -1,0 +1,52 @@
+import Logging
+
+/// Writes log lines through `base` with credentials blanked out, whoever logged them. Belfry's
+/// own messages never carry one, but a framework logging at trace level may: Vapor writes each
+/// request head, `Authorization` header and query string included.
+struct RedactingLogHandler: LogHandler {
+    var base: any LogHandler
+
+    var logLevel: Logger.Level {
+        get { base.logLevel }
+        set { base.logLevel = newValue }
+    }
+
+    var metadata: Logger.Metadata {
+        get { base.metadata }
+        set { base.metadata = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { base[metadataKey: key] }
+        set { base[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        event.message = Logger.Message(stringLiteral: Self.redact(event.message.description))
+        event.metadata = event.metadata?.mapValues { Self.redact($0) }
+        base.log(event: event)
+    }
+
+    private static func redact(_ value: Logger.Metadata.Value) -> Logger.Metadata.Value {
+        switch value {
+        case .string(let text): .string(redact(text))
+        case .stringConvertible(let convertible): .string(redact(convertible.description))
+        case .array(let values): .array(values.map(redact))
+        case .dictionary(let values): .dictionary(values.mapValues(redact))
+        }
+    }
+
+    /// `text` with bearer credentials, `token` query values and anything shaped like a JWT
+    /// replaced by `[redacted]`.
+    static func redact(_ text: String) -> String {
+        // Most lines hold none of these: leave them untouched, cheaply.
+        guard text.contains("earer") || text.contains("token=") || text.contains("eyJ") || text.contains("vapid")
+        else { return text }
+        var text = text
+        text.replace(/(?i)(bearer|basic|vapid)\s+[^\s;,"]+/) { match in "\(match.output.1) [redacted]" }
+        text.replace(/(?i)([?&]token=)[^&\s"]+/) { match in "\(match.output.1)[redacted]" }
+        text.replace(/eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/) { _ in "[redacted]" }
+        return text
+    }
+}

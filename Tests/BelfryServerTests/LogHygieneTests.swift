@@ -1,0 +1,151 @@
+import BelfryCore
+import BelfryTestServers
+import BelfryTestSupport
+import Crypto
+import Foundation
+import Testing
+
+@testable import BelfryServer
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Everything a real `belfry serve` logged, at its most talkative level, while it used every
+/// secret it has: none of them may be in it.
+@Suite("Log hygiene", .serialized)
+struct LogHygieneTests {
+    @Test("a server run at trace level logs none of its secrets, keys, tokens or push addresses")
+    func noSecretsLogged() async throws {
+        let apns = try await APNsTestServer(records: false)
+        let webPush = try await WebPushTestEndpoint(records: false)
+        let receiver = try await WebhookReceiver(answers: "200")
+        let directory = try CommandLineTests.temporaryDirectory()
+        defer {
+            receiver.stop()
+            try? FileManager.default.removeItem(at: directory)
+        }
+        let apiKey = "log-test-api-key-\(UUID().uuidString)"
+        let tokenSecret = "log-test-token-secret-\(UUID().uuidString)"
+        let vapid = P256.Signing.PrivateKey()
+        let files = [
+            ("apns.p8", apns.keyPEM), ("vapid.pem", vapid.pemRepresentation),
+            ("ca.pem", apns.authority.certificatePEM + "\n" + webPush.authority.certificatePEM),
+        ]
+        for (name, text) in files { try Data(text.utf8).write(to: directory.appendingPathComponent(name)) }
+        let environment = [
+            "BELFRY_API_KEY": apiKey, "BELFRY_TOKEN_SECRET": tokenSecret, "BELFRY_LOG_LEVEL": "trace",
+            "DATABASE_URL": "", "BELFRY_CONFIG": "",
+            "BELFRY_WEBHOOK_URL": receiver.url, "BELFRY_WEBHOOK_SECRET": WebhookReceiver.secret,
+            "BELFRY_APNS_KEY_PATH": directory.appendingPathComponent("apns.p8").path,
+            "BELFRY_APNS_KEY_ID": apns.keyID, "BELFRY_APNS_TEAM_ID": apns.teamID,
+            "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_APNS_URL": apns.url,
+            "BELFRY_EXTRA_CA_FILE": directory.appendingPathComponent("ca.pem").path,
+            "BELFRY_VAPID_SUBJECT": "mailto:ops@example.org",
+            "BELFRY_VAPID_PRIVATE_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
+        ]
+        let database = directory.appendingPathComponent("belfry.sqlite").path
+        let server = try BackgroundProcess(
+            CommandLineTests.executable, ["serve", "--port", "0", "--database", database], environment: environment)
+        var log = ""
+        var userToken = ""
+        let deviceToken = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let subscriber = webPush.subscribe("ada")
+        do {
+            let started = try await server.waitForOutput(containing: "Belfry listening on ")
+            let port = try #require(started.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
+            let base = "http://127.0.0.1:\(port)"
+            func call(
+                _ method: String, _ path: String, bearer: String? = apiKey, json: String? = nil
+            ) async throws
+                -> (status: Int, body: String)
+            {
+                try await CommandLineTests.request(method, base + path, bearer: bearer, json: json)
+            }
+
+            #expect(try await call("PUT", "/v1/users/ada", json: #"{"email": "ada@example.org"}"#).status == 201)
+            let minted = try await call("POST", "/v1/users/ada/tokens")
+            userToken = try JSONDecoder.iso8601.decode(TokenGrant.self, from: Data(minted.body.utf8)).token
+            let apnsDevice = try String(
+                decoding: JSONEncoder().encode(DevicesAPITests.registration(deviceToken)), as: UTF8.self)
+            #expect(try await call("POST", "/v1/me/devices", bearer: userToken, json: apnsDevice).status == 201)
+            let subscription = try String(
+                decoding: JSONEncoder().encode(
+                    DeviceRegistration(
+                        platform: .webPush,
+                        subscription: .init(
+                            endpoint: subscriber.endpoint,
+                            keys: .init(p256dh: subscriber.p256dh, auth: subscriber.auth)))), as: UTF8.self)
+            #expect(try await call("POST", "/v1/me/devices", bearer: userToken, json: subscription).status == 201)
+
+            let event = #"{"category": "login-fail", "recipients": ["ada"], "content": {"title": "T", "body": "B"}}"#
+            let accepted = try await call("POST", "/v1/events", json: event)
+            let id = try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID
+            var status: EventStatus?
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                let answer = try await call("GET", "/v1/events/\(id)")
+                status = try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(answer.body.utf8))
+                let pending = status?.deliveries.values.contains { $0["queued"] != nil || $0["running"] != nil }
+                if status?.state == .done, pending == false { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(status?.deliveries["ios_push"] == ["sent": 1], "\(status?.deliveries ?? [:])")
+            #expect(status?.deliveries["web_push"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
+            #expect(status?.deliveries["webhook"] == ["sent": 1])
+
+            // The token in the places a client puts it: a header, a stream's query, a sign-in link.
+            _ = try await call("GET", "/v1/me/notifications", bearer: userToken)
+            _ = try await call("GET", "/preferences?token=\(userToken)", bearer: nil)
+            _ = try await call("GET", "/v1/me/notifications", bearer: userToken + "x")
+            _ = try await call("GET", "/v1/events/\(id)", bearer: apiKey + "x")
+            var stream = URLRequest(url: try #require(URL(string: "\(base)/v1/me/stream?token=\(userToken)")))
+            stream.timeoutInterval = 2
+            _ = try? await URLSession.shared.data(for: stream)
+
+            log = server.output
+            server.terminate()
+        } catch {
+            server.terminate()
+            throw error
+        }
+        await apns.shutdown()
+        await webPush.shutdown()
+
+        #expect(log.contains("event accepted"), "the run did log: \(log.count) characters")
+        let pemLines = { (pem: String) in
+            pem.split(separator: "\n").filter { !$0.hasPrefix("-----") && $0.count >= 16 }.map(String.init)
+        }
+        var secrets: [(String, String)] = [
+            ("the API key", apiKey), ("the token secret", tokenSecret), ("the webhook secret", WebhookReceiver.secret),
+            ("the device token", deviceToken), ("the Web Push endpoint", subscriber.endpoint),
+            ("the subscription's p256dh key", subscriber.p256dh), ("the subscription's auth secret", subscriber.auth),
+        ]
+        // A user token's signature is what makes it a credential.
+        secrets.append(("a user token", String(userToken.split(separator: ".").last ?? "")))
+        secrets += pemLines(apns.keyPEM).map { ("the APNs key", $0) }
+        secrets += pemLines(vapid.pemRepresentation).map { ("the VAPID key", $0) }
+        for (name, secret) in secrets {
+            #expect(!log.contains(secret), "\(name) is in the log")
+        }
+        #expect(
+            log.firstMatch(of: /eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}/) == nil,
+            "no JWT (user token, APNs provider token or VAPID token) is in the log")
+    }
+
+    @Test("redaction blanks bearer credentials, token query values and JWTs, and leaves the rest")
+    func redaction() {
+        let jwt = "eyJ0eXAiOiJKV1QifQ.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJl"
+        let cases = [
+            ("headers: Authorization: Bearer sk-123; Host: x", "headers: Authorization: Bearer [redacted]; Host: x"),
+            ("authorization: bearer \(jwt)", "authorization: bearer [redacted]"),
+            ("uri: \"/v1/me/stream?token=\(jwt)&x=1\"", "uri: \"/v1/me/stream?token=[redacted]&x=1\""),
+            ("Authorization: vapid t=\(jwt), k=BPub", "Authorization: vapid [redacted], k=BPub"),
+            ("a token \(jwt) in text", "a token [redacted] in text"),
+            ("GET /v1/events/01A2 answered 200", "GET /v1/events/01A2 answered 200"),
+        ]
+        for (line, redacted) in cases {
+            #expect(RedactingLogHandler.redact(line) == redacted)
+        }
+    }
+}
