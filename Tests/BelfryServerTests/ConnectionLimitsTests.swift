@@ -75,10 +75,12 @@ struct ConnectionLimitsTests {
 
     @Test("a body announced and never sent gets a 408, and the idle connection is closed")
     func unfinishedBody() async throws {
+        // The idle timeout well past the deadline, so that the 408 is what a slow, loaded machine
+        // still sees first.
         try await withBelfry(
             .sqlite,
             settings: {
-                $0.requestTimeout = 1; $0.idleTimeout = 2
+                $0.requestTimeout = 1; $0.idleTimeout = 15
             }
         ) { app in
             try await InboxStreamTests.serving(app) { port, _ in
@@ -92,11 +94,11 @@ struct ConnectionLimitsTests {
                     clients.append(client)
                 }
                 for client in clients {
-                    #expect(await client.waitUntilClosed(within: 20), "closed by the server")
+                    #expect(await client.waitUntilClosed(within: 40), "closed by the server")
                     #expect(client.received.hasPrefix("HTTP/1.1 408"), "\(client.received.prefix(80))")
                     #expect(client.received.contains("request_timeout"))
                 }
-                #expect(Date().timeIntervalSince(started) < 20)
+                #expect(Date().timeIntervalSince(started) < 60)
             }
         }
     }

@@ -85,7 +85,7 @@ struct InboxStreamTests {
                 _ = try await app.userToken("ada")
                 let user = try #require(try await UserModel.query(on: app.db).first())
                 let minted = try await app.belfry.tokens.mint(
-                    userID: try user.requireID(), externalID: "ada", now: Date(), lifetime: 2)
+                    userID: try user.requireID(), externalID: "ada", now: Date(), lifetime: 5)
                 let (response, stream) = try await Self.open(port, token: minted.token, client: client)
                 #expect(response.status == .ok)
                 #expect(try await stream.next()?.name == "counts")
