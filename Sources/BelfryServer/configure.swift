@@ -142,7 +142,7 @@ public func configure(
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
         providers: try deliveryProviders(app, settings, database: db), now: now, jitter: options.jitter,
-        logger: app.logger)
+        logger: app.logger, lease: TimeInterval(settings.deliveryLease))
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()

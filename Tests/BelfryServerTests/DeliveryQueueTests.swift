@@ -14,13 +14,14 @@ final class WebhookReceiver: Sendable {
     let url: String
     let log: String
 
-    init(answers: String, secret: String = WebhookReceiver.secret) async throws {
+    init(answers: String, secret: String = WebhookReceiver.secret, delayMilliseconds: Int = 0) async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("Support/webhook_receiver.py").path
         log =
             FileManager.default.temporaryDirectory.appendingPathComponent("belfry-webhook-\(UUID().uuidString).jsonl")
             .path
-        process = try BackgroundProcess("/usr/bin/env", ["python3", script, secret, answers, log])
+        process = try BackgroundProcess(
+            "/usr/bin/env", ["python3", script, secret, answers, log, String(delayMilliseconds)])
         let output = try await process.waitForOutput(containing: "listening ")
         let port = try #require(output.firstMatch(of: /listening (\d+)/)).output.1
         url = "http://127.0.0.1:\(port)/hooks/belfry"

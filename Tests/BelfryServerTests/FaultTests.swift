@@ -56,3 +56,102 @@ struct FaultTests {
         }
     }
 }
+
+/// Two `belfry serve` processes on one PostgreSQL, as a team runs them behind a load balancer.
+@Suite("Faults: two instances on one PostgreSQL", .serialized)
+struct TwoInstanceTests {
+    static let key = "two-instance-key-0123456789abcdef"
+
+    static func start(
+        database: String, webhook: ServerConfiguration.Webhook
+    ) async throws -> (BackgroundProcess, String) {
+        let environment = [
+            "BELFRY_API_KEY": Self.key, "DATABASE_URL": "", "BELFRY_CONFIG": "", "BELFRY_WEBHOOK_URL": webhook.url,
+            "BELFRY_WEBHOOK_SECRET": webhook.secret, "BELFRY_DELIVERY_LEASE": "3",
+        ]
+        let server = try BackgroundProcess(
+            CommandLineTests.executable, ["serve", "--port", "0", "--database", database], environment: environment)
+        do {
+            let output = try await server.waitForOutput(containing: "Belfry listening on ")
+            let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
+            return (server, "http://127.0.0.1:\(port)")
+        } catch {
+            server.terminate()
+            throw error
+        }
+    }
+
+    static func trigger(_ base: String, recipients: Range<Int>, title: String) async throws -> UUID {
+        let users = recipients.map { "\"reader-\($0)\"" }.joined(separator: ",")
+        let event =
+            #"{"category": "login-fail", "recipients": [\#(users)], "content": {"title": "\#(title)", "body": "B"}}"#
+        let accepted = try await CommandLineTests.request("POST", "\(base)/v1/events", bearer: key, json: event)
+        #expect(accepted.status == 202, "\(accepted.body)")
+        return try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID
+    }
+
+    /// The event's status once its webhook deliveries are all sent, or the last one seen.
+    static func waitForWebhooks(
+        _ base: String, _ id: UUID, count: Int, seconds: Double = 90
+    ) async throws
+        -> EventStatus?
+    {
+        let deadline = Date().addingTimeInterval(seconds)
+        var status: EventStatus?
+        while Date() < deadline {
+            let answer = try await CommandLineTests.request("GET", "\(base)/v1/events/\(id)", bearer: key)
+            status = try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(answer.body.utf8))
+            if status?.deliveries["webhook"] == ["sent": count] { return status }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        return status
+    }
+
+    @Test(
+        "both fan out and deliver the same events: no notification or delivery twice; after kill -9 of one, the other finishes"
+    )
+    func twoInstances() async throws {
+        let receiver = try await WebhookReceiver(answers: "200", delayMilliseconds: 20)
+        defer { receiver.stop() }
+        try await withTestStorage(.postgres) { location in
+            guard case .postgres(let url) = location else { return }
+            let (first, firstBase) = try await Self.start(database: url, webhook: receiver.webhook)
+            let (second, secondBase) = try await Self.start(database: url, webhook: receiver.webhook)
+            defer { second.terminate() }
+
+            // Both at work on the same events, each accepted by one of them.
+            let one = try await Self.trigger(firstBase, recipients: 0..<300, title: "One")
+            let two = try await Self.trigger(secondBase, recipients: 300..<600, title: "Two")
+            for id in [one, two] {
+                let status = try await Self.waitForWebhooks(secondBase, id, count: 300)
+                #expect(status?.deliveries["webhook"] == ["sent": 300], "\(status?.deliveries ?? [:])")
+                #expect(status?.notifications == 300)
+            }
+            var entries = try receiver.entries()
+            var received: [String: Int] = [:]
+            for entry in entries { received[entry.delivery, default: 0] += 1 }
+            #expect(received.count == 600, "every delivery arrived")
+            #expect(received.values.allSatisfy { $0 == 1 }, "none twice: \(received.values.filter { $0 > 1 }.count)")
+            #expect(first.output.contains("belfry.delivery.id="), "the first instance delivered some")
+            #expect(second.output.contains("belfry.delivery.id="), "the second instance delivered some")
+
+            // One dies mid-delivery: the other takes over its claims once their lease ends.
+            let three = try await Self.trigger(firstBase, recipients: 600..<1_000, title: "Three")
+            let before = entries.count
+            let deadline = Date().addingTimeInterval(30)
+            while try receiver.entries().count < before + 40, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(first.terminate(signal: SIGKILL) == 128 + SIGKILL)
+            let status = try await Self.waitForWebhooks(secondBase, three, count: 400)
+            #expect(status?.deliveries["webhook"] == ["sent": 400], "\(status?.deliveries ?? [:])")
+            #expect(status?.notifications == 400)
+            entries = try receiver.entries()
+            let third = entries.dropFirst(before)
+            #expect(Set(third.map(\.delivery)).count == 400, "every delivery of the third event arrived")
+            // At least once: a delivery the dead instance had sent but not recorded is sent again,
+            // at most one per request it had in flight.
+            #expect(third.count - 400 <= 16, "\(third.count - 400) sent twice")
+        }
+    }
+}

@@ -28,6 +28,9 @@ public struct ServerConfiguration: Sendable {
     /// Seconds a connection may go without a byte either way before it is closed. Open
     /// streams send a heartbeat every 15 seconds, so this is at least 20.
     public var idleTimeout: Int
+    /// Seconds a worker holds the deliveries it claimed: those of a worker that died are
+    /// claimed again by another once this has passed.
+    public var deliveryLease: Int
     /// Days after which read or archived inbox notifications are purged.
     public var retentionDays: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
@@ -85,6 +88,7 @@ public struct ServerConfiguration: Sendable {
         maxBodySize: Int = 256 * 1024,
         requestTimeout: Int = 30,
         idleTimeout: Int = 60,
+        deliveryLease: Int = 120,
         retentionDays: Int = 90,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
@@ -105,6 +109,7 @@ public struct ServerConfiguration: Sendable {
         self.maxBodySize = maxBodySize
         self.requestTimeout = requestTimeout
         self.idleTimeout = idleTimeout
+        self.deliveryLease = deliveryLease
         self.retentionDays = retentionDays
         self.webhook = webhook
         self.apns = apns
@@ -133,7 +138,8 @@ public struct ServerConfiguration: Sendable {
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
         "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
-        "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "webhook_url", "webhook_secret",
+        "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "delivery_lease_seconds", "webhook_url",
+        "webhook_secret",
         "retention_days", "apns_key_path", "apns_key_id",
         "apns_team_id", "apns_topic", "apns_url", "extra_ca_file", "vapid_subject", "vapid_private_key_path",
         "webpush_allow_http_loopback",
@@ -241,6 +247,8 @@ public struct ServerConfiguration: Sendable {
             pick(env: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds") { parseInt($0, in: 1...3600) } ?? 30
         let idleTimeout =
             pick(env: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds") { parseInt($0, in: 20...86_400) } ?? 60
+        let deliveryLease =
+            pick(env: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds") { parseInt($0, in: 2...3600) } ?? 120
 
         let retentionDays =
             pick(env: "BELFRY_RETENTION_DAYS", file: "retention_days") { parseInt($0, in: 1...3650) } ?? 90
@@ -331,7 +339,8 @@ public struct ServerConfiguration: Sendable {
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
-            requestTimeout: requestTimeout, idleTimeout: idleTimeout, retentionDays: retentionDays, webhook: webhook,
+            requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
+            retentionDays: retentionDays, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP)
     }

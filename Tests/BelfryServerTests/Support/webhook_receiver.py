@@ -1,13 +1,14 @@
 """A webhook receiver for Belfry's tests, written independently of Belfry's Swift code.
 
-Usage: webhook_receiver.py SECRET STATUSES LOG
+Usage: webhook_receiver.py SECRET STATUSES LOG [DELAY_MS]
 Listens on 127.0.0.1 on a free port and prints "listening PORT". Answers the n-th POST with
 the n-th entry of STATUSES (comma-separated; the last one repeats; "503+120" adds
 "Retry-After: 120"). STATUSES "flaky:P:SEED" instead answers P % of requests, at random, with
 500 or with 429 and "Retry-After: 1", and the rest with 200; no delivery is failed more than
 four times in a row, so that its attempt limit is never what the test measures. Checks each
 request's Belfry-Signature with Python's hmac and appends one JSON line per request to LOG:
-{"valid": bool, "delivery": ..., "body": {...}}. Requests are served concurrently.
+{"valid": bool, "delivery": ..., "body": {...}}. Requests are served concurrently, each
+answered after DELAY_MS milliseconds (0 unless given).
 """
 import hashlib
 import hmac
@@ -15,9 +16,11 @@ import json
 import random
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 secret, statuses, log_path = sys.argv[1].encode(), sys.argv[2].split(","), sys.argv[3]
+delay = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0
 count = 0
 lock = threading.Lock()
 flaky = statuses[0].startswith("flaky:")
@@ -55,6 +58,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         delivery = self.headers.get("Belfry-Delivery")
+        time.sleep(delay)
         with lock:
             status, _, retry_after = answer_for(delivery).partition("+")
             with open(log_path, "a") as log:
