@@ -57,6 +57,95 @@ struct FaultTests {
     }
 }
 
+/// Push services failing at random: each device still gets its notification, once.
+@Suite("Faults: flaky push services", .serialized)
+struct FlakyPushTests {
+    /// Failures before a success, as a service failing `chance` of requests at random gives
+    /// them, at most four in a row (the attempt limit is not what these tests measure).
+    static func failures(_ chance: Double, using generator: inout some RandomNumberGenerator) -> Int {
+        var count = 0
+        while count < 4, Double.random(in: 0..<1, using: &generator) < chance { count += 1 }
+        return count
+    }
+
+    /// Runs the queue, moving the clock past each backoff, until `channel` has `count` sent.
+    static func deliverAll(
+        _ app: Application, clock: TestClock, event: UUID, channel: String, count: Int
+    ) async throws -> EventStatus {
+        let worker = try #require(app.deliveryQueue)
+        for _ in 0..<60 {
+            while try await worker.runOnce() > 0 {}
+            let status = try await APNsChannelTests.status(app, event)
+            if status.deliveries[channel] == ["sent": count] { return status }
+            clock.advance(by: 120)
+        }
+        return try await APNsChannelTests.status(app, event)
+    }
+
+    @Test("APNs answering 500 or 429 to 30 % of requests at random: every device gets its push, once")
+    func flakyAPNs() async throws {
+        var generator = SystemRandomNumberGenerator()
+        let clock = TestClock()
+        try await APNsChannelTests.withAPNs(clock: clock) { app, server in
+            var tokens: [String] = []
+            var failed = 0
+            for index in 0..<40 {
+                let user = "reader-\(index)"
+                let token = String(format: "%064x", index + 1)
+                _ = try await APNsChannelTests.register(app, try await app.userToken(user), token: token)
+                let failures = Self.failures(0.3, using: &generator)
+                failed += failures
+                server.script(
+                    (0..<failures).map { _ in
+                        Bool.random(using: &generator)
+                            ? .failure(status: 500, reason: "InternalServerError")
+                            : .failure(status: 429, reason: "TooManyRequests")
+                    }, for: token)
+                tokens.append(token)
+            }
+            let event = try await DeliveryQueueTests.trigger(app, to: (0..<40).map { "reader-\($0)" })
+            let status = try await Self.deliverAll(app, clock: clock, event: event, channel: "ios_push", count: 40)
+            #expect(status.deliveries["ios_push"] == ["sent": 40], "\(status.deliveries)")
+            let received = server.received
+            #expect(received.filter { $0.status != 200 }.count == failed)
+            let delivered = received.filter { $0.status == 200 }
+            #expect(Set(delivered.map(\.deviceToken)) == Set(tokens), "every device")
+            #expect(delivered.count == tokens.count, "once each")
+            #expect(Set(delivered.compactMap { $0.headers["apns-id"] }).count == tokens.count)
+        }
+    }
+
+    @Test("a push service answering 500 or 429 with Retry-After to 30 % at random: every subscription gets one message")
+    func flakyWebPush() async throws {
+        var generator = SystemRandomNumberGenerator()
+        let clock = TestClock()
+        try await WebPushChannelTests.withWebPush(clock: clock) { app, endpoint in
+            var failed = 0
+            var endpoints: [String] = []
+            for index in 0..<40 {
+                let subscriber = endpoint.subscribe("reader-\(index)")
+                let registered = try await WebPushChannelTests.register(
+                    app, try await app.userToken("reader-\(index)"), subscriber)
+                #expect(registered.status.code < 300)
+                let failures = Self.failures(0.3, using: &generator)
+                failed += failures
+                endpoint.script(
+                    (0..<failures).map { _ in Bool.random(using: &generator) ? 500 : 429 }, for: subscriber)
+                endpoints.append(URL(string: subscriber.endpoint)?.path ?? "")
+            }
+            let event = try await DeliveryQueueTests.trigger(app, to: (0..<40).map { "reader-\($0)" })
+            let status = try await Self.deliverAll(app, clock: clock, event: event, channel: "web_push", count: 40)
+            #expect(status.deliveries["web_push"] == ["sent": 40], "\(status.deliveries)")
+            let received = endpoint.received
+            #expect(received.filter { $0.status >= 300 }.count == failed)
+            let delivered = received.filter { $0.status < 300 }
+            #expect(Set(delivered.map(\.path)) == Set(endpoints), "every subscription")
+            #expect(delivered.count == endpoints.count, "once each")
+            #expect(delivered.allSatisfy { $0.plaintext != nil }, "each one decrypts")
+        }
+    }
+}
+
 /// Two `belfry serve` processes on one PostgreSQL, as a team runs them behind a load balancer.
 @Suite("Faults: two instances on one PostgreSQL", .serialized)
 struct TwoInstanceTests {
