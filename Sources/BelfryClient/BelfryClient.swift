@@ -30,10 +30,12 @@ public final class BelfryClient {
     ///   - transport: sends requests; `URLSessionTransport` unless testing.
     ///   - clock: time for debounce, backoff and reconnects.
     ///   - store: keeps pending writes across launches; `UserDefaults` on Apple platforms, files elsewhere.
-    ///   - debounce: how long preference writes wait to be coalesced.
+    ///   - debounce: how long preference writes wait after the last change, to be coalesced.
+    ///   - maxWait: the longest a change waits while changes keep coming.
     public init(
         baseURL: URL, tokenProvider: any TokenProvider, transport: any HTTPTransport = URLSessionTransport(),
-        clock: any ClientClock = SystemClock(), store: (any KeyValueStore)? = nil, debounce: TimeInterval = 1
+        clock: any ClientClock = SystemClock(), store: (any KeyValueStore)? = nil, debounce: TimeInterval = 1,
+        maxWait: TimeInterval = 5
     ) {
         api = BelfryAPI(
             baseURL: baseURL, tokenProvider: tokenProvider, transport: transport, clock: clock,
@@ -41,7 +43,7 @@ public final class BelfryClient {
         let store = store ?? Self.defaultStore()
         self.store = store
         emitter = BelfryEmitter()
-        preferences = Preferences(api: api, store: store, emitter: emitter, debounce: debounce)
+        preferences = Preferences(api: api, store: store, emitter: emitter, debounce: debounce, maxWait: maxWait)
         inbox = Inbox(api: api)
     }
 

@@ -4,7 +4,7 @@ import Testing
 
 @testable import BelfryClient
 
-/// Seed 004's preference surface: optimistic updates, a 1 s debounce window, coalescing,
+/// Seed 004's preference surface: optimistic updates, a 1 s debounce (5 s at most), coalescing,
 /// rollback, stale writes, persisted replay and changes from other devices.
 @MainActor
 @Suite("BelfryClient preferences")
@@ -77,6 +77,65 @@ struct PreferencesTests {
         await belfry.preferences.settled()
         #expect(writes.count == 1)
         #expect(try changes(of: writes[0]) == [.channelInCategory(channel: "ios_push", category: "mention", .optOut)])
+    }
+
+    @Test("each change restarts the wait: a change at 0.95 s moves the write to 1.95 s")
+    func debounceRestarts() async throws {
+        let belfry = client()
+        _ = await belfry.preferences.getPreferences(args: .init(tenantId: "enwiki"))
+        _ = await belfry.preferences.updateCategoryPreference(category: "mention", preference: .optOut)
+        await clock.advance(by: 0.95)
+        _ = await belfry.preferences.updateChannelPreferenceInCategory(
+            channel: "ios_push", preference: .optOut, category: "mention")
+        await clock.advance(by: 0.99)
+        await belfry.preferences.settled()
+        #expect(writes.isEmpty, "a fixed window from the first change would have written at 1.0 s")
+        await clock.advance(by: 0.01)
+        await belfry.preferences.settled()
+        #expect(writes.count == 1, "written 1 s after the last change")
+        #expect(
+            try changes(of: writes[0]) == [
+                .category("mention", .optOut), .channelInCategory(channel: "ios_push", category: "mention", .optOut),
+            ])
+    }
+
+    @Test("endless toggling still writes: at most maxWait (5 s) after the first change, then 1 s after the last")
+    func maxWait() async throws {
+        let belfry = client()
+        _ = await belfry.preferences.getPreferences(args: .init(tenantId: "enwiki"))
+        var last = PreferenceOptions.optIn
+        // A toggle every half second for seven seconds, starting from the server's value (on).
+        for step in 0..<15 {
+            last = step.isMultiple(of: 2) ? .optIn : .optOut
+            _ = await belfry.preferences.updateChannelPreferenceInCategory(
+                channel: "ios_push", preference: last, category: "mention")
+            if step == 9 {
+                // 4.5 s in: the next half second reaches 5 s (quarters add up exactly).
+                await clock.advance(by: 0.25)
+                await belfry.preferences.settled()
+                #expect(writes.isEmpty, "nothing before 5 s")
+                await clock.advance(by: 0.25)
+                await belfry.preferences.settled()
+                #expect(writes.count == 1, "written at 5 s while the toggling goes on")
+                #expect(
+                    try changes(of: writes[0]) == [
+                        .channelInCategory(channel: "ios_push", category: "mention", .optOut)
+                    ], "the state at 5 s")
+            } else {
+                await clock.advance(by: 0.5)
+                await belfry.preferences.settled()
+            }
+        }
+        // The last toggle was at 7 s: the rest goes 1 s later.
+        #expect(writes.count == 1)
+        await clock.advance(by: 0.5)
+        await belfry.preferences.settled()
+        #expect(writes.count == 2)
+        #expect(
+            try changes(of: writes[1]) == [.channelInCategory(channel: "ios_push", category: "mention", last)])
+        #expect(
+            belfry.preferences.data?.category("mention")?.channels?.first { $0.channel == "ios_push" }?.preference
+                == last)
     }
 
     @Test("changes to different switches in one window go in one request")

@@ -26,8 +26,10 @@ public struct PreferenceAPIResponse: Sendable, Equatable {
 /// change them with the three `update…` methods.
 ///
 /// Updates are optimistic: `data` changes at once and the method returns it. The write goes
-/// out in the background: changes made within `debounce` (1 s) of the first are coalesced
-/// (the last value of each switch wins) into one `POST /v1/me/preferences/changes` per tenant.
+/// out in the background once the user has stopped changing things for `debounce` (1 s; each
+/// change starts the wait again), or at the latest `maxWait` (5 s) after the first change of a
+/// burst: the changes are coalesced (the last value of each switch wins) into one
+/// `POST /v1/me/preferences/changes` per tenant.
 /// When the server confirms, `preferencesUpdated` fires; when a write fails, the change is
 /// rolled back to the server's state and `preferencesError` fires. A write the server refuses
 /// as stale (someone else changed the preferences first, HTTP 412) is re-read and re-applied.
@@ -67,6 +69,8 @@ public final class Preferences {
     /// Changes sent and not yet answered.
     @ObservationIgnored private var inFlight: [String: [PreferenceChange]] = [:]
     @ObservationIgnored private var window: (task: Task<Void, Never>, deadline: Date)?
+    /// When the first change still waiting was made: the write goes out by `maxWait` after it.
+    @ObservationIgnored private var burstStarted: Date?
     /// The writes being sent; changes made meanwhile go out right after them.
     @ObservationIgnored private var sending: Task<Void, Never>?
 
@@ -74,15 +78,20 @@ public final class Preferences {
     @ObservationIgnored private let store: any KeyValueStore
     @ObservationIgnored private let emitter: BelfryEmitter
     @ObservationIgnored let debounce: TimeInterval
+    @ObservationIgnored let maxWait: TimeInterval
     static let storeKey = "belfry.preferences.pending.v2"
     /// Tries of a write the server keeps refusing as stale.
     static let maxStaleRetries = 3
 
-    init(api: BelfryAPI, store: any KeyValueStore, emitter: BelfryEmitter, debounce: TimeInterval) {
+    init(
+        api: BelfryAPI, store: any KeyValueStore, emitter: BelfryEmitter, debounce: TimeInterval,
+        maxWait: TimeInterval
+    ) {
         self.api = api
         self.store = store
         self.emitter = emitter
         self.debounce = debounce
+        self.maxWait = max(maxWait, debounce)
         if let saved = store.data(forKey: Self.storeKey), case let changes = PendingWrites.decode(saved),
             !changes.isEmpty
         {
@@ -143,6 +152,7 @@ public final class Preferences {
     public func flush() async {
         window?.task.cancel()
         window = nil
+        burstStarted = nil
         if let sending { await sending.value }
         await startSending()
     }
@@ -183,10 +193,18 @@ public final class Preferences {
         return result
     }
 
+    /// (Re)starts the wait: `debounce` from now, but no later than `maxWait` after the first
+    /// change of the burst, so that endless toggling still writes.
     private func openWindow() {
         hasPendingWrites = true
-        guard window == nil else { return }
-        let deadline = api.clock.now().addingTimeInterval(debounce)
+        let now = api.clock.now()
+        let started = burstStarted ?? now
+        burstStarted = started
+        let deadline = min(now.addingTimeInterval(debounce), started.addingTimeInterval(maxWait))
+        if let window {
+            guard window.deadline != deadline else { return }
+            window.task.cancel()
+        }
         let task = Task { [weak self, clock = api.clock] in
             do {
                 try await clock.sleep(until: deadline)
@@ -200,6 +218,7 @@ public final class Preferences {
 
     private func windowEnded() async {
         window = nil
+        burstStarted = nil
         await startSending()
     }
 
