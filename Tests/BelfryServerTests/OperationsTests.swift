@@ -20,11 +20,23 @@ struct OperationsTests {
         }
     }
 
-    @Test("GET /v1/config answers the workspace in force")
+    @Test("GET /v1/config answers the workspace in force, to an API key or a user token, with an ETag")
     func config() async throws {
         try await withBelfry(.sqlite) { app in
             let response = try await app.send(.GET, "/v1/config", bearer: testAPIKey)
             #expect(try response.decode(WorkspaceConfig.self) == .demo)
+            let etag = try #require(response.headers.first(name: .eTag))
+            let user = try await app.send(.GET, "/v1/config", bearer: try await app.userToken("ada"))
+            #expect(user.status == .ok, "apps read the categories to register them with the OS")
+            #expect(try user.decode(WorkspaceConfig.self) == .demo)
+            #expect(user.headers.first(name: .eTag) == etag)
+            let unchanged = try await app.send(.GET, "/v1/config", bearer: testAPIKey, headers: ["If-None-Match": etag])
+            #expect(unchanged.status == .notModified)
+            #expect(unchanged.body.readableBytes == 0)
+            // Nothing secret is in it: no server setting, key or URL.
+            for secret in [testAPIKey, "webhook_url", "secret", "vapid", "apns_key"] {
+                #expect(!user.body.string.contains(secret), "\(secret)")
+            }
         }
     }
 

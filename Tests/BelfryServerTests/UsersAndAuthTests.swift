@@ -230,7 +230,7 @@ struct UsersAndAuthTests {
                 (.POST, "/v1/users/ada/tokens", ada, .forbidden, "forbidden"),
                 (.GET, "/v1/users/bob/preferences", ada, .forbidden, "forbidden"),
                 (.GET, "/v1/config", nil, .unauthorized, "unauthorized"),
-                (.GET, "/v1/config", ada, .forbidden, "forbidden"),
+                (.GET, "/v1/config", ada + "x", .unauthorized, "invalid_token"),
             ]
             for (method, path, bearer, status, code) in cases {
                 let response = try await app.send(method, path, bearer: bearer)

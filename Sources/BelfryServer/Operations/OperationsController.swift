@@ -40,10 +40,19 @@ struct OperationsController: RouteCollection {
         return Response(status: .ok, headers: headers, body: .init(string: OpenAPIDocument.text))
     }
 
-    /// The workspace in force.
+    /// The workspace in force: channels, sections, categories (their actions and push hints)
+    /// and tenants, no secret among them, so any authenticated caller may read it. Apps read
+    /// it with a user token to register the categories and actions with the OS; the ETag lets
+    /// them keep a copy and ask again cheaply.
     @Sendable func config(req: Request) async throws -> Response {
-        try await req.requireServer()
-        return try Response.json(req.belfry.workspace)
+        _ = try await req.principal()
+        let etag = "\"\(req.belfry.workspaceFingerprint)\""
+        if let ifNoneMatch = req.headers.first(name: .ifNoneMatch),
+            PreferenceStore.matches(ifNoneMatch, current: etag)
+        {
+            return Response(status: .notModified, headers: ["ETag": etag])
+        }
+        return try Response.json(req.belfry.workspace, headers: ["ETag": etag])
     }
 }
 
