@@ -24,18 +24,12 @@ struct EndToEndTests {
         init(environment extra: [String: String] = [:]) async throws {
             directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-sdk-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-            let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-                .appendingPathComponent("belfry").path
-            process = try BackgroundProcess(
-                executable, ["serve", "--port", "0", "--database", directory.appendingPathComponent("b.sqlite").path],
+            let server = try await BelfryServeProcess.start(
+                database: directory.appendingPathComponent("b.sqlite").path,
                 environment: ["BELFRY_API_KEY": EndToEndTests.key, "DATABASE_URL": "", "BELFRY_CONFIG": ""]
                     .merging(extra) { _, new in new })
-            let output = try await process.waitForOutput(containing: "Belfry listening on ")
-            guard let port = output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)?.output.1 else {
-                process.terminate()
-                throw TestFailure("no port in:\n\(output)")
-            }
-            base = URL(string: "http://127.0.0.1:\(port)")!
+            process = server.process
+            base = URL(string: server.base)!
         }
 
         func stop() {

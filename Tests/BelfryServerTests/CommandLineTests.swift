@@ -11,8 +11,7 @@ import Testing
 @Suite("The belfry command line", .serialized)
 struct CommandLineTests {
     /// `belfry` is built next to the test bundle.
-    static let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        .appendingPathComponent("belfry").path
+    static let executable = BelfryServeProcess.executable
 
     static func temporaryDirectory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-cli-\(UUID().uuidString)")
@@ -65,18 +64,9 @@ struct CommandLineTests {
         let database = directory.appendingPathComponent("belfry.sqlite").path
         let environment = ["BELFRY_API_KEY": "", "DATABASE_URL": "", "BELFRY_CONFIG": ""]
 
-        let server = try BackgroundProcess(
-            Self.executable, ["serve", "--port", "0", "--database", database], environment: environment)
-        let output: String
-        do {
-            output = try await server.waitForOutput(containing: "Belfry listening on ")
-        } catch {
-            server.terminate()
-            throw error
-        }
+        let started = try await BelfryServeProcess.start(database: database, environment: environment)
+        let (server, base, output) = (started.process, started.base, started.startup)
         let key = try #require(output.firstMatch(of: /belfry_[A-Za-z0-9_-]{43}/)).output
-        let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
-        let base = "http://127.0.0.1:\(port)"
         #expect(output.contains("config:   built-in demo (5 channels, 11 categories, 4 tenants)"))
         #expect(output.contains("database: SQLite at \(database)"))
 
@@ -92,10 +82,9 @@ struct CommandLineTests {
         #expect(preferences.body.hasPrefix(#"{"channel_preferences":[{"channel":"inbox","is_restricted":false}"#))
         #expect(server.terminate() == 0, "SIGTERM shuts down cleanly")
 
-        let restarted = try BackgroundProcess(
-            Self.executable, ["serve", "--port", "0", "--database", database], environment: environment)
-        let again = try await restarted.waitForOutput(containing: "Belfry listening on ")
-        restarted.terminate()
+        let restarted = try await BelfryServeProcess.start(database: database, environment: environment)
+        let again = restarted.startup
+        restarted.process.terminate()
         #expect(!again.contains("belfry_"), "the development key is shown only once")
         #expect(again.contains("API keys: the development key stored in the database"))
 
@@ -159,16 +148,8 @@ struct CommandLineTests {
             let key = "cli-test-key-0123456789abcdef"
             let environment = ["BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": ""]
             func start() async throws -> (BackgroundProcess, String) {
-                let server = try BackgroundProcess(
-                    Self.executable, ["serve", "--port", "0", "--database", target], environment: environment)
-                do {
-                    let output = try await server.waitForOutput(containing: "Belfry listening on ")
-                    let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
-                    return (server, "http://127.0.0.1:\(port)")
-                } catch {
-                    server.terminate()
-                    throw error
-                }
+                let server = try await BelfryServeProcess.start(database: target, environment: environment)
+                return (server.process, server.base)
             }
             let recipients = (0..<3_000).map { "\"reader-\($0)\"" }.joined(separator: ",")
             let event =

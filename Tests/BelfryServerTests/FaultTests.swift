@@ -10,6 +10,21 @@ import Vapor
 /// Receivers that fail at random: every delivery still arrives, and none twice.
 @Suite("Faults: flaky receivers", .serialized)
 struct FaultTests {
+    /// Runs the queue, moving the clock past each backoff, until `channel` has `count` sent.
+    static func deliverAll(
+        _ app: Application, clock: TestClock, event: UUID, channel: String, count: Int
+    ) async throws -> EventStatus {
+        let worker = try #require(app.deliveryQueue)
+        for _ in 0..<60 {
+            while try await worker.runOnce() > 0 {}
+            let status = try await APNsChannelTests.status(app, event)
+            if status.deliveries[channel] == ["sent": count] { return status }
+            // Past any backoff (at most 5 s × 2⁴ with jitter) and Retry-After.
+            clock.advance(by: 120)
+        }
+        return try await APNsChannelTests.status(app, event)
+    }
+
     @Test(
         "a webhook failing 30 % of requests (500, or 429 with Retry-After) at random still gets every delivery once",
         arguments: TestDatabase.allCases)
@@ -18,20 +33,9 @@ struct FaultTests {
         defer { receiver.stop() }
         let clock = TestClock()
         try await withBelfry(database, clock: clock, webhook: receiver.webhook) { app in
-            let worker = try #require(app.deliveryQueue)
             let users = (0..<150).map { "reader-\($0)" }
             let id = try await DeliveryQueueTests.trigger(app, to: users)
-            var rounds = 0
-            while rounds < 60 {
-                rounds += 1
-                while try await worker.runOnce() > 0 {}
-                let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey)
-                    .decode(EventStatus.self)
-                if status.deliveries["webhook"] == ["sent": users.count] { break }
-                // Past any backoff (at most 5 s × 2⁴ with jitter) and Retry-After.
-                clock.advance(by: 120)
-            }
-            let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
+            let status = try await Self.deliverAll(app, clock: clock, event: id, channel: "webhook", count: users.count)
             #expect(status.deliveries["webhook"] == ["sent": users.count], "\(status.deliveries)")
             #expect(status.notifications == users.count)
 
@@ -68,20 +72,6 @@ struct FlakyPushTests {
         return count
     }
 
-    /// Runs the queue, moving the clock past each backoff, until `channel` has `count` sent.
-    static func deliverAll(
-        _ app: Application, clock: TestClock, event: UUID, channel: String, count: Int
-    ) async throws -> EventStatus {
-        let worker = try #require(app.deliveryQueue)
-        for _ in 0..<60 {
-            while try await worker.runOnce() > 0 {}
-            let status = try await APNsChannelTests.status(app, event)
-            if status.deliveries[channel] == ["sent": count] { return status }
-            clock.advance(by: 120)
-        }
-        return try await APNsChannelTests.status(app, event)
-    }
-
     @Test("APNs answering 500 or 429 to 30 % of requests at random: every device gets its push, once")
     func flakyAPNs() async throws {
         var generator = SystemRandomNumberGenerator()
@@ -104,7 +94,8 @@ struct FlakyPushTests {
                 tokens.append(token)
             }
             let event = try await DeliveryQueueTests.trigger(app, to: (0..<40).map { "reader-\($0)" })
-            let status = try await Self.deliverAll(app, clock: clock, event: event, channel: "ios_push", count: 40)
+            let status = try await FaultTests.deliverAll(
+                app, clock: clock, event: event, channel: "ios_push", count: 40)
             #expect(status.deliveries["ios_push"] == ["sent": 40], "\(status.deliveries)")
             let received = server.received
             #expect(received.filter { $0.status != 200 }.count == failed)
@@ -134,7 +125,8 @@ struct FlakyPushTests {
                 endpoints.append(URL(string: subscriber.endpoint)?.path ?? "")
             }
             let event = try await DeliveryQueueTests.trigger(app, to: (0..<40).map { "reader-\($0)" })
-            let status = try await Self.deliverAll(app, clock: clock, event: event, channel: "web_push", count: 40)
+            let status = try await FaultTests.deliverAll(
+                app, clock: clock, event: event, channel: "web_push", count: 40)
             #expect(status.deliveries["web_push"] == ["sent": 40], "\(status.deliveries)")
             let received = endpoint.received
             #expect(received.filter { $0.status >= 300 }.count == failed)
@@ -158,16 +150,8 @@ struct TwoInstanceTests {
             "BELFRY_API_KEY": Self.key, "DATABASE_URL": "", "BELFRY_CONFIG": "", "BELFRY_WEBHOOK_URL": webhook.url,
             "BELFRY_WEBHOOK_SECRET": webhook.secret, "BELFRY_DELIVERY_LEASE": "3",
         ]
-        let server = try BackgroundProcess(
-            CommandLineTests.executable, ["serve", "--port", "0", "--database", database], environment: environment)
-        do {
-            let output = try await server.waitForOutput(containing: "Belfry listening on ")
-            let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
-            return (server, "http://127.0.0.1:\(port)")
-        } catch {
-            server.terminate()
-            throw error
-        }
+        let server = try await BelfryServeProcess.start(database: database, environment: environment)
+        return (server.process, server.base)
     }
 
     static func trigger(_ base: String, recipients: Range<Int>, title: String) async throws -> UUID {

@@ -45,16 +45,13 @@ struct LogHygieneTests {
             "BELFRY_VAPID_PRIVATE_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
         ]
         let database = directory.appendingPathComponent("belfry.sqlite").path
-        let server = try BackgroundProcess(
-            CommandLineTests.executable, ["serve", "--port", "0", "--database", database], environment: environment)
+        let started = try await BelfryServeProcess.start(database: database, environment: environment)
+        let (server, base) = (started.process, started.base)
         var log = ""
         var userToken = ""
         let deviceToken = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let subscriber = webPush.subscribe("ada")
         do {
-            let started = try await server.waitForOutput(containing: "Belfry listening on ")
-            let port = try #require(started.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
-            let base = "http://127.0.0.1:\(port)"
             func call(
                 _ method: String, _ path: String, bearer: String? = apiKey, json: String? = nil
             ) async throws
