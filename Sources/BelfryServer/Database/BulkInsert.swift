@@ -36,11 +36,12 @@ extension BelfryDatabase {
         var tail = ""
         if !conflictTarget.isEmpty { tail += " ON CONFLICT (\(quoted(conflictTarget))) DO NOTHING" }
         if !returning.isEmpty { tail += " RETURNING \(quoted(returning))" }
+        let into = "INSERT INTO \"\(table)\" (\(quoted(columns)))"
         guard kind == .sqlite, let sqlite = db as? any SQLiteDatabase else {
-            return try await db.sql.raw(Self.recordSet(into: table, columns: columns, rows: rows, tail: tail)).all()
+            return try await db.sql.raw(Self.recordSet(into, columnCount: columns.count, rows: rows, tail: tail)).all()
         }
         var inserted: [any SQLRow] = []
-        let head = "INSERT INTO \"\(table)\" (\(quoted(columns))) VALUES "
+        let head = into + " VALUES "
         let group = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
         for chunk in rows.chunked(rowsPerStatement) {
             let sql = head + Array(repeating: group, count: chunk.count).joined(separator: ", ") + tail
@@ -55,16 +56,17 @@ extension BelfryDatabase {
         return inserted
     }
 
-    /// PostgreSQL's INSERT of `rows` from one JSON array of arrays bound as text. Each position
+    /// PostgreSQL's `into` (`INSERT INTO t (columns)`) of `rows`, from one JSON array of arrays
+    /// bound as text. Each position
     /// is cast to the kind of the first row's value there (a missing value keeps its kind).
     /// Dates travel as seconds since 1970, which `to_timestamp` turns back with microseconds kept.
     private static func recordSet(
-        into table: String, columns: [String], rows: [[BulkValue]], tail: String
+        _ into: String, columnCount: Int, rows: [[BulkValue]], tail: String
     ) -> SQLQueryString {
         var json: [UInt8] = [UInt8(ascii: "[")]
-        json.reserveCapacity(rows.count * columns.count * 24)
+        json.reserveCapacity(rows.count * columnCount * 24)
         for (index, row) in rows.enumerated() {
-            precondition(row.count == columns.count, "a bulk row has a value for each column")
+            precondition(row.count == columnCount, "a bulk row has a value for each column")
             if index > 0 { json.append(UInt8(ascii: ",")) }
             json.append(UInt8(ascii: "["))
             for (position, value) in row.enumerated() {
@@ -74,14 +76,11 @@ extension BelfryDatabase {
             json.append(UInt8(ascii: "]"))
         }
         json.append(UInt8(ascii: "]"))
-        let names = columns.map { "\"\($0)\"" }.joined(separator: ", ")
         // jsonb_array_elements keeps the rows in order; ->> reads each position as text, cast
         // to the column's type.
-        let values = zip(columns, rows[0]).enumerated().map { position, column in
-            column.1.postgresValue("row ->> \(position)")
-        }
+        let values = rows[0].enumerated().map { position, value in value.postgresValue("row ->> \(position)") }
         return """
-            INSERT INTO "\(unsafeRaw: table)" (\(unsafeRaw: names)) SELECT \(unsafeRaw: values.joined(separator: ", ")) \
+            \(unsafeRaw: into) SELECT \(unsafeRaw: values.joined(separator: ", ")) \
             FROM jsonb_array_elements(\(bind: String(decoding: json, as: UTF8.self))::jsonb) AS rows(row)\(unsafeRaw: tail)
             """
     }

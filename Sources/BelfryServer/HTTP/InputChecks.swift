@@ -20,7 +20,7 @@ enum TextCheck {
 
 extension JSONValue {
     /// How deep the value nests: 1 for a scalar, one more for each list or object around it.
-    public var depth: Int {
+    var depth: Int {
         switch self {
         case .array(let elements): 1 + (elements.map(\.depth).max() ?? 0)
         case .object(let fields): 1 + (fields.values.map(\.depth).max() ?? 0)
