@@ -3,8 +3,9 @@ import Foundation
 /// `belfry serve` of this build, on a free loopback port, in a process of its own.
 public struct BelfryServeProcess: Sendable {
     public let process: BackgroundProcess
+    public let port: Int
     /// `http://127.0.0.1:PORT`.
-    public let base: String
+    public var base: String { "http://127.0.0.1:\(port)" }
     /// What it printed by the time it listened.
     public let startup: String
 
@@ -13,16 +14,23 @@ public struct BelfryServeProcess: Sendable {
         .appendingPathComponent("belfry").path
 
     /// Starts the server on `database` (a SQLite path or a PostgreSQL URL) and waits until it
-    /// listens; a server that does not is stopped, and the error names what it printed.
-    public static func start(database: String, environment: [String: String]) async throws -> Self {
+    /// listens, or until it prints `readyLine`; a server that does not is stopped, and the error
+    /// names what it printed.
+    /// - Parameter arguments: more arguments for `belfry serve`.
+    public static func start(
+        database: String, environment: [String: String], arguments: [String] = [],
+        readyLine: String = "Belfry listening on "
+    ) async throws -> Self {
         let process = try BackgroundProcess(
-            executable, ["serve", "--port", "0", "--database", database], environment: environment)
+            executable, ["serve", "--port", "0", "--database", database] + arguments, environment: environment)
         do {
-            let output = try await process.waitForOutput(containing: "Belfry listening on ")
-            guard let port = output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)?.output.1 else {
+            let output = try await process.waitForOutput(containing: readyLine)
+            guard let text = output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)?.output.1,
+                let port = Int(text)
+            else {
                 throw TestFailure("no port in:\n\(output)")
             }
-            return Self(process: process, base: "http://127.0.0.1:\(port)", startup: output)
+            return Self(process: process, port: port, startup: output)
         } catch {
             process.terminate()
             throw error

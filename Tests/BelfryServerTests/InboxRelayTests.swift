@@ -17,17 +17,10 @@ struct InboxRelayTests {
     }
 
     static func start(_ url: String, key: String, _ extra: [String] = []) async throws -> Instance {
-        let process = try BackgroundProcess(
-            CommandLineTests.executable, ["serve", "--port", "0", "--database", url] + extra,
-            environment: ["BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": ""])
-        do {
-            let output = try await process.waitForOutput(containing: "listening for other instances' inbox changes")
-            let port = try #require(output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)).output.1
-            return Instance(process: process, base: "http://127.0.0.1:\(port)", port: Int(port) ?? 0)
-        } catch {
-            process.terminate()
-            throw error
-        }
+        let server = try await BelfryServeProcess.start(
+            database: url, environment: ["BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": ""],
+            arguments: extra, readyLine: "listening for other instances' inbox changes")
+        return Instance(process: server.process, base: server.base, port: server.port)
     }
 
     @Test("a stream on an API-only instance receives what another instance's fan-out and API calls changed")
