@@ -32,6 +32,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
     ],
     targets: [
         // Foundation-only wire types, workspace config and the preference rule,
@@ -53,7 +54,9 @@ let package = Package(
                 "BelfryCore",
                 "BelfryAPNs",
                 "BelfryWebPush",
+                "BelfryMail",
                 .product(name: "Vapor", package: "vapor"),
+                .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Fluent", package: "fluent"),
                 .product(name: "FluentSQLiteDriver", package: "fluent-sqlite-driver"),
                 .product(name: "FluentPostgresDriver", package: "fluent-postgres-driver"),
@@ -83,6 +86,17 @@ let package = Package(
         .target(
             name: "BelfryWebPush",
             dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        // Email: RFC 5322/MIME messages and an SMTP client (STARTTLS, AUTH, pipelining, a
+        // connection pool) on SwiftNIO. Nothing of the server's.
+        .target(
+            name: "BelfryMail",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: swiftSettings
         ),
         // Local stand-ins for the push services (APNs, Web Push endpoints): real TLS and HTTP/2,
@@ -144,6 +158,11 @@ let package = Package(
         .testTarget(
             name: "BelfryAPNsTests",
             dependencies: ["BelfryAPNs", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryMailTests",
+            dependencies: ["BelfryMail"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,141 @@
+import NIOCore
+import NIOSSL
+
+/// Sends messages through one SMTP relay over a small pool of reused connections.
+public actor SMTPClient {
+    public struct Configuration: Sendable {
+        public var host: String
+        public var port: Int
+        public var security: SMTPSecurity
+        public var credentials: SMTPCredentials?
+        /// The name given in EHLO.
+        public var clientName: String
+        public var timeouts: SMTPTimeouts
+        /// Connections open at once; more senders wait for one.
+        public var maxConnections: Int
+        /// An idle connection older than this is closed rather than reused (servers drop idle
+        /// clients after a few minutes, RFC 5321 §4.5.3.2.7).
+        public var maxIdle: Duration
+        /// Trust roots and settings for TLS; certificates and host names are always checked.
+        public var tls: TLSConfiguration
+
+        public init(
+            host: String, port: Int, security: SMTPSecurity, credentials: SMTPCredentials? = nil,
+            clientName: String = "localhost", timeouts: SMTPTimeouts = .rfc5321, maxConnections: Int = 4,
+            maxIdle: Duration = .seconds(60), tls: TLSConfiguration = .makeClientConfiguration()
+        ) {
+            self.host = host
+            self.port = port
+            self.security = security
+            self.credentials = credentials
+            self.clientName = clientName
+            self.timeouts = timeouts
+            self.maxConnections = maxConnections
+            self.maxIdle = maxIdle
+            self.tls = tls
+        }
+    }
+
+    let configuration: Configuration
+    private let group: any EventLoopGroup
+    private let tls: NIOSSLContext?
+    private let clock = ContinuousClock()
+    private var idle: [(session: SMTPSession, since: ContinuousClock.Instant)] = []
+    private var open = 0
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+    private var isShutDown = false
+
+    public init(configuration: Configuration, group: any EventLoopGroup) throws {
+        self.configuration = configuration
+        self.group = group
+        tls = configuration.security == .none ? nil : try NIOSSLContext(configuration: configuration.tls)
+    }
+
+    /// Sends `message` to its `To` address.
+    /// - Throws: `SMTPError`.
+    public func send(_ message: MailMessage) async throws {
+        try await send(from: message.from.address, to: [message.to.address], message: message.rendered())
+    }
+
+    /// Sends a rendered message with the given envelope.
+    /// - Throws: `SMTPError`.
+    public func send(from sender: String, to recipients: [String], message: String) async throws {
+        let session = try await acquire()
+        do {
+            try await session.send(from: sender, to: recipients, message: message)
+            release(session, reusable: true)
+        } catch let error as SMTPError {
+            release(session, reusable: error.keepsConnection)
+            throw error
+        } catch {
+            release(session, reusable: false)
+            throw error
+        }
+    }
+
+    /// Closes every idle connection with QUIT; connections in use close when they come back.
+    public func shutdown() async {
+        isShutDown = true
+        let sessions = idle.map(\.session)
+        idle.removeAll()
+        open -= sessions.count
+        for session in sessions { await session.quit() }
+        waiters.forEach { $0.resume() }
+        waiters.removeAll()
+    }
+
+    private func acquire() async throws -> SMTPSession {
+        while true {
+            guard !isShutDown else { throw SMTPError(step: .connect, message: "the mail client is shut down") }
+            if let (session, since) = idle.popLast() {
+                // A connection idle too long, or one RSET shows is gone, is replaced.
+                if since.duration(to: clock.now) < configuration.maxIdle, (try? await session.reset()) != nil {
+                    return session
+                }
+                open -= 1
+                await session.quit()
+                continue
+            }
+            if open < configuration.maxConnections {
+                open += 1
+                do {
+                    return try await connect()
+                } catch {
+                    open -= 1
+                    wakeOne()
+                    throw error
+                }
+            }
+            await withCheckedContinuation { waiters.append($0) }
+        }
+    }
+
+    private func release(_ session: SMTPSession, reusable: Bool) {
+        if reusable && !isShutDown {
+            idle.append((session, clock.now))
+        } else {
+            open -= 1
+            Task { await session.quit() }
+        }
+        wakeOne()
+    }
+
+    private func wakeOne() {
+        if !waiters.isEmpty { waiters.removeFirst().resume() }
+    }
+
+    private func connect() async throws -> SMTPSession {
+        let transport: NIOSMTPTransport
+        do {
+            transport = try await NIOSMTPTransport.connect(
+                host: configuration.host, port: configuration.port, security: configuration.security, tls: tls,
+                group: group, timeout: configuration.timeouts.connect)
+        } catch {
+            throw SMTPError(
+                step: .connect, message: "cannot connect to \(configuration.host):\(configuration.port): \(error)")
+        }
+        return try await SMTPSession.open(
+            on: transport, serverName: configuration.host, clientName: configuration.clientName,
+            security: configuration.security, credentials: configuration.credentials, timeouts: configuration.timeouts)
+    }
+}
