@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BelfryCore
+import BelfryMail
 import BelfryWebPush
 import Fluent
 import Foundation
@@ -182,6 +183,7 @@ public func configure(
     try app.register(collection: InboxController())
     try app.register(collection: DevicesController())
     try app.register(collection: WebController())
+    try app.register(collection: UnsubscribeController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
@@ -196,6 +198,9 @@ private func deliveryProviders(
             await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
         }
     ]
+    if let email = settings.email {
+        providers[.email] = try emailChannel(app, settings, email)
+    }
     guard settings.webhook != nil || settings.apns != nil || settings.vapidSubject != nil else { return providers }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
@@ -209,6 +214,43 @@ private func deliveryProviders(
         providers[.webPush] = WebPushChannel(client: client, key: context.vapidKey, subject: subject, now: context.now)
     }
     return providers
+}
+
+/// Email through the configured relay, over a pool of SMTP connections closed at shutdown.
+private func emailChannel(
+    _ app: Application, _ settings: ServerConfiguration, _ email: ServerConfiguration.Email
+) throws -> EmailChannel {
+    var tls = TLSConfiguration.makeClientConfiguration()
+    if let pem = settings.extraCertificatesPEM {
+        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
+    }
+    let publicURL = settings.publicURL ?? "http://\(settings.hostname):\(settings.port)"
+    // EHLO names this host: the public address's, as an address literal when it is an IP.
+    let host = URLComponents(string: publicURL)?.host ?? "localhost"
+    let clientName = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? "[\(host)]" : host
+    let client = try SMTPClient(
+        configuration: .init(
+            host: email.smtp.host, port: email.smtp.port, security: email.smtp.security,
+            credentials: email.smtp.credentials, clientName: clientName,
+            // A step may not outlast the delivery's lease, or another worker would send it again.
+            timeouts: SMTPTimeouts.rfc5321.capped(at: .seconds(max(settings.deliveryLease / 2, 1))), tls: tls),
+        group: app.eventLoopGroup)
+    app.lifecycle.use(SMTPClientShutdown(client: client))
+    let context = app.belfry
+    return EmailChannel(
+        client: client,
+        composer: try EmailComposer(
+            from: try MailAddress(parsing: email.from), publicURL: publicURL, signer: context.webSigner,
+            workspace: settings.workspace, now: context.now))
+}
+
+/// Closes the SMTP connections with the application.
+private struct SMTPClientShutdown: LifecycleHandler {
+    let client: SMTPClient
+
+    func shutdownAsync(_ application: Application) async {
+        await client.shutdown()
+    }
 }
 
 /// The providers' shared client, shut down with the application.

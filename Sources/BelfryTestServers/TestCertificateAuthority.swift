@@ -14,6 +14,9 @@ public struct TestCertificateAuthority: Sendable {
     public let certificatePath: String
     let serverCertificate: NIOSSLCertificate
     let serverKey: NIOSSLPrivateKey
+    /// The server certificate and its key, PEM, for servers that read them from files.
+    public let serverCertificatePEM: String
+    public let serverKeyPEM: String
 
     public init() throws {
         let now = Date()
@@ -50,9 +53,10 @@ public struct TestCertificateAuthority: Sendable {
             FileManager.default.temporaryDirectory
             .appendingPathComponent("belfry-test-ca-\(UUID().uuidString.prefix(8)).pem").path
         try certificatePEM.write(toFile: certificatePath, atomically: true, encoding: .utf8)
-        serverCertificate = try NIOSSLCertificate(
-            bytes: Array(try server.serializeAsPEM().pemString.utf8), format: .pem)
-        self.serverKey = try NIOSSLPrivateKey(bytes: Array(serverKey.pemRepresentation.utf8), format: .pem)
+        serverCertificatePEM = try server.serializeAsPEM().pemString
+        serverKeyPEM = serverKey.pemRepresentation
+        serverCertificate = try NIOSSLCertificate(bytes: Array(serverCertificatePEM.utf8), format: .pem)
+        self.serverKey = try NIOSSLPrivateKey(bytes: Array(serverKeyPEM.utf8), format: .pem)
     }
 
     /// A server TLS configuration with the signed certificate, offering `protocols` by ALPN.

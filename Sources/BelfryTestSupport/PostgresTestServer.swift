@@ -42,8 +42,9 @@ public actor PostgresTestServer {
         try psql(try url(), "DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
     }
 
-    /// Runs one SQL statement with `psql`.
-    public func psql(_ url: String, _ statement: String) throws {
+    /// Runs one SQL statement with `psql`; returns what it printed (rows unaligned, values only).
+    @discardableResult
+    public func psql(_ url: String, _ statement: String) throws -> String {
         try TestProcess.run(Self.psqlPath, [url, "-v", "ON_ERROR_STOP=1", "-qAtc", statement])
     }
 

@@ -22,7 +22,7 @@ extension Application {
             headers.contentType = .json
             body = ByteBuffer(data: try Self.clientEncoder.encode(json))
         } else if let rawBody {
-            headers.contentType = .json
+            if headers.contentType == nil { headers.contentType = .json }
             body = ByteBuffer(string: rawBody)
         }
         return try await testing().sendRequest(method, path, headers: headers, body: body)

@@ -9,7 +9,10 @@ import Testing
 @Suite("BelfryClient notification categories")
 struct NotificationCategoriesTests {
     static let workspace = WorkspaceConfig(
-        channels: [ChannelDefinition(id: "inbox", kind: .inbox, name: "Inbox"), ChannelDefinition(id: "ios_push", kind: .apns, name: "iOS")],
+        channels: [
+            ChannelDefinition(id: "inbox", kind: .inbox, name: "Inbox"),
+            ChannelDefinition(id: "ios_push", kind: .apns, name: "iOS"),
+        ],
         sections: [],
         categories: [
             CategoryDefinition(

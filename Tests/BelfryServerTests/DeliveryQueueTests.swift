@@ -54,6 +54,8 @@ struct DeliveryQueueTests {
     ) async throws
         -> UUID
     {
+        // With an address, so that the email channel has deliveries too.
+        for user in users { _ = try await app.putUser(user, UserUpsert(email: "\(user)@example.org")) }
         let event = EventRequest(
             category: category, recipients: users,
             content: .init(title: "Failed login attempts", body: "From an unknown device"),

@@ -85,6 +85,7 @@ struct EventsAPITests {
         try await withBelfry(database, clock: clock) { app in
             let ada = try await app.userToken("ada")
             let bob = try await app.userToken("bob")
+            _ = try await app.putUser("bob", UserUpsert(email: "bob@example.org"))
             #expect(
                 try await app.send(
                     .PATCH, "/v1/me/preferences/categories/mention?tenant=dewiki", bearer: ada,
@@ -128,6 +129,7 @@ struct EventsAPITests {
     func requiredChannel(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
             let ada = try await app.userToken("ada")
+            _ = try await app.putUser("ada", UserUpsert(email: "ada@example.org"))
             let change = PreferenceChangesRequest(
                 tenants: ["enwiki"],
                 changes: [.overallChannel("inbox", .required), .overallChannel("email", .required)])

@@ -54,6 +54,8 @@ public enum SkipReason: String, Codable, Hashable, Sendable, CaseIterable {
     case channelRestricted = "channel_restricted"
     /// A push channel with no active device that the OS lets notify.
     case noAuthorizedDevice = "no_authorized_device"
+    /// An email channel for a user without an email address (decided by fan-out, after the rule).
+    case noAddress = "no_address"
 }
 
 public enum PreferenceRule {

@@ -103,7 +103,7 @@ extension WorkspaceConfig {
     private static func readCategory(_ node: ConfigNode, _ known: Known) -> CategoryDefinition? {
         let keys: Set<String> = [
             "id", "name", "description", "section", "default", "is_editable", "channels",
-            "mandatory_channels", "actions", "push",
+            "mandatory_channels", "actions", "push", "email",
         ]
         guard node.object(keys: keys) else { return nil }
         let id = node["id"].identifier()
@@ -133,11 +133,12 @@ extension WorkspaceConfig {
         let actions = actionNodes.compactMap(readAction)
         reportDuplicates(actionNodes, key: "id", noun: "action")
         let push = readPushHints(node["push"])
+        let email = node["email"].isPresent ? readEmail(node["email"], allowsLocales: true) : nil
         guard let id, let name, let defaultPreference else { return nil }
         return CategoryDefinition(
             id: id, name: name, description: description, section: section,
             defaultPreference: defaultPreference, isEditable: isEditable, channels: channels,
-            mandatoryChannels: mandatory, actions: actions, push: push
+            mandatoryChannels: mandatory, actions: actions, push: push, email: email
         )
     }
 
@@ -179,6 +180,41 @@ extension WorkspaceConfig {
         let opensApp = node["opens_app"].bool(default: false)
         guard let id, let title else { return nil }
         return NotificationAction(id: id, title: title, destructive: destructive, opensApp: opensApp)
+    }
+
+    /// A category's email templates; their Mustache syntax is checked where they are rendered.
+    private static func readEmail(_ node: ConfigNode, allowsLocales: Bool) -> EmailTemplates? {
+        let keys: Set<String> = allowsLocales ? ["subject", "text", "html", "locales"] : ["subject", "text", "html"]
+        guard node.object(keys: keys) else { return nil }
+        var locales: [String: EmailTemplates]?
+        if allowsLocales, node["locales"].isPresent {
+            if case .some(.object(let fields)) = node["locales"].value {
+                locales = [:]
+                for tag in fields.keys.sorted() {
+                    let child = node["locales"][tag]
+                    if !isLanguageTag(tag) {
+                        child.fail("\"\(tag)\" is not a language tag such as de or pt-BR")
+                    } else if let variant = readEmail(child, allowsLocales: false) {
+                        locales?[tag] = variant
+                    }
+                }
+            } else {
+                node["locales"].fail("expected an object of language tags, such as {\"de\": {\"subject\": \"…\"}}")
+            }
+        }
+        return EmailTemplates(
+            subject: node["subject"].string(maxLength: 1_000), text: node["text"].string(maxLength: 100_000),
+            html: node["html"].string(maxLength: 100_000), locales: locales)
+    }
+
+    /// `de`, `pt-BR`, `zh-Hant-TW`: letters and digits in parts of 1 to 8, the first all letters.
+    private static func isLanguageTag(_ tag: String) -> Bool {
+        let parts = tag.split(separator: "-", omittingEmptySubsequences: false)
+        guard let first = parts.first, (2...8).contains(first.count), first.allSatisfy({ $0.isASCII && $0.isLetter })
+        else { return false }
+        return parts.allSatisfy {
+            (1...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) }
+        }
     }
 
     private static func readPushHints(_ node: ConfigNode) -> PushHints {

@@ -104,6 +104,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
     public var mandatoryChannels: [String]
     public var actions: [NotificationAction]
     public var push: PushHints
+    /// The category's own email templates; `nil` uses Belfry's default email.
+    public var email: EmailTemplates?
 
     public init(
         id: String,
@@ -115,7 +117,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         channels: [CategoryChannelDefinition],
         mandatoryChannels: [String] = [],
         actions: [NotificationAction] = [],
-        push: PushHints = PushHints()
+        push: PushHints = PushHints(),
+        email: EmailTemplates? = nil
     ) {
         self.id = id
         self.name = name
@@ -127,10 +130,11 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         self.mandatoryChannels = mandatoryChannels
         self.actions = actions
         self.push = push
+        self.email = email
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, name, description, section, channels, actions, push
+        case id, name, description, section, channels, actions, push, email
         case defaultPreference = "default"
         case isEditable = "is_editable"
         case mandatoryChannels = "mandatory_channels"

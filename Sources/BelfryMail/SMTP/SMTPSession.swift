@@ -73,8 +73,13 @@ public actor SMTPSession {
             } catch {
                 throw SMTPError(step: .startTLS, message: "the TLS handshake failed: \(error)")
             }
-            // What the server said before TLS counts for nothing now (RFC 3207 §4.2).
-            try await hello(clientName)
+            // What the server said before TLS counts for nothing now (RFC 3207 §4.2). The
+            // handshake runs under this first exchange, so its failure shows here.
+            do {
+                try await hello(clientName)
+            } catch let error as SMTPError where error.reply == nil {
+                throw SMTPError(step: .startTLS, message: "TLS failed: \(error.message)")
+            }
         }
         if let credentials { try await authenticate(credentials) }
     }

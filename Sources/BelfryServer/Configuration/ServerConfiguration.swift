@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryMail
 import BelfryWebPush
 import Crypto
 import Foundation
@@ -45,6 +46,21 @@ public struct ServerConfiguration: Sendable {
     public var webPushAllowsLoopbackHTTP: Bool
     /// Certificates (PEM) trusted for outbound TLS besides the system's, for test servers and corporate proxies.
     public var extraCertificatesPEM: String?
+    /// The email channel's relay and sender; `nil` turns email off.
+    public var email: Email?
+    /// The address users reach this server at, for the links in emails.
+    public var publicURL: String?
+
+    public struct Email: Sendable, Hashable {
+        public var smtp: SMTPLocation
+        /// `Name <address>` or a bare address.
+        public var from: String
+
+        public init(smtp: SMTPLocation, from: String) {
+            self.smtp = smtp
+            self.from = from
+        }
+    }
 
     public struct APNs: Sendable, Hashable {
         /// The .p8 signing key, PEM.
@@ -95,7 +111,9 @@ public struct ServerConfiguration: Sendable {
         extraCertificatesPEM: String? = nil,
         vapidSubject: String? = nil,
         vapidKeyPEM: String? = nil,
-        webPushAllowsLoopbackHTTP: Bool = false
+        webPushAllowsLoopbackHTTP: Bool = false,
+        email: Email? = nil,
+        publicURL: String? = nil
     ) {
         self.hostname = hostname
         self.port = port
@@ -117,6 +135,8 @@ public struct ServerConfiguration: Sendable {
         self.vapidSubject = vapidSubject
         self.vapidKeyPEM = vapidKeyPEM
         self.webPushAllowsLoopbackHTTP = webPushAllowsLoopbackHTTP
+        self.email = email
+        self.publicURL = publicURL
     }
 
     /// Values given on the command line; `nil` when a flag was not given.
@@ -142,7 +162,7 @@ public struct ServerConfiguration: Sendable {
         "webhook_secret",
         "retention_days", "apns_key_path", "apns_key_id",
         "apns_team_id", "apns_topic", "apns_url", "extra_ca_file", "vapid_subject", "vapid_private_key_path",
-        "webpush_allow_http_loopback",
+        "webpush_allow_http_loopback", "smtp_url", "email_from", "public_url",
     ]
 
     /// Resolves the configuration.
@@ -334,6 +354,44 @@ public struct ServerConfiguration: Sendable {
                 }
             } ?? false
 
+        let smtp = pick(env: "BELFRY_SMTP_URL", file: "smtp_url", parse: SMTPLocation.parse)
+        let emailFrom = pick(env: "BELFRY_EMAIL_FROM", file: "email_from") {
+            text -> Result<String, ConfigurationProblem> in
+            do {
+                _ = try MailAddress(parsing: text)
+                return .success(text)
+            } catch {
+                return .failure(.init("expected a sender such as \"Belfry <notify@example.org>\": \(error)"))
+            }
+        }
+        let publicURL = pick(env: "BELFRY_PUBLIC_URL", file: "public_url") {
+            text -> Result<String, ConfigurationProblem> in
+            guard let url = URLComponents(string: text), ["http", "https"].contains(url.scheme ?? ""),
+                url.host?.isEmpty == false, url.query == nil, url.fragment == nil
+            else {
+                return .failure(.init("expected the http or https address users reach Belfry at, got \"\(text)\""))
+            }
+            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
+        }
+        var email: Email?
+        switch (smtp, emailFrom) {
+        case (let smtp?, let from?):
+            email = Email(smtp: smtp, from: from)
+            if publicURL == nil && !SMTPLocation.isLoopback(hostname) {
+                issues.add(
+                    "BELFRY_PUBLIC_URL",
+                    "email needs the address users reach Belfry at, for its links (unsubscribe, preferences)")
+            }
+        case (.some, nil): issues.add("BELFRY_EMAIL_FROM", "email needs a sender address")
+        case (nil, .some): issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
+        case (nil, nil): break
+        }
+        for (index, category) in workspace.categories.enumerated() {
+            for problem in EmailTemplates.problems(in: category) {
+                issues.add("categories[\(index)].email.\(problem.path)", problem.message)
+            }
+        }
+
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
@@ -342,7 +400,8 @@ public struct ServerConfiguration: Sendable {
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
             retentionDays: retentionDays, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
-            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP)
+            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP,
+            email: email, publicURL: publicURL)
     }
 
     /// Reads a PEM file and checks it with `parse`.

@@ -26,6 +26,9 @@ struct Delivery: Sendable {
     var device: DeviceStore.Device?
     /// The user's unread inbox count now: the badge a push carries.
     var unread: Int = 0
+    /// The user's email address and locale as they are now, for email.
+    var email: String? = nil
+    var locale: String? = nil
 }
 
 /// What a notification says, as every provider needs it.
@@ -57,7 +60,7 @@ enum DeliveryResult: Sendable, Equatable {
     case failed(reason: String, status: Int? = nil)
 }
 
-/// One channel kind's way to deliver (the inbox, webhook, APNs, Web Push; email next). The
+/// One channel kind's way to deliver (the inbox, webhook, APNs, Web Push, email). The
 /// delivery queue claims, leases and records; a provider only sends one delivery and says
 /// what its answer means. It never touches the database.
 protocol DeliveryProvider: Sendable {

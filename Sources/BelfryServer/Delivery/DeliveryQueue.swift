@@ -158,7 +158,9 @@ final class DeliveryQueue: Sendable {
                         createdAt: try row.decode(column: "created_at", as: Date.self),
                         ttlSeconds: ttl ?? category.push.ttlSeconds),
                     device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
-                    unread: try row.decode(column: "unread", as: Int.self)))
+                    unread: try row.decode(column: "unread", as: Int.self),
+                    email: try row.decode(column: "user_email", as: String?.self),
+                    locale: try row.decode(column: "user_locale", as: String?.self)))
         }
         if !orphans.isEmpty {
             // The workspace config no longer has their channel or category: fail them visibly
@@ -184,6 +186,7 @@ final class DeliveryQueue: Sendable {
         """
         SELECT deliveries.id AS delivery_id, deliveries.event_id, deliveries.notification_id, deliveries.channel,
           deliveries.attempts, deliveries.kind, deliveries.action_id, deliveries.user_id, users.external_id,
+          users.email AS user_email, users.locale AS user_locale,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
           notifications.data, notifications.created_at, events.image_url, events.ttl_seconds,
           devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),

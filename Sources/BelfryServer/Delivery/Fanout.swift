@@ -161,6 +161,8 @@ struct Fanout: Sendable {
                 for (channelID, decision) in decisions {
                     guard let channel = workspace.channel(channelID) else { continue }
                     switch decision {
+                    case .deliver where channel.kind == .email && !user.hasEmail:
+                        skips[channelID, default: [:]][.noAddress, default: 0] += 1
                     case .deliver: delivering.append(channel)
                     case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
                     }
@@ -257,6 +259,8 @@ struct Fanout: Sendable {
         var id: UUID
         var timeZone: TimeZone? = nil
         var quietHours: QuietHours? = nil
+        /// Whether email can reach them.
+        var hasEmail = false
         /// Created by this batch: nothing stored about them yet.
         var isNew = false
     }
@@ -272,7 +276,7 @@ struct Fanout: Sendable {
         func lookup(_ externalIDs: [String]) async throws -> [String: Recipient] {
             var found: [String: Recipient] = [:]
             for row in try await sql.select()
-                .columns("id", "external_id", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone")
+                .columns("id", "external_id", "email", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone")
                 .from(UserModel.schema).where("external_id", .in, externalIDs).all()
             {
                 var quietHours: QuietHours?
@@ -285,7 +289,8 @@ struct Fanout: Sendable {
                 found[try row.decode(column: "external_id", as: String.self)] = Recipient(
                     id: try row.decode(column: "id", as: UUID.self),
                     timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
-                    quietHours: quietHours)
+                    quietHours: quietHours,
+                    hasEmail: try row.decode(column: "email", as: String?.self)?.isEmpty == false)
             }
             return found
         }

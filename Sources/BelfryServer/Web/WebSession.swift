@@ -31,6 +31,16 @@ struct WebLink: Codable, Sendable {
     static let pages = ["preferences", "inbox"]
 }
 
+/// An email's one-click unsubscribe (RFC 8058): turns `channel` off for `category` in `tenant`.
+struct UnsubscribeLink: Codable, Sendable {
+    var kind = "unsubscribe"
+    var uid: UUID
+    var category: String
+    var channel: String
+    var tenant: String
+    var exp: Int
+}
+
 /// Signs and checks what the web pages hand to browsers: session cookies, CSRF tokens and
 /// one-click links. The key derives from the user-token secret, so it needs no setting of its
 /// own and is the same on every instance.

@@ -1,0 +1,40 @@
+import BelfryMail
+import Foundation
+
+/// Delivers notifications as email through the configured SMTP relay.
+struct EmailChannel: DeliveryProvider {
+    let client: SMTPClient
+    let composer: EmailComposer
+    var maxAttempts: Int { 8 }
+
+    func deliver(_ delivery: Delivery) async -> DeliveryResult {
+        guard delivery.kind == .notification else {
+            return .failed(reason: "email channels deliver notifications, not answers to actions")
+        }
+        // Fan-out skips users without an address; one removed since then ends here.
+        guard let address = delivery.email else { return .failed(reason: "the user has no email address") }
+        let message: MailMessage
+        do {
+            message = try composer.message(for: delivery, to: address, locale: delivery.locale)
+        } catch {
+            return .failed(reason: "could not compose the email: \(error)")
+        }
+        do {
+            try await client.send(message)
+            return .delivered(status: 250)
+        } catch let error as SMTPError {
+            return Self.result(of: error)
+        } catch {
+            return .retry(reason: "sending the email failed: \(error)")
+        }
+    }
+
+    /// A refusal of the recipient or the message (5yz on RCPT TO or DATA) is final, with the
+    /// server's reply kept on the delivery; anything else (4yz, a lost connection, TLS, a
+    /// timeout, a refused sign-in) is worth another attempt later.
+    static func result(of error: SMTPError) -> DeliveryResult {
+        let reason = "the mail server: \(error)"
+        if error.isPermanentRejection { return .failed(reason: reason, status: error.reply?.code) }
+        return .retry(reason: reason, status: error.reply?.code)
+    }
+}
