@@ -177,6 +177,7 @@ let package = Package(
                 "BelfryTestSupport",
                 "BelfryTestServers",
                 "BelfryWebPush",
+                "BelfryMail",
                 "BelfryClient",
                 .product(name: "VaporTesting", package: "vapor"),
                 .product(name: "SQLKit", package: "sql-kit"),

@@ -20,9 +20,11 @@ struct LogHygieneTests {
         let apns = try await APNsTestServer(records: false)
         let webPush = try await WebPushTestEndpoint(records: false)
         let receiver = try await WebhookReceiver(answers: "200")
+        let mail = try await SMTPTestServer()
         let directory = try CommandLineTests.temporaryDirectory()
         defer {
             receiver.stop()
+            mail.stop()
             try? FileManager.default.removeItem(at: directory)
         }
         let apiKey = "log-test-api-key-\(UUID().uuidString)"
@@ -30,7 +32,10 @@ struct LogHygieneTests {
         let vapid = P256.Signing.PrivateKey()
         let files = [
             ("apns.p8", apns.keyPEM), ("vapid.pem", vapid.pemRepresentation),
-            ("ca.pem", apns.authority.certificatePEM + "\n" + webPush.authority.certificatePEM),
+            (
+                "ca.pem",
+                [apns.authority, webPush.authority, mail.authority].map(\.certificatePEM).joined(separator: "\n")
+            ),
         ]
         for (name, text) in files { try Data(text.utf8).write(to: directory.appendingPathComponent(name)) }
         let environment = [
@@ -43,12 +48,15 @@ struct LogHygieneTests {
             "BELFRY_EXTRA_CA_FILE": directory.appendingPathComponent("ca.pem").path,
             "BELFRY_VAPID_SUBJECT": "mailto:ops@example.org",
             "BELFRY_VAPID_PRIVATE_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
+            "BELFRY_SMTP_URL": "smtp://\(SMTPTestServer.user):\(SMTPTestServer.password)@localhost:\(mail.port)",
+            "BELFRY_EMAIL_FROM": "Belfry <notify@example.org>", "BELFRY_PUBLIC_URL": "https://notify.example.org",
         ]
         let database = directory.appendingPathComponent("belfry.sqlite").path
         let started = try await BelfryServeProcess.start(database: database, environment: environment)
         let (server, base) = (started.process, started.base)
         var log = ""
         var userToken = ""
+        var emailLinks: [String] = []
         let deviceToken = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let subscriber = webPush.subscribe("ada")
         do {
@@ -90,6 +98,30 @@ struct LogHygieneTests {
             #expect(status?.deliveries["ios_push"] == ["sent": 1], "\(status?.deliveries ?? [:])")
             #expect(status?.deliveries["web_push"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
             #expect(status?.deliveries["webhook"] == ["sent": 1])
+            #expect(status?.deliveries["email"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
+            // An email Ada may turn off carries an unsubscribe link; she opts in to mention emails.
+            let optIn = #"{"preference": "opt_in"}"#
+            _ = try await call(
+                "PATCH", "/v1/me/preferences/categories/mention/channels/email?scope=defaults", bearer: userToken,
+                json: optIn)
+            let mention = #"{"category": "mention", "recipients": ["ada"], "content": {"title": "M", "body": "B"}}"#
+            _ = try await call("POST", "/v1/events", json: mention)
+            var emails: [SMTPTestServer.Received] = []
+            for _ in 0..<100 where emails.count < 2 {
+                try await Task.sleep(for: .milliseconds(100))
+                emails = try mail.received()
+            }
+            // The links an email carries, followed as a mail client and a person would.
+            let sent = try #require(emails.first { $0.headers["List-Unsubscribe"] != nil })
+            let unsubscribe = try #require(sent.headers["List-Unsubscribe"]?.dropFirst().dropLast())
+            let unsubscribePath = String(unsubscribe.dropFirst("https://notify.example.org".count))
+            _ = try await call("GET", unsubscribePath, bearer: nil)
+            let preferencesLink = try #require(
+                sent.part("text/plain")?.content.firstMatch(of: /\/preferences\?link=[^\s&]+/)?.output)
+            _ = try await call("GET", String(preferencesLink), bearer: nil)
+            emailLinks = [
+                String(unsubscribePath.split(separator: "/").last ?? ""), String(preferencesLink.dropFirst(18)),
+            ]
 
             // The token in the places a client puts it: a header, a stream's query, a sign-in link.
             _ = try await call("GET", "/v1/me/notifications", bearer: userToken)
@@ -120,6 +152,15 @@ struct LogHygieneTests {
         ]
         // A user token's signature is what makes it a credential.
         secrets.append(("a user token", String(userToken.split(separator: ".").last ?? "")))
+        // Signed links are credentials too: their signatures must not be in the log.
+        secrets += emailLinks.map { ("an email link", String($0.split(separator: ".").last ?? "")) }
+        #expect(emailLinks.count == 2)
+        secrets.append(("the SMTP password", SMTPTestServer.password))
+        secrets.append(
+            (
+                "the SMTP AUTH PLAIN token",
+                Data("\0\(SMTPTestServer.user)\0\(SMTPTestServer.password)".utf8).base64EncodedString()
+            ))
         secrets += pemLines(apns.keyPEM).map { ("the APNs key", $0) }
         secrets += pemLines(vapid.pemRepresentation).map { ("the VAPID key", $0) }
         for (name, secret) in secrets {
@@ -130,7 +171,8 @@ struct LogHygieneTests {
             "no JWT (user token, APNs provider token or VAPID token) is in the log")
     }
 
-    @Test("redaction blanks bearer credentials, token query values and JWTs, and leaves the rest")
+    @Test(
+        "redaction blanks bearer credentials, token and link query values, JWTs and signed links, and leaves the rest")
     func redaction() {
         let jwt = "eyJ0eXAiOiJKV1QifQ.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJl"
         let cases = [
@@ -139,6 +181,11 @@ struct LogHygieneTests {
             ("uri: \"/v1/me/stream?token=\(jwt)&x=1\"", "uri: \"/v1/me/stream?token=[redacted]&x=1\""),
             ("Authorization: vapid t=\(jwt), k=BPub", "Authorization: vapid [redacted], k=BPub"),
             ("a token \(jwt) in text", "a token [redacted] in text"),
+            (
+                "uri: \"/preferences?link=eyJraW5kIjoibGluayJ9.bWFj&tenant=x\"",
+                "uri: \"/preferences?link=[redacted]&tenant=x\""
+            ),
+            ("POST /unsubscribe/eyJraW5kIjoidW5zdWJzY3JpYmUifQ.bWFjLXNpZw", "POST /unsubscribe/[redacted]"),
             ("GET /v1/events/01A2 answered 200", "GET /v1/events/01A2 answered 200"),
         ]
         for (line, redacted) in cases {

@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryMail
 import BelfryServer
 import BelfryTestServers
 import Crypto
@@ -225,5 +226,109 @@ struct ServerConfigurationTests {
         #expect(text.contains("BELFRY_VAPID_SUBJECT") && text.contains("mailto:"))
         #expect(text.contains("BELFRY_VAPID_PRIVATE_KEY_PATH") && text.contains("bad.pem"))
         #expect(text.contains("BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK") && text.contains("true or false"))
+    }
+
+    @Test(
+        "email settings: SMTP URLs with STARTTLS, smtps or loopback without TLS; a sender; links need a public address")
+    func emailSettings() throws {
+        let relay = try Self.resolve(env: [
+            "BELFRY_SMTP_URL": "smtp://apikey:p%40ss%3Aword@smtp.example.org",
+            "BELFRY_EMAIL_FROM": "Belfry <n@example.org>",
+        ])
+        #expect(
+            relay.email?.smtp
+                == SMTPLocation(
+                    host: "smtp.example.org", port: 587, security: .startTLS,
+                    credentials: SMTPCredentials(user: "apikey", password: "p@ss:word")))
+        #expect(relay.email?.smtp.description == "smtp://apikey@smtp.example.org:587", "no password shown")
+        #expect(relay.publicURL == nil, "on loopback the links may use the listening address")
+        let implicit = try Self.resolve(env: [
+            "BELFRY_SMTP_URL": "smtps://u:p@mail.example.org", "BELFRY_EMAIL_FROM": "n@example.org",
+            "BELFRY_HOSTNAME": "0.0.0.0", "BELFRY_PUBLIC_URL": "https://notify.example.org/",
+        ])
+        #expect(implicit.email?.smtp.security == .implicitTLS)
+        #expect(implicit.email?.smtp.port == 465)
+        #expect(implicit.publicURL == "https://notify.example.org")
+        let local = try Self.resolve(env: [
+            "BELFRY_SMTP_URL": "smtp://127.0.0.1:1025?tls=none", "BELFRY_EMAIL_FROM": "n@example.org",
+        ])
+        #expect(local.email?.smtp == SMTPLocation(host: "127.0.0.1", port: 1025, security: .none))
+        #expect(try Self.resolve().email == nil)
+
+        let cases: [([String: String], String, String)] = [
+            (
+                ["BELFRY_SMTP_URL": "smtp://mail.example.org?tls=none", "BELFRY_EMAIL_FROM": "n@example.org"],
+                "BELFRY_SMTP_URL", "only for a relay on loopback"
+            ),
+            (
+                ["BELFRY_SMTP_URL": "http://mail.example.org", "BELFRY_EMAIL_FROM": "n@example.org"],
+                "BELFRY_SMTP_URL", "smtp://user:password@host:port"
+            ),
+            (
+                ["BELFRY_SMTP_URL": "smtp://user@mail.example.org", "BELFRY_EMAIL_FROM": "n@example.org"],
+                "BELFRY_SMTP_URL", "both a user name and a password"
+            ),
+            (["BELFRY_SMTP_URL": "smtp://mail.example.org"], "BELFRY_EMAIL_FROM", "needs a sender"),
+            (["BELFRY_EMAIL_FROM": "n@example.org"], "BELFRY_SMTP_URL", "no SMTP server"),
+            (
+                ["BELFRY_SMTP_URL": "smtp://mail.example.org", "BELFRY_EMAIL_FROM": "Belfry <not an address>"],
+                "BELFRY_EMAIL_FROM", "expected a sender"
+            ),
+            (
+                [
+                    "BELFRY_SMTP_URL": "smtp://mail.example.org", "BELFRY_EMAIL_FROM": "n@example.org",
+                    "BELFRY_HOSTNAME": "0.0.0.0",
+                ],
+                "BELFRY_PUBLIC_URL", "the address users reach Belfry at"
+            ),
+            (["BELFRY_PUBLIC_URL": "notify.example.org"], "BELFRY_PUBLIC_URL", "expected the http or https address"),
+        ]
+        for (env, path, message) in cases {
+            let error = try #require(throws: ConfigError.self, "\(env)") { try Self.resolve(env: env) }
+            #expect(error.issues.map(\.path) == [path], "\(error)")
+            #expect(error.issues.first?.message.contains(message) == true, "\(error)")
+            #expect(!error.description.contains("p%40ss"))
+        }
+    }
+
+    @Test("a category's email templates are checked: Mustache syntax, language tags, known keys")
+    func emailTemplates() throws {
+        let file = """
+            {
+              "channels": [{ "id": "inbox", "kind": "inbox" }, { "id": "email", "kind": "email" }],
+              "categories": [
+                { "id": "ok", "name": "OK", "channels": ["inbox", "email"],
+                  "email": { "subject": "Re: {{title}}", "locales": { "de": { "subject": "Antwort: {{title}}" } } } },
+                { "id": "bad", "name": "Bad", "channels": ["email"],
+                  "email": { "subject": "{{#open}} never closed", "html": "<p>{{body}</p>", "colour": "red",
+                             "locales": { "not a tag": {}, "pt-BR": { "text": "{{/close}}" } } } }
+              ],
+              "tenants": [{ "id": "main" }]
+            }
+            """
+        let error = try #require(throws: ConfigError.self) {
+            try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: file)
+        }
+        #expect(
+            Set(error.issues.map(\.path)) == [
+                "categories[1].email.colour", "categories[1].email.locales.not a tag",
+                "categories[1].email.subject", "categories[1].email.html", "categories[1].email.locales.pt-BR.text",
+            ], "\(error)")
+        let fixed = """
+            {
+              "channels": [{ "id": "inbox", "kind": "inbox" }, { "id": "email", "kind": "email" }],
+              "categories": [
+                { "id": "ok", "name": "OK", "channels": ["inbox", "email"],
+                  "email": { "subject": "Re: {{title}}", "locales": { "de": { "subject": "Antwort: {{title}}" } } } }
+              ],
+              "tenants": [{ "id": "main" }]
+            }
+            """
+        let settings = try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: fixed)
+        let email = try #require(settings.workspace.category("ok")?.email)
+        #expect(email.variant(for: "de-CH").subject == "Antwort: {{title}}")
+        #expect(email.variant(for: "DE_at").subject == "Antwort: {{title}}")
+        #expect(email.variant(for: "fr").subject == "Re: {{title}}")
+        #expect(email.variant(for: nil).subject == "Re: {{title}}")
     }
 }

@@ -12,6 +12,7 @@ import pathlib
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -52,7 +53,7 @@ def axe_source():
 class Server:
     """`belfry serve` on a free port, with its own SQLite file, stopped at the end."""
 
-    def __init__(self):
+    def __init__(self, environment=None):
         self.directory = tempfile.mkdtemp(prefix="belfry-browser-")
         self.database = os.path.join(self.directory, "belfry.sqlite")
         self.api_key = "browser-test-" + secrets.token_hex(16)
@@ -62,6 +63,7 @@ class Server:
             BELFRY_API_KEY=self.api_key,
             BELFRY_VAPID_SUBJECT="mailto:browser-tests@example.org",
             BELFRY_LOG_LEVEL="warning",
+            **(environment or {}),
         )
         self.process = subprocess.Popen(
             [self.binary, "serve", "--hostname", "127.0.0.1", "--port", "0", "--database", self.database],
@@ -198,6 +200,31 @@ class PagesTestCase(unittest.TestCase):
 
     def find(self, css, driver=None):
         return (driver or self.driver).find_element(By.CSS_SELECTOR, css)
+
+    def axe(self):
+        self.driver.execute_script(axe_source())
+        result = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations), e => done(String(e)));")
+        self.assertIsInstance(result, list, result)
+        return [(v["id"], v["help"], [n["target"] for n in v["nodes"]][:5]) for v in result]
+
+    def check_both_schemes(self, path, name=None):
+        for scheme in ("light", "dark"):
+            self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+                "features": [{"name": "prefers-color-scheme", "value": scheme}]})
+            self.driver.get(self.server.base + path)
+            self.assertEqual(self.driver.execute_script(
+                f"return matchMedia('(prefers-color-scheme: {scheme})').matches"), True)
+            with self.subTest(page=path, scheme=scheme):
+                self.assertEqual(self.axe(), [])
+            shots = os.environ.get("BELFRY_SCREENSHOTS")
+            if shots:
+                os.makedirs(shots, exist_ok=True)
+                height = self.driver.execute_script("return document.documentElement.scrollHeight")
+                self.driver.set_window_size(960, min(height, 3200))
+                self.driver.save_screenshot(os.path.join(shots, f"{name or path.strip('/')}-{scheme}.png"))
+                self.driver.set_window_size(1100, 1400)
 
     def saved(self):
         self.wait(lambda d: self.find("#save-status").text == "Saved.", "the change was not saved")
@@ -648,14 +675,6 @@ class ServiceWorkerTests(PagesTestCase):
 
 
 class AccessibilityTests(PagesTestCase):
-    def axe(self):
-        self.driver.execute_script(axe_source())
-        result = self.driver.execute_async_script(
-            "const done = arguments[arguments.length - 1];"
-            "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations), e => done(String(e)));")
-        self.assertIsInstance(result, list, result)
-        return [(v["id"], v["help"], [n["target"] for n in v["nodes"]][:5]) for v in result]
-
     def test_keyboard_starts_at_the_skip_link_and_shows_focus(self):
         self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
         self.sign_in("preferences", self.server.user("tab"))
@@ -694,23 +713,6 @@ class AccessibilityTests(PagesTestCase):
         self.driver.execute_script("document.querySelector('main').append(document.createElement('input'))")
         self.assertIn("label", [violation[0] for violation in self.axe()])
 
-    def check_both_schemes(self, path):
-        for scheme in ("light", "dark"):
-            self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
-                "features": [{"name": "prefers-color-scheme", "value": scheme}]})
-            self.driver.get(self.server.base + path)
-            self.assertEqual(self.driver.execute_script(
-                f"return matchMedia('(prefers-color-scheme: {scheme})').matches"), True)
-            with self.subTest(page=path, scheme=scheme):
-                self.assertEqual(self.axe(), [])
-            shots = os.environ.get("BELFRY_SCREENSHOTS")
-            if shots:
-                os.makedirs(shots, exist_ok=True)
-                height = self.driver.execute_script("return document.documentElement.scrollHeight")
-                self.driver.set_window_size(960, min(height, 3200))
-                self.driver.save_screenshot(os.path.join(shots, f"{path.strip('/')}-{scheme}.png"))
-                self.driver.set_window_size(1100, 1400)
-
     def test_preference_center_has_no_axe_violations(self):
         token = self.server.user("ada")
         self.sign_in("preferences", token)
@@ -727,6 +729,72 @@ class AccessibilityTests(PagesTestCase):
         read.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
         self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".notification.unread")) == 2)
         self.check_both_schemes("/inbox")
+
+
+class EmailTests(PagesTestCase):
+    """Email from a real `belfry serve` to aiosmtpd on loopback, and the unsubscribe page it links to."""
+
+    @classmethod
+    def setUpClass(cls):
+        from aiosmtpd.controller import Controller
+        from email import policy
+        from email.parser import BytesParser
+
+        cls.received = []
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):
+                cls.received.append(BytesParser(policy=policy.default).parsebytes(envelope.original_content))
+                return "250 OK"
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        cls.smtp = Controller(Handler(), hostname="127.0.0.1", port=port)
+        cls.smtp.start()
+        cls.server = Server({
+            "BELFRY_SMTP_URL": f"smtp://127.0.0.1:{port}?tls=none",
+            "BELFRY_EMAIL_FROM": "Belfry <notify@example.org>",
+        })
+        cls.driver = chromium()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.smtp.stop()
+
+    def test_unsubscribe_page_asks_then_turns_the_email_off(self):
+        token = self.server.user("eve")
+        status, _ = self.server.request("PUT", "/v1/users/eve", {"email": "eve@example.org"})
+        self.assertEqual(status, 200)
+        status, _ = self.server.request(
+            "PATCH", "/v1/me/preferences/categories/mention/channels/email?scope=defaults",
+            {"preference": "opt_in"}, token=token)
+        self.assertEqual(status, 200)
+        self.server.send("eve", "Linus mentioned you")
+        deadline = time.monotonic() + WAIT
+        while not self.received:
+            self.assertLess(time.monotonic(), deadline, "no email arrived")
+            time.sleep(0.05)
+        message = self.received[0]
+        self.assertEqual(message["List-Unsubscribe-Post"], "List-Unsubscribe=One-Click")
+        path = re.sub(r"^<https?://[^/]+", "", message["List-Unsubscribe"]).rstrip(">")
+        self.assertTrue(path.startswith("/unsubscribe/"), path)
+
+        # Opening the link only asks; both schemes pass axe.
+        self.check_both_schemes(path, name="unsubscribe")
+        self.assertEqual(self.find("h1").text, "Stop these emails?")
+        mention = category_preference(self.server.preferences(token), "mention")
+        self.assertEqual([c["preference"] for c in mention["channels"] if c["channel"] == "email"], ["opt_in"])
+
+        self.find("form button").click()
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, "h1").text == "You will get no more of these emails")
+        self.assertEqual(self.axe(), [])
+        mention = category_preference(self.server.preferences(token), "mention")
+        self.assertEqual(mention["preference"], "opt_in", "the category itself stays on")
+        self.assertEqual([c["preference"] for c in mention["channels"] if c["channel"] == "email"], ["opt_out"])
+        other = category_preference(self.server.preferences(token, tenant="dewiki"), "mention")
+        self.assertEqual([c["preference"] for c in other["channels"] if c["channel"] == "email"], ["opt_in"])
 
 
 if __name__ == "__main__":

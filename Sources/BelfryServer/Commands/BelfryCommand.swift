@@ -123,6 +123,7 @@ struct ServeCommand: AsyncParsableCommand {
                   apns:     \(settings.apns.map { "key \($0.keyID), team \($0.teamID), \($0.url.map(origin) ?? "Apple's hosts")" } ?? "off (set BELFRY_APNS_KEY_PATH, BELFRY_APNS_KEY_ID and BELFRY_APNS_TEAM_ID)")
                   web push: \(settings.vapidSubject.map { "on (VAPID subject \($0))" } ?? "off (set BELFRY_VAPID_SUBJECT)")
                   webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
+                  email:    \(settings.email.map { "\($0.smtp), from \($0.from), links to \(settings.publicURL ?? "http://\(settings.hostname):\(settings.port)")" } ?? "off (set BELFRY_SMTP_URL and BELFRY_EMAIL_FROM)")
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port

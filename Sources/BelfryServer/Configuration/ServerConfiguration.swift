@@ -382,9 +382,12 @@ public struct ServerConfiguration: Sendable {
                     "BELFRY_PUBLIC_URL",
                     "email needs the address users reach Belfry at, for its links (unsubscribe, preferences)")
             }
-        case (.some, nil): issues.add("BELFRY_EMAIL_FROM", "email needs a sender address")
-        case (nil, .some): issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
-        case (nil, nil): break
+        // A value given but bad is reported above already; only a missing one is reported here.
+        case (.some, nil) where env["BELFRY_EMAIL_FROM"] == nil && !server["email_from"].isPresent:
+            issues.add("BELFRY_EMAIL_FROM", "email needs a sender address")
+        case (nil, .some) where env["BELFRY_SMTP_URL"] == nil && !server["smtp_url"].isPresent:
+            issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
+        default: break
         }
         for (index, category) in workspace.categories.enumerated() {
             for problem in EmailTemplates.problems(in: category) {

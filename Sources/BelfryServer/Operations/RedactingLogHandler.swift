@@ -37,16 +37,19 @@ struct RedactingLogHandler: LogHandler {
         }
     }
 
-    /// `text` with bearer credentials, `token` query values and anything shaped like a JWT
-    /// replaced by `[redacted]`.
+    /// `text` with bearer credentials, `token` and `link` query values, and anything shaped like
+    /// a JWT or one of Belfry's signed values (`base64url(JSON).signature`: sign-in links, session
+    /// cookies, unsubscribe links) replaced by `[redacted]`.
     static func redact(_ text: String) -> String {
         // Most lines hold none of these: leave them untouched, cheaply.
-        guard text.contains("earer") || text.contains("token=") || text.contains("eyJ") || text.contains("vapid")
+        guard
+            text.contains("earer") || text.contains("token=") || text.contains("link=") || text.contains("eyJ")
+                || text.contains("vapid")
         else { return text }
         var text = text
         text.replace(/(?i)(bearer|basic|vapid)\s+[^\s;,"]+/) { match in "\(match.output.1) [redacted]" }
-        text.replace(/(?i)([?&]token=)[^&\s"]+/) { match in "\(match.output.1)[redacted]" }
-        text.replace(/eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/) { _ in "[redacted]" }
+        text.replace(/(?i)([?&](?:token|link)=)[^&\s"]+/) { match in "\(match.output.1)[redacted]" }
+        text.replace(/eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]*)?/) { _ in "[redacted]" }
         return text
     }
 }
