@@ -4,11 +4,20 @@ import Foundation
 public enum Base64URL {
     /// Encodes `bytes` as unpadded base64url.
     public static func encode(_ bytes: some DataProtocol) -> String {
-        var encoded = Data(bytes).base64EncodedString()
-        encoded = encoded.replacingOccurrences(of: "+", with: "-")
-        encoded = encoded.replacingOccurrences(of: "/", with: "_")
-        while encoded.last == "=" { encoded.removeLast() }
-        return encoded
+        // One pass over the standard encoding's bytes: string replacement was a tenth of the
+        // CPU time of composing an email (three signed links each).
+        let standard = Data(bytes).base64EncodedData()
+        var encoded: [UInt8] = []
+        encoded.reserveCapacity(standard.count)
+        for byte in standard {
+            switch byte {
+            case UInt8(ascii: "+"): encoded.append(UInt8(ascii: "-"))
+            case UInt8(ascii: "/"): encoded.append(UInt8(ascii: "_"))
+            case UInt8(ascii: "="): break
+            default: encoded.append(byte)
+            }
+        }
+        return String(decoding: encoded, as: UTF8.self)
     }
 
     /// Decodes base64url with or without trailing `=` padding.

@@ -74,9 +74,11 @@ final class ScriptedTransport: SMTPTransport, @unchecked Sendable {
     }
 
     @Test func dotStuffingDoublesLeadingDotsAndEndsWithADotLine() {
-        #expect(SMTPSession.dotStuffed("a\r\n.b\r\n..c\r\nd.\r\n.\r\n") == "a\r\n..b\r\n...c\r\nd.\r\n..\r\n.\r\n")
+        func stuffed(_ text: String) -> String { String(decoding: SMTPSession.dotStuffed(text), as: UTF8.self) }
+        #expect(stuffed("a\r\n.b\r\n..c\r\nd.\r\n.\r\n") == "a\r\n..b\r\n...c\r\nd.\r\n..\r\n.\r\n")
         // Bare LF becomes CRLF; a message without a final line end gets one.
-        #expect(SMTPSession.dotStuffed("x\n.y") == "x\r\n..y\r\n.\r\n")
+        #expect(stuffed("x\n.y") == "x\r\n..y\r\n.\r\n")
+        #expect(stuffed(".") == "..\r\n.\r\n")
     }
 
     @Test func authLoginWhenPlainIsNotOffered() async throws {

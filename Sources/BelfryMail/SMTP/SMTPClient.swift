@@ -60,16 +60,22 @@ public actor SMTPClient {
     /// Sends a rendered message with the given envelope.
     /// - Throws: `SMTPError`.
     public func send(from sender: String, to recipients: [String], message: String) async throws {
-        let session = try await acquire()
-        do {
-            try await session.send(from: sender, to: recipients, message: message)
-            release(session, reusable: true)
-        } catch let error as SMTPError {
-            release(session, reusable: error.keepsConnection)
-            throw error
-        } catch {
-            release(session, reusable: false)
-            throw error
+        var (session, reused) = try await acquire()
+        while true {
+            do {
+                try await session.send(from: sender, to: recipients, message: message)
+                release(session, reusable: true)
+                return
+            } catch let error as SMTPError {
+                release(session, reusable: error.keepsConnection)
+                // A kept connection the server had closed meanwhile fails before any reply:
+                // the message never started, so it goes once more on a new connection.
+                guard reused, error.reply == nil, error.step == .mailFrom else { throw error }
+                (session, reused) = try await acquire(fresh: true)
+            } catch {
+                release(session, reusable: false)
+                throw error
+            }
         }
     }
 
@@ -84,14 +90,18 @@ public actor SMTPClient {
         waiters.removeAll()
     }
 
-    private func acquire() async throws -> SMTPSession {
+    /// A connection ready for a message, and whether it carried one before.
+    private func acquire(fresh: Bool = false) async throws -> (SMTPSession, reused: Bool) {
         while true {
             guard !isShutDown else { throw SMTPError(step: .connect, message: "the mail client is shut down") }
-            if let (session, since) = idle.popLast() {
-                // A connection idle too long, or one RSET shows is gone, is replaced.
-                if since.duration(to: clock.now) < configuration.maxIdle, (try? await session.reset()) != nil {
-                    return session
-                }
+            if !fresh, let (session, since) = idle.popLast() {
+                let idleFor = since.duration(to: clock.now)
+                // Between messages in quick succession the connection is known good; one that
+                // sat idle is checked with RSET (a failed transaction was reset already), and
+                // one idle too long is replaced.
+                var usable = idleFor < configuration.maxIdle
+                if usable && idleFor >= Self.checkAfter { usable = (try? await session.reset()) != nil }
+                if usable { return (session, true) }
                 open -= 1
                 await session.quit()
                 continue
@@ -99,7 +109,7 @@ public actor SMTPClient {
             if open < configuration.maxConnections {
                 open += 1
                 do {
-                    return try await connect()
+                    return (try await connect(), false)
                 } catch {
                     open -= 1
                     wakeOne()
@@ -109,6 +119,9 @@ public actor SMTPClient {
             await withCheckedContinuation { waiters.append($0) }
         }
     }
+
+    /// Idle time after which a kept connection is checked with RSET before it is used.
+    static let checkAfter: Duration = .seconds(2)
 
     private func release(_ session: SMTPSession, reusable: Bool) {
         if reusable && !isShutDown {

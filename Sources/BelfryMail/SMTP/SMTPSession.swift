@@ -159,7 +159,7 @@ public actor SMTPSession {
         }
         guard let dataReply else { throw SMTPError(step: .data, message: "the server never answered DATA") }
         try expect(354..<355, step: .data, reply: dataReply)
-        try await write(Self.dotStuffed(message), step: .message)
+        try await write(bytes: Self.dotStuffed(message), step: .message)
         try expect(250..<260, step: .message, reply: try await read(.message, timeouts.dataEnd))
         needsReset = false
     }
@@ -180,17 +180,25 @@ public actor SMTPSession {
 
     /// The message as DATA carries it (RFC 5321 §4.5.2): CRLF line ends, a dot doubled at the
     /// start of any line, and the terminating `.` line.
-    static func dotStuffed(_ message: String) -> String {
-        var lines = message.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
-        if lines.last?.isEmpty == true { lines.removeLast() }
-        var out = ""
-        out.reserveCapacity(message.utf8.count + 16)
-        for line in lines {
-            if line.hasPrefix(".") { out += "." }
-            out += line
-            out += "\r\n"
+    static func dotStuffed(_ message: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(message.utf8.count + 64)
+        var atLineStart = true
+        for octet in message.utf8 {
+            switch octet {
+            case UInt8(ascii: "\r"):
+                continue  // Line ends are written as CRLF at the LF, whatever the input had.
+            case UInt8(ascii: "\n"):
+                out += [13, 10]
+                atLineStart = true
+            default:
+                if atLineStart && octet == UInt8(ascii: ".") { out.append(octet) }
+                out.append(octet)
+                atLineStart = false
+            }
         }
-        return out + ".\r\n"
+        if !atLineStart { out += [13, 10] }
+        return out + Array(".\r\n".utf8)
     }
 
     private func command(_ line: String, _ step: SMTPError.Step, timeout: Duration? = nil) async throws -> SMTPReply {
@@ -199,8 +207,12 @@ public actor SMTPSession {
     }
 
     private func write(_ text: String, step: SMTPError.Step) async throws {
+        try await write(bytes: Array(text.utf8), step: step)
+    }
+
+    private func write(bytes: [UInt8], step: SMTPError.Step) async throws {
         do {
-            try await transport.write(Array(text.utf8))
+            try await transport.write(bytes)
         } catch {
             throw SMTPError(step: step, message: "the connection failed: \(error)")
         }

@@ -1,3 +1,4 @@
+import BelfryWebPush
 import Crypto
 import Foundation
 
@@ -60,10 +61,5 @@ func randomToken(bytes: Int) -> String {
 }
 
 extension Data {
-    func base64URLEncodedString() -> String {
-        base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
+    func base64URLEncodedString() -> String { Base64URL.encode(self) }
 }

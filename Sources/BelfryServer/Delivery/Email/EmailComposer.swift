@@ -141,7 +141,7 @@ struct EmailComposer: Sendable {
             "tenant": ["id": content.tenant, "name": workspace.tenant(content.tenant)?.name ?? content.tenant],
             "user": ["id": delivery.externalUserID],
             "data": data, "actions": actions, "has_actions": !actions.isEmpty, "links": linkValues,
-            "created_at": ISO8601DateFormatter().string(from: content.createdAt),
+            "created_at": content.createdAt.ISO8601Format(),
             "language": (locale?.split(separator: "-").first).map(String.init) ?? "en",
         ]
         if let url = content.url { context["url"] = url }
