@@ -15,6 +15,7 @@ import NIOPosix
 //   belfry-bench webpush [COUNT] [CONCURRENCY] Web Push encryption and sends, as JSON (scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
+//   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
 let arguments = Array(CommandLine.arguments.dropFirst())
 func number(_ index: Int, default value: Int) -> Int {
     arguments.count > index ? Int(arguments[index]) ?? value : value
@@ -27,6 +28,15 @@ case "webpush":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: number(2, default: 100))
 case "webpush-interop":
     webPushInterop()
+case "email":
+    let result = try await EmailBenchmark.run(
+        count: number(2, default: 2_000), connections: number(3, default: 1), port: number(1, default: 25),
+        prepared: arguments.contains("prepared"), eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    let sample = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-email-sample.eml")
+    try Data(result.sample.utf8).write(to: sample)
+    print(
+        #"{"sent": \#(result.sent), "failed": \#(result.failed), "seconds": \#(result.seconds), "sample": "\#(sample.path)"}"#
+    )
 case "sdk":
     await benchmarkSDK(toggles: number(1, default: 1_000), categories: number(2, default: 20))
 default:

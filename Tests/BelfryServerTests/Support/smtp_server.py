@@ -16,6 +16,7 @@ import socket
 import ssl
 import sys
 import threading
+import signal
 import time
 from email import policy
 from email.parser import BytesParser
@@ -30,12 +31,14 @@ parser.add_argument("--key")
 parser.add_argument("--implicit-tls", action="store_true")
 parser.add_argument("--user")
 parser.add_argument("--password")
+parser.add_argument("--count-only", action="store_true", help="log nothing; print the number received at exit")
 arguments = parser.parse_args()
 
 # The warning about AUTH without TLS is for implicit TLS, which the SMTP layer cannot see.
 warnings.filterwarnings("ignore", message="Requiring AUTH")
 lock = threading.Lock()
 retried = set()
+received = 0
 
 
 class Handler:
@@ -46,6 +49,10 @@ class Handler:
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
+        global received
+        if arguments.count_only:
+            received += 1
+            return "250 2.0.0 OK queued"
         with lock:
             for recipient in envelope.rcpt_tos:
                 if recipient.startswith("retry-") and recipient not in retried:
@@ -109,6 +116,8 @@ elif context is not None:
 else:
     controller_tls = {}
 
+# SIGTERM ends the server like Ctrl-C, so that the count is printed.
+signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 port = free_port()
 controller = Controller(
     Handler(), hostname="127.0.0.1", port=port, server_hostname="localhost", ready_timeout=10,
@@ -122,3 +131,5 @@ except KeyboardInterrupt:
     pass
 finally:
     controller.stop()
+    if arguments.count_only:
+        print("received %d" % received, flush=True)
