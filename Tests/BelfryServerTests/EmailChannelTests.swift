@@ -2,6 +2,7 @@ import BelfryCore
 import BelfryMail
 import BelfryTestServers
 import BelfryTestSupport
+import Fluent
 import Foundation
 import SQLKit
 import Testing
@@ -240,6 +241,46 @@ struct EmailChannelTests {
             #expect(status.skipped["email"] == ["channel_opted_out": 1])
             #expect(status.notifications == 1)
             #expect(try server.received().count == 1)
+        }
+    }
+
+    @Test("a foreign or expired unsubscribe link is refused; mail clients may post multipart form data")
+    func unsubscribeLinkChecks() async throws {
+        let clock = TestClock()
+        try await Self.withEmail(.sqlite, clock: clock) { app, server in
+            _ = try await app.putUser("ada", UserUpsert(email: "ada@example.org"))
+            _ = try await Self.send(app, to: ["ada"])
+            let header = try #require(try server.received().first?.headers["List-Unsubscribe"])
+            let path = String(header.dropFirst("<\(Self.publicURL)".count).dropLast())
+            let userID = try #require(try await UserModel.query(on: app.db).filter(\.$externalID == "ada").first()?.id)
+
+            // Signed by another server's secret: refused, and nothing changes.
+            let foreign = try WebSigner(secret: "another-server-secret-0123456789").sign(
+                UnsubscribeLink(
+                    uid: userID, category: "reply", channel: "email", tenant: "dewiki",
+                    exp: Int(clock.now.timeIntervalSince1970) + 86400))
+            let refused = try await app.send(
+                .POST, "/unsubscribe/\(foreign)", rawBody: "List-Unsubscribe=One-Click",
+                headers: ["Content-Type": "application/x-www-form-urlencoded"])
+            #expect(refused.status == .unauthorized)
+            #expect(refused.body.string.contains("not valid"))
+
+            // RFC 8058 asks mail clients for multipart/form-data.
+            let boundary = "belfry-test-boundary"
+            let multipart =
+                "--\(boundary)\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\nOne-Click\r\n--\(boundary)--\r\n"
+            let accepted = try await app.send(
+                .POST, path, rawBody: multipart,
+                headers: ["Content-Type": "multipart/form-data; boundary=\(boundary)"])
+            #expect(accepted.status == .ok)
+
+            // Still good at 179 days; gone after 180.
+            clock.advance(by: 179 * 86400)
+            #expect(try await app.send(.GET, path).status == .ok)
+            clock.advance(by: 2 * 86400)
+            let expired = try await app.send(.GET, path)
+            #expect(expired.status == .unauthorized)
+            #expect(expired.body.string.contains("expired"))
         }
     }
 
