@@ -38,6 +38,18 @@ import Testing
         #expect(HeaderEncoding.phrase("Zoë") == "=?UTF-8?B?Wm/Dqw==?=")
     }
 
+    @Test func everyLineWithAnEncodedWordFitsRFC2047() throws {
+        let message = MailMessage(
+            from: try MailAddress(address: "notify@example.org", name: "Benachrichtigungen der Wikipedia für Zoë"),
+            to: try MailAddress(address: "ada@example.org"),
+            subject: String(repeating: "Grüße from Zoë ✓ ", count: 8), text: "x", date: 0, messageID: "a@example.org")
+        let lines = message.rendered().components(separatedBy: "\r\n")
+        let encoded = lines.filter { $0.contains("=?UTF-8?B?") }
+        #expect(encoded.count > 4)
+        for line in encoded { #expect(line.count <= 76, "\(line)") }
+        #expect(lines.contains(" <notify@example.org>"), "the address follows the encoded name on a line of its own")
+    }
+
     @Test func quotedPrintableKeepsLinesShortAndEncodesWhatItMust() {
         #expect(QuotedPrintable.encode("a=b café") == "a=3Db caf=C3=A9")
         #expect(QuotedPrintable.encode("trailing \nline") == "trailing=20\r\nline")

@@ -144,6 +144,36 @@ final class ScriptedTransport: SMTPTransport, @unchecked Sendable {
             ])
     }
 
+    @Test func nothingButANameOrAnAddressLiteralReachesEHLO() async throws {
+        for bad in ["mail.example.org\r\nRSET", "a b", "", "[1.2.3.4\r\n]"] {
+            let transport = try ScriptedTransport(hello)
+            let error = await #expect(throws: SMTPError.self) {
+                try await SMTPSession.open(
+                    on: transport, serverName: "mx", clientName: bad, security: .none, credentials: nil)
+            }
+            #expect(error?.step == .hello)
+            #expect(transport.written.isEmpty)
+        }
+        for good in ["notify.example.org", "[192.0.2.1]", "[IPv6:2001:db8::1]", "localhost"] {
+            #expect(SMTPSession.isValidClientName(good), "\(good)")
+        }
+    }
+
+    @Test func envelopeAddressesAreCheckedBeforeAnythingIsWritten() async throws {
+        let transport = try ScriptedTransport(hello + ["250 mx"])
+        let session = try await SMTPSession.open(
+            on: transport, serverName: "mx", clientName: "c", security: .none, credentials: nil)
+        let sent = transport.written
+        for (sender, recipient) in [
+            ("n@example.org\r\nRCPT TO:<x@y.org>", "a@example.org"), ("n@example.org", "a@b.org>\r\nDATA"),
+        ] {
+            await #expect(throws: SMTPError.self) {
+                try await session.send(from: sender, to: [recipient], message: "x")
+            }
+        }
+        #expect(transport.written == sent)
+    }
+
     @Test func credentialsNeverShowInDescriptions() {
         let credentials = SMTPCredentials(user: "ada", password: "s3cret-password")
         #expect(!"\(credentials)".contains("s3cret"))

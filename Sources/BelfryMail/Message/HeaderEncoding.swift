@@ -1,9 +1,11 @@
 /// Header values that survive any mail system: RFC 2047 encoded words for text that is not
 /// plain printable ASCII, folded so that no line is longer than 78 octets (RFC 5322 §2.1.1).
 public enum HeaderEncoding {
-    /// Longest encoded word (RFC 2047 §2): `=?UTF-8?B?` + base64 + `?=` in 75 characters
-    /// leaves 63 for base64, so 45 octets of text (whole characters only, §5).
-    static let wordOctets = 45
+    /// Text per encoded word (whole characters only, RFC 2047 §5). A line holding an encoded
+    /// word may be 76 characters at most (§2): 39 octets make a 64-character word, which fits
+    /// after `Subject: ` or any field name Belfry writes, and after the space that starts a
+    /// folded line.
+    static let wordOctets = 39
 
     /// Unstructured text (a subject): as it is when it is printable ASCII that folds within 78
     /// octets, else as encoded words. Control characters, CR and LF included, become spaces,

@@ -38,7 +38,10 @@ public struct MailAddress: Sendable, Hashable, CustomStringConvertible {
     /// The mailbox as a header value: the name quoted or encoded (RFC 2047) as it needs.
     public var headerValue: String {
         guard let name else { return address }
-        return "\(HeaderEncoding.phrase(name)) <\(address)>"
+        let phrase = HeaderEncoding.phrase(name)
+        // After encoded words the address goes on a line of its own, which keeps every line
+        // with an encoded word within RFC 2047's 76 characters.
+        return phrase.hasSuffix("?=") ? "\(phrase)\r\n <\(address)>" : "\(phrase) <\(address)>"
     }
 
     public var description: String { headerValue }
@@ -46,7 +49,7 @@ public struct MailAddress: Sendable, Hashable, CustomStringConvertible {
     /// One `@`, a non-empty local part and domain, printable ASCII without the characters that
     /// would break out of an address (`<>()[],;:"` and spaces). Stricter than RFC 5321 allows,
     /// never looser.
-    static func isValid(_ address: String) -> Bool {
+    public static func isValid(_ address: String) -> Bool {
         let forbidden = Set("<>()[],;:\"\\ ")
         let parts = address.split(separator: "@", omittingEmptySubsequences: false)
         guard address.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 64,

@@ -40,7 +40,12 @@ final class NIOSMTPTransport: SMTPTransport, @unchecked Sendable {
     }
 
     func write(_ bytes: [UInt8]) async throws {
-        try await channel.writeAndFlush(channel.allocator.buffer(bytes: bytes))
+        // A cancelled send closes the connection: the transaction can then never complete.
+        try await withTaskCancellationHandler {
+            try await channel.writeAndFlush(channel.allocator.buffer(bytes: bytes))
+        } onCancel: { [channel] in
+            channel.close(promise: nil)
+        }
     }
 
     func readReply(timeout: Duration) async throws -> SMTPReply {
@@ -51,7 +56,11 @@ final class NIOSMTPTransport: SMTPTransport, @unchecked Sendable {
             Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000
         loop.execute { handler.awaitReply(promise, timeout: .nanoseconds(nanoseconds), on: loop) }
         do {
-            return try await promise.futureResult.get()
+            return try await withTaskCancellationHandler {
+                try await promise.futureResult.get()
+            } onCancel: { [channel] in
+                channel.close(promise: nil)
+            }
         } catch let error as SMTPReplyHandler.TimedOut {
             // The conversation's state is unknown now: the connection cannot be reused.
             channel.close(promise: nil)

@@ -42,7 +42,10 @@ public actor SMTPClient {
     private let clock = ContinuousClock()
     private var idle: [(session: SMTPSession, since: ContinuousClock.Instant)] = []
     private var open = 0
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+    private var waiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    private var nextWaiter = 0
+    /// Waiters cancelled before they were queued.
+    private var cancelledWaiters = Set<Int>()
     private var isShutDown = false
 
     public init(configuration: Configuration, group: any EventLoopGroup) throws {
@@ -55,6 +58,21 @@ public actor SMTPClient {
     /// - Throws: `SMTPError`.
     public func send(_ message: MailMessage) async throws {
         try await send(from: message.from.address, to: [message.to.address], message: message.rendered())
+    }
+
+    /// Sends `message`, giving up after `timeout` in all (waiting for a connection included): a
+    /// send given up on closes its connection, so it never completes later.
+    /// - Throws: `SMTPError`.
+    public nonisolated func send(_ message: MailMessage, timeout: Duration) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await self.send(message) }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                throw SMTPError(step: .connect, message: "gave up after \(timeout.components.seconds) s")
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
     }
 
     /// Sends a rendered message with the given envelope.
@@ -86,7 +104,7 @@ public actor SMTPClient {
         idle.removeAll()
         open -= sessions.count
         for session in sessions { await session.quit() }
-        waiters.forEach { $0.resume() }
+        waiters.forEach { $0.continuation.resume() }
         waiters.removeAll()
     }
 
@@ -116,7 +134,33 @@ public actor SMTPClient {
                     throw error
                 }
             }
-            await withCheckedContinuation { waiters.append($0) }
+            try await waitForConnection()
+        }
+    }
+
+    /// Waits until a connection is released; a cancelled wait ends at once.
+    private func waitForConnection() async throws {
+        let id = nextWaiter
+        nextWaiter += 1
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if cancelledWaiters.remove(id) != nil {
+                    continuation.resume()
+                } else {
+                    waiters.append((id, continuation))
+                }
+            }
+        } onCancel: {
+            Task { await self.cancelWaiter(id) }
+        }
+        try Task.checkCancellation()
+    }
+
+    private func cancelWaiter(_ id: Int) {
+        if let index = waiters.firstIndex(where: { $0.id == id }) {
+            waiters.remove(at: index).continuation.resume()
+        } else {
+            cancelledWaiters.insert(id)
         }
     }
 
@@ -134,7 +178,7 @@ public actor SMTPClient {
     }
 
     private func wakeOne() {
-        if !waiters.isEmpty { waiters.removeFirst().resume() }
+        if !waiters.isEmpty { waiters.removeFirst().continuation.resume() }
     }
 
     private func connect() async throws -> SMTPSession {

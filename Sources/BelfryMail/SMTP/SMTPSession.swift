@@ -57,9 +57,26 @@ public actor SMTPSession {
         return session
     }
 
+    /// A domain name, or an address literal (`[192.0.2.1]`, `[IPv6:2001:db8::1]`), as EHLO takes
+    /// (RFC 5321 §4.1.3): nothing else may reach the command line.
+    static func isValidClientName(_ name: String) -> Bool {
+        guard (1...255).contains(name.utf8.count) else { return false }
+        if name.hasPrefix("[") && name.hasSuffix("]") {
+            return name.dropFirst().dropLast().unicodeScalars.allSatisfy {
+                $0.properties.isASCIIHexDigit || ":.IPv".unicodeScalars.contains($0)
+            }
+        }
+        return name.unicodeScalars.allSatisfy {
+            ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "-" || $0 == "."
+        }
+    }
+
     private func start(
         serverName: String, clientName: String, security: SMTPSecurity, credentials: SMTPCredentials?
     ) async throws {
+        guard Self.isValidClientName(clientName) else {
+            throw SMTPError(step: .hello, message: "\"\(clientName.prefix(80))\" is not a name EHLO can give")
+        }
         try expect(200..<300, step: .greeting, reply: try await read(.greeting, timeouts.greeting))
         try await hello(clientName)
         if security == .startTLS {
@@ -125,6 +142,14 @@ public actor SMTPSession {
     /// - Parameter message: the message's text with CRLF line ends, before dot-stuffing.
     /// - Throws: `SMTPError`; the session stays usable after a refused transaction.
     public func send(from sender: String, to recipients: [String], message: String) async throws {
+        // Checked before anything is written: an address is the only text here that reaches a command line.
+        guard MailAddress.isValid(sender) else {
+            throw SMTPError(step: .mailFrom, message: "\"\(sender.prefix(80))\" is not an address MAIL FROM can take")
+        }
+        if let bad = recipients.first(where: { !MailAddress.isValid($0) }) {
+            throw SMTPError(step: .recipient, message: "\"\(bad.prefix(80))\" is not an address RCPT TO can take")
+        }
+        guard !recipients.isEmpty else { throw SMTPError(step: .recipient, message: "no recipients") }
         if needsReset { try await reset() }
         needsReset = true
         let envelope = ["MAIL FROM:<\(sender)>"] + recipients.map { "RCPT TO:<\($0)>" } + ["DATA"]

@@ -20,9 +20,14 @@ public struct SMTPLocation: Sendable, Hashable, CustomStringConvertible {
     public static func parse(_ text: String) -> Result<SMTPLocation, ConfigurationProblem> {
         let shown = DatabaseLocation.redact(text)
         guard let url = URLComponents(string: text), let scheme = url.scheme?.lowercased(),
-            scheme == "smtp" || scheme == "smtps", let host = url.host, !host.isEmpty, url.path.isEmpty
+            scheme == "smtp" || scheme == "smtps", let host = url.host, !host.isEmpty, url.path.isEmpty,
+            // A `#` in an unencoded password would cut the URL short: refuse rather than misread it.
+            url.fragment == nil
         else {
-            return .failure(.init("expected smtp://user:password@host:port or smtps://…, got \(shown)"))
+            return .failure(
+                .init(
+                    "expected smtp://user:password@host:port or smtps://… (percent-encode @, :, / and # in the "
+                        + "user name and password), got \(shown)"))
         }
         var security: SMTPSecurity = scheme == "smtps" ? .implicitTLS : .startTLS
         for item in url.queryItems ?? [] {

@@ -367,7 +367,13 @@ public struct ServerConfiguration: Sendable {
         let publicURL = pick(env: "BELFRY_PUBLIC_URL", file: "public_url") {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URLComponents(string: text), ["http", "https"].contains(url.scheme ?? ""),
-                url.host?.isEmpty == false, url.query == nil, url.fragment == nil
+                let host = url.host, !host.isEmpty, url.query == nil, url.fragment == nil,
+                // The host names this server in EHLO too: letters, digits, dots, hyphens, or an IP.
+                host.unicodeScalars.allSatisfy({
+                    $0.isASCII
+                        && ($0.properties.isAlphabetic || $0.properties.numericType != nil
+                            || ".-:[]".unicodeScalars.contains($0))
+                })
             else {
                 return .failure(.init("expected the http or https address users reach Belfry at, got \"\(text)\""))
             }

@@ -5,6 +5,9 @@ import Foundation
 struct EmailChannel: DeliveryProvider {
     let client: SMTPClient
     let composer: EmailComposer
+    /// How long one attempt may take in all, waiting for a connection included: within the
+    /// delivery's lease, so that no other worker takes it while it is being sent.
+    var timeout: Duration = .seconds(60)
     var maxAttempts: Int { 8 }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
@@ -20,7 +23,7 @@ struct EmailChannel: DeliveryProvider {
             return .failed(reason: "could not compose the email: \(error)")
         }
         do {
-            try await client.send(message)
+            try await client.send(message, timeout: timeout)
             return .delivered(status: 250)
         } catch let error as SMTPError {
             return Self.result(of: error)
