@@ -179,6 +179,7 @@ public func configure(
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())
     try app.register(collection: EventsController())
+    try app.register(collection: TopicsController())
     try app.register(collection: QuietHoursController())
     try app.register(collection: InboxController())
     try app.register(collection: DevicesController())
@@ -226,22 +227,25 @@ private func emailChannel(
     }
     let publicURL = settings.publicURL ?? "http://\(settings.hostname):\(settings.port)"
     // EHLO names this host: the public address's, as an address literal when it is an IP.
-    let host = URLComponents(string: publicURL)?.host ?? "localhost"
-    let clientName = host.contains(":") || host.allSatisfy({ $0.isNumber || $0 == "." }) ? "[\(host)]" : host
+    let host = (URLComponents(string: publicURL)?.host ?? "localhost").trimmingCharacters(in: ["[", "]"])
+    let clientName =
+        host.contains(":") ? "[IPv6:\(host)]" : host.allSatisfy({ $0.isNumber || $0 == "." }) ? "[\(host)]" : host
     let client = try SMTPClient(
         configuration: .init(
             host: email.smtp.host, port: email.smtp.port, security: email.smtp.security,
             credentials: email.smtp.credentials, clientName: clientName,
-            // A step may not outlast the delivery's lease, or another worker would send it again.
             timeouts: SMTPTimeouts.rfc5321.capped(at: .seconds(max(settings.deliveryLease / 2, 1))), tls: tls),
         group: app.eventLoopGroup)
+    // An attempt starts within half the lease of its claim (the queue sees to that) and takes at
+    // most the other half: no other worker claims it while it is being sent.
     app.lifecycle.use(SMTPClientShutdown(client: client))
     let context = app.belfry
     return EmailChannel(
         client: client,
         composer: try EmailComposer(
             from: try MailAddress(parsing: email.from), publicURL: publicURL, signer: context.webSigner,
-            workspace: settings.workspace, now: context.now))
+            workspace: settings.workspace, now: context.now),
+        timeout: .seconds(max(settings.deliveryLease / 2, 1)))
 }
 
 /// Closes the SMTP connections with the application.

@@ -94,6 +94,29 @@ struct CommandLineTests {
         #expect(missing.output.contains(#"no user "bob""#))
     }
 
+    @Test("topics lists topics with their subscribers, and adds and removes them")
+    func topics() throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = ["--database", directory.appendingPathComponent("belfry.sqlite").path]
+        #expect(try TestProcess.run(Self.executable, ["topics"] + database).contains("no topics yet"))
+        let added = try TestProcess.run(Self.executable, ["topics", "add", "page:Bell_tower", "ada", "bob"] + database)
+        #expect(added.contains("page:Bell_tower: 2 subscribed, 0 already were"))
+        _ = try TestProcess.run(Self.executable, ["topics", "add", "project-42", "ada"] + database)
+        #expect(
+            try TestProcess.run(Self.executable, ["topics"] + database)
+                == "page:Bell_tower\t2\nproject-42\t1\n")
+        let removed = try TestProcess.run(Self.executable, ["topics", "remove", "page:Bell_tower", "bob"] + database)
+        #expect(removed.contains("1 unsubscribed"))
+        #expect(
+            try TestProcess.run(Self.executable, ["topics", "list", "page:Bell_tower"] + database)
+                == "page:Bell_tower\t1\n")
+        let bad = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["topics", "add", "bad topic", "ada"] + database)
+        }
+        #expect(bad.output.contains("the topic must be"))
+    }
+
     @Test("send reads recipients from files and arguments, batches them, and refuses bad ids before sending anything")
     func send() async throws {
         let directory = try Self.temporaryDirectory()

@@ -329,6 +329,34 @@ struct EmailChannelTests {
         }
     }
 
+    @Test("a relay that never answers costs an attempt at most half the lease, and the delivery is retried")
+    func silentRelay() async throws {
+        // Accepts connections and never says a word.
+        let silent = try BackgroundProcess(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+                    + "print('listening', s.getsockname()[1], flush=True)\nheld = []\n"
+                    + "while True: held.append(s.accept())",
+            ])
+        defer { silent.terminate() }
+        let output = try await silent.waitForOutput(containing: "listening ")
+        let port = Int(try #require(output.firstMatch(of: /listening (\d+)/)).output.1)!
+        try await withBelfry(.sqlite, workspace: Self.workspace, jitter: 1) { settings in
+            settings.email = .init(
+                smtp: SMTPLocation(host: "127.0.0.1", port: port, security: .none), from: "n@example.org")
+            settings.deliveryLease = 2
+        } _: { app in
+            _ = try await app.putUser("ada", UserUpsert(email: "ada@example.org"))
+            let id = try await Self.send(app, to: ["ada"])
+            let status = try await APNsChannelTests.status(app, id)
+            #expect(status.deliveries["email"] == ["queued": 1])
+            // The attempt's own deadline ended it, not one of the steps' RFC 5321 timeouts.
+            #expect(status.lastErrors["email"]?.contains("gave up after 1 s") == true, "\(status.lastErrors)")
+        }
+    }
+
     @Test("a relay whose certificate is not trusted gets nothing, and the delivery is retried")
     func untrustedCertificate() async throws {
         let server = try await SMTPTestServer()

@@ -83,7 +83,7 @@ struct UsersAndAuthTests {
     }
 
     @Test(
-        "DELETE erases everything stored about the user: devices, inbox, deliveries, answers, pending events",
+        "DELETE erases everything stored about the user: devices, inbox, deliveries, answers, topics, pending events",
         arguments: TestDatabase.allCases)
     func eraseEverything(database: TestDatabase) async throws {
         let receiver = try await WebhookReceiver(answers: "200")
@@ -119,6 +119,13 @@ struct UsersAndAuthTests {
             let pending = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: later)
                 .decode(EventAccepted.self).eventID
 
+            // Both follow a topic.
+            #expect(
+                try await app.send(
+                    .PUT, "/v1/topics/page:Bell_tower/subscribers", bearer: testAPIKey,
+                    json: TopicSubscribers(users: ["ada", "bob"])
+                ).status == .ok)
+
             let adaID = try await WebPagesTests.userID(app, "ada")
             let bobID = try await WebPagesTests.userID(app, "bob")
             func rows(_ table: String, _ column: String = "user_id", of id: UUID) async throws -> Int {
@@ -137,6 +144,7 @@ struct UsersAndAuthTests {
                     "devices": try await rows("devices", of: id),
                     "notifications": try await rows("notifications", of: id),
                     "deliveries": try await rows("deliveries", of: id),
+                    "topic_subscriptions": try await rows("topic_subscriptions", of: id),
                     "delivery_attempts": try await linked(
                         "delivery_attempts", via: "delivery_id", to: "deliveries", of: id),
                     "notification_actions": try await linked(

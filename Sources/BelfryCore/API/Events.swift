@@ -43,8 +43,12 @@ public struct EventRequest: Codable, Hashable, Sendable {
     }
 
     public var category: String
-    /// External user ids. Users Belfry does not know yet are created.
+    /// External user ids. Users Belfry does not know yet are created. Empty when `topic` is given.
     public var recipients: [String]
+    /// A topic whose subscribers, at fan-out, are the recipients; instead of `recipients`.
+    public var topic: String?
+    /// External user ids left out (the actor is not told of their own edit).
+    public var exclude: [String]?
     /// The tenant; the workspace default tenant when absent.
     public var tenant: String?
     public var content: Content
@@ -59,12 +63,14 @@ public struct EventRequest: Codable, Hashable, Sendable {
     public var ttlSeconds: Int?
 
     public init(
-        category: String, recipients: [String], tenant: String? = nil, content: Content,
-        data: [String: JSONValue]? = nil, idempotencyKey: String? = nil, schedule: Schedule? = nil,
-        ttlSeconds: Int? = nil
+        category: String, recipients: [String] = [], topic: String? = nil, exclude: [String]? = nil,
+        tenant: String? = nil, content: Content, data: [String: JSONValue]? = nil, idempotencyKey: String? = nil,
+        schedule: Schedule? = nil, ttlSeconds: Int? = nil
     ) {
         self.category = category
         self.recipients = recipients
+        self.topic = topic
+        self.exclude = exclude
         self.tenant = tenant
         self.content = content
         self.data = data
@@ -74,9 +80,38 @@ public struct EventRequest: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case category, recipients, tenant, content, data, schedule
+        case category, recipients, topic, exclude, tenant, content, data, schedule
         case idempotencyKey = "idempotency_key"
         case ttlSeconds = "ttl_seconds"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        category = try container.decode(String.self, forKey: .category)
+        // Absent when a topic names the audience; the server says which one is missing.
+        recipients = try container.decodeIfPresent([String].self, forKey: .recipients) ?? []
+        topic = try container.decodeIfPresent(String.self, forKey: .topic)
+        exclude = try container.decodeIfPresent([String].self, forKey: .exclude)
+        tenant = try container.decodeIfPresent(String.self, forKey: .tenant)
+        content = try container.decode(Content.self, forKey: .content)
+        data = try container.decodeIfPresent([String: JSONValue].self, forKey: .data)
+        idempotencyKey = try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
+        schedule = try container.decodeIfPresent(Schedule.self, forKey: .schedule)
+        ttlSeconds = try container.decodeIfPresent(Int.self, forKey: .ttlSeconds)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(category, forKey: .category)
+        if topic == nil || !recipients.isEmpty { try container.encode(recipients, forKey: .recipients) }
+        try container.encodeIfPresent(topic, forKey: .topic)
+        try container.encodeIfPresent(exclude, forKey: .exclude)
+        try container.encodeIfPresent(tenant, forKey: .tenant)
+        try container.encode(content, forKey: .content)
+        try container.encodeIfPresent(data, forKey: .data)
+        try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
+        try container.encodeIfPresent(schedule, forKey: .schedule)
+        try container.encodeIfPresent(ttlSeconds, forKey: .ttlSeconds)
     }
 }
 

@@ -56,6 +56,12 @@ public enum SkipReason: String, Codable, Hashable, Sendable, CaseIterable {
     case noAuthorizedDevice = "no_authorized_device"
     /// An email channel for a user without an email address (decided by fan-out, after the rule).
     case noAddress = "no_address"
+    /// The category's throttle: the user had its limit of notifications in the window.
+    case throttled
+    /// A delayed channel whose inbox notification the user read before the delay ran out.
+    case readBeforeFallback = "read_before_fallback"
+    /// A delayed channel whose inbox notification the user saw before the delay ran out.
+    case seenBeforeFallback = "seen_before_fallback"
 }
 
 public enum PreferenceRule {

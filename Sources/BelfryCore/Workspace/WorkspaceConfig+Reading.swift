@@ -32,7 +32,9 @@ extension WorkspaceConfig {
         guard root.object(keys: fileKeys.union(extraKeys)) else { return nil }
         let channels = nonEmptyList(root["channels"], "channel").compactMap(readChannel)
         let sections = root["sections"].list().compactMap(readSection)
-        let known = Known(channels: Set(channels.map(\.id)), sections: Set(sections.map(\.id)))
+        let known = Known(
+            channels: Set(channels.map(\.id)), sections: Set(sections.map(\.id)),
+            inboxes: Set(channels.filter { $0.kind == .inbox }.map(\.id)))
         let categories = nonEmptyList(root["categories"], "category").compactMap { readCategory($0, known) }
         let tenants = nonEmptyList(root["tenants"], "tenant").compactMap(readTenant)
         for key in ["channels", "sections", "categories", "tenants"] {
@@ -58,6 +60,7 @@ extension WorkspaceConfig {
     private struct Known {
         var channels: Set<String>
         var sections: Set<String>
+        var inboxes: Set<String>
     }
 
     private static func nonEmptyList(_ node: ConfigNode, _ noun: String) -> [ConfigNode] {
@@ -103,7 +106,7 @@ extension WorkspaceConfig {
     private static func readCategory(_ node: ConfigNode, _ known: Known) -> CategoryDefinition? {
         let keys: Set<String> = [
             "id", "name", "description", "section", "default", "is_editable", "channels",
-            "mandatory_channels", "actions", "push", "email",
+            "mandatory_channels", "actions", "push", "email", "throttle",
         ]
         guard node.object(keys: keys) else { return nil }
         let id = node["id"].identifier()
@@ -134,11 +137,19 @@ extension WorkspaceConfig {
         reportDuplicates(actionNodes, key: "id", noun: "action")
         let push = readPushHints(node["push"])
         let email = node["email"].isPresent ? readEmail(node["email"], allowsLocales: true) : nil
+        let throttle = node["throttle"].isPresent ? readThrottle(node["throttle"]) : nil
+        // A fallback waits for the inbox notification to be read: the category needs the inbox.
+        if !channels.contains(where: { known.inboxes.contains($0.channel) }) {
+            for channel in channels where channel.unless != nil {
+                let channelNode = channelNodes.first { $0["channel"].value == .string(channel.channel) }
+                channelNode?["unless"].fail("\"unless\" needs the inbox among the category's channels")
+            }
+        }
         guard let id, let name, let defaultPreference else { return nil }
         return CategoryDefinition(
             id: id, name: name, description: description, section: section,
             defaultPreference: defaultPreference, isEditable: isEditable, channels: channels,
-            mandatoryChannels: mandatory, actions: actions, push: push, email: email
+            mandatoryChannels: mandatory, actions: actions, push: push, email: email, throttle: throttle
         )
     }
 
@@ -153,7 +164,7 @@ extension WorkspaceConfig {
         var idNode = node
         if isString(node) {
             definition = node.identifier().map { CategoryChannelDefinition(channel: $0) }
-        } else if node.object(keys: ["channel", "default", "is_editable"]) {
+        } else if node.object(keys: ["channel", "default", "is_editable", "delay_seconds", "unless"]) {
             idNode = node["channel"]
             let channel = idNode.identifier()
             let defaultPreference = node["default"].choice(default: PreferenceOptions.optIn)
@@ -161,9 +172,19 @@ extension WorkspaceConfig {
             if !isEditable && defaultPreference != .optIn {
                 node["default"].fail("a channel users cannot edit is always used, so its default must be \"opt_in\"")
             }
+            // Up to a week: a fallback is about a notification still worth sending.
+            let delay = node["delay_seconds"].int(in: 1...604_800)
+            let unless = node["unless"].choice(CategoryChannelDefinition.Condition.self)
+            if node["unless"].isPresent && !node["delay_seconds"].isPresent {
+                node["unless"].fail("\"unless\" needs \"delay_seconds\": the time the user has to read it first")
+            }
+            if let channel, known.inboxes.contains(channel), node["delay_seconds"].isPresent {
+                node["delay_seconds"].fail("the inbox is what a delayed channel waits on; it cannot wait itself")
+            }
             if let channel, let defaultPreference {
                 definition = CategoryChannelDefinition(
-                    channel: channel, defaultPreference: defaultPreference, isEditable: isEditable)
+                    channel: channel, defaultPreference: defaultPreference, isEditable: isEditable,
+                    delaySeconds: delay, unless: unless)
             }
         }
         if let definition, !known.channels.contains(definition.channel) {
@@ -205,6 +226,16 @@ extension WorkspaceConfig {
         return EmailTemplates(
             subject: node["subject"].string(maxLength: 1_000), text: node["text"].string(maxLength: 100_000),
             html: node["html"].string(maxLength: 100_000), locales: locales)
+    }
+
+    private static func readThrottle(_ node: ConfigNode) -> ThrottleRule? {
+        guard node.object(keys: ["limit", "window_seconds"]) else { return nil }
+        let limit = node["limit"].int(in: 1...10_000)
+        let window = node["window_seconds"].int(in: 1...2_592_000)
+        if !node["limit"].isPresent { node["limit"].fail("is required") }
+        if !node["window_seconds"].isPresent { node["window_seconds"].fail("is required") }
+        guard let limit, let window else { return nil }
+        return ThrottleRule(limit: limit, windowSeconds: window)
     }
 
     /// `de`, `pt-BR`, `zh-Hant-TW`: letters and digits in parts of 1 to 8, the first all letters.

@@ -106,6 +106,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
     public var push: PushHints
     /// The category's own email templates; `nil` uses Belfry's default email.
     public var email: EmailTemplates?
+    /// A limit on how often the category reaches a user outside the inbox.
+    public var throttle: ThrottleRule?
 
     public init(
         id: String,
@@ -118,7 +120,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         mandatoryChannels: [String] = [],
         actions: [NotificationAction] = [],
         push: PushHints = PushHints(),
-        email: EmailTemplates? = nil
+        email: EmailTemplates? = nil,
+        throttle: ThrottleRule? = nil
     ) {
         self.id = id
         self.name = name
@@ -131,10 +134,11 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         self.actions = actions
         self.push = push
         self.email = email
+        self.throttle = throttle
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, name, description, section, channels, actions, push, email
+        case id, name, description, section, channels, actions, push, email, throttle
         case defaultPreference = "default"
         case isEditable = "is_editable"
         case mandatoryChannels = "mandatory_channels"
@@ -149,22 +153,59 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
     }
 }
 
-/// A channel a category may use, with its own default and editability.
+/// A channel a category may use, with its own default and editability, and optionally a
+/// delay: a fallback that is sent only if the user has not read (or seen) the notification in
+/// the inbox by then.
 public struct CategoryChannelDefinition: Codable, Hashable, Sendable {
+    /// What makes a delayed channel unnecessary.
+    public enum Condition: String, Codable, Hashable, Sendable, CaseIterable {
+        /// The user read the inbox notification.
+        case read
+        /// The user saw it (or read it).
+        case seen
+    }
+
     public var channel: String
     public var defaultPreference: PreferenceOptions
     public var isEditable: Bool
+    /// Seconds after the notification is due before this channel delivers.
+    public var delaySeconds: Int?
+    /// Skip this channel if this happened to the inbox notification before the delay ran out.
+    public var unless: Condition?
 
-    public init(channel: String, defaultPreference: PreferenceOptions = .optIn, isEditable: Bool = true) {
+    public init(
+        channel: String, defaultPreference: PreferenceOptions = .optIn, isEditable: Bool = true,
+        delaySeconds: Int? = nil, unless: Condition? = nil
+    ) {
         self.channel = channel
         self.defaultPreference = defaultPreference
         self.isEditable = isEditable
+        self.delaySeconds = delaySeconds
+        self.unless = unless
     }
 
     enum CodingKeys: String, CodingKey {
-        case channel
+        case channel, unless
         case defaultPreference = "default"
         case isEditable = "is_editable"
+        case delaySeconds = "delay_seconds"
+    }
+}
+
+/// At most `limit` notifications of a category per user in any `windowSeconds`, on every
+/// channel but the inbox, which keeps them all.
+public struct ThrottleRule: Codable, Hashable, Sendable {
+    public var limit: Int
+    public var windowSeconds: Int
+
+    public init(limit: Int, windowSeconds: Int) {
+        self.limit = limit
+        self.windowSeconds = windowSeconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case limit
+        case windowSeconds = "window_seconds"
     }
 }
 

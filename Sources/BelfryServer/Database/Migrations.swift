@@ -13,6 +13,8 @@ enum BelfryMigrations {
         AddQuietHours(),
         CreateDevices(),
         AddEventPushOptions(),
+        CreateTopics(),
+        AddDeliveryPolicies(),
     ]
 }
 

@@ -29,6 +29,19 @@ struct Delivery: Sendable {
     /// The user's email address and locale as they are now, for email.
     var email: String? = nil
     var locale: String? = nil
+    /// For a delayed channel: what makes it unnecessary, and the inbox notification as it is now.
+    var condition: CategoryChannelDefinition.Condition? = nil
+    var readAt: Date? = nil
+    var seenAt: Date? = nil
+
+    /// Why this delivery is no longer needed, if it is a fallback whose condition came true.
+    var fallbackMet: SkipReason? {
+        switch condition {
+        case .read where readAt != nil: .readBeforeFallback
+        case .seen where seenAt != nil || readAt != nil: .seenBeforeFallback
+        default: nil
+        }
+    }
 }
 
 /// What a notification says, as every provider needs it.
@@ -58,6 +71,9 @@ enum DeliveryResult: Sendable, Equatable {
     case retire(device: UUID, reason: String, status: Int? = nil)
     /// Trying again cannot help.
     case failed(reason: String, status: Int? = nil)
+    /// Not needed any more (a fallback whose notification was read in time); counted with the
+    /// event's skips.
+    case skipped(SkipReason)
 }
 
 /// One channel kind's way to deliver (the inbox, webhook, APNs, Web Push, email). The

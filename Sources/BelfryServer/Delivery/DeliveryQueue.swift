@@ -49,6 +49,7 @@ final class DeliveryQueue: Sendable {
     @discardableResult
     func runOnce(limit: Int = 64) async throws -> Int {
         guard !isStopping else { return 0 }
+        let claimedAt = now()
         let deliveries = try await claim(limit: limit)
         let unstarted = NIOLockedValueBox<[UUID]>([])
         await withTaskGroup(of: Void.self) { group in
@@ -59,8 +60,10 @@ final class DeliveryQueue: Sendable {
                     running -= 1
                 }
                 // Once stopping, claimed deliveries not yet started go back to the queue for
-                // another worker, so shutdown waits only for the attempts under way.
-                if isStopping {
+                // another worker, so shutdown waits only for the attempts under way. So do those
+                // that waited half their lease behind slow ones: an attempt takes at most the other
+                // half, so no worker claims a delivery while it is being attempted.
+                if isStopping || now().timeIntervalSince(claimedAt) > lease / 2 {
                     unstarted.withLockedValue { $0.append(delivery.id) }
                     continue
                 }
@@ -160,7 +163,11 @@ final class DeliveryQueue: Sendable {
                     device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
                     unread: try row.decode(column: "unread", as: Int.self),
                     email: try row.decode(column: "user_email", as: String?.self),
-                    locale: try row.decode(column: "user_locale", as: String?.self)))
+                    locale: try row.decode(column: "user_locale", as: String?.self),
+                    condition: try row.decode(column: "condition", as: String?.self).flatMap(
+                        CategoryChannelDefinition.Condition.init(rawValue:)),
+                    readAt: try row.decode(column: "read_at", as: Date?.self),
+                    seenAt: try row.decode(column: "seen_at", as: Date?.self)))
         }
         if !orphans.isEmpty {
             // The workspace config no longer has their channel or category: fail them visibly
@@ -187,6 +194,7 @@ final class DeliveryQueue: Sendable {
         SELECT deliveries.id AS delivery_id, deliveries.event_id, deliveries.notification_id, deliveries.channel,
           deliveries.attempts, deliveries.kind, deliveries.action_id, deliveries.user_id, users.external_id,
           users.email AS user_email, users.locale AS user_locale,
+          deliveries.condition, notifications.read_at, notifications.seen_at,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
           notifications.data, notifications.created_at, events.image_url, events.ttl_seconds,
           devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),
@@ -208,7 +216,10 @@ final class DeliveryQueue: Sendable {
         let started = now()
         let result: DeliveryResult
         let maxAttempts: Int
-        if let provider = providers[delivery.channel.kind] {
+        if let reason = delivery.fallbackMet {
+            maxAttempts = 1
+            result = .skipped(reason)
+        } else if let provider = providers[delivery.channel.kind] {
             maxAttempts = provider.maxAttempts
             result = await attempt(delivery, with: provider)
         } else {
@@ -217,7 +228,7 @@ final class DeliveryQueue: Sendable {
         }
         do {
             try await record(
-                delivery.id, attempt: delivery.attempt, result: result, maxAttempts: maxAttempts, started: started,
+                delivery, result: result, maxAttempts: maxAttempts, started: started,
                 deviceNoun: delivery.channel.kind.deviceNoun)
         } catch {
             // The lease runs out and another attempt follows: at least once, never lost.
@@ -254,8 +265,9 @@ final class DeliveryQueue: Sendable {
     /// Records an attempt's result on its delivery (and retires its device when the provider
     /// said so), in one transaction.
     private func record(
-        _ id: UUID, attempt: Int, result: DeliveryResult, maxAttempts: Int, started: Date, deviceNoun: String
+        _ delivery: Delivery, result: DeliveryResult, maxAttempts: Int, started: Date, deviceNoun: String
     ) async throws {
+        let (id, attempt) = (delivery.id, delivery.attempt)
         let now = self.now()
         let (final, next, lastError, lastStatus) = resolve(
             result, attempt: attempt, maxAttempts: maxAttempts, now: now, deviceNoun: deviceNoun)
@@ -280,6 +292,15 @@ final class DeliveryQueue: Sendable {
             if case .retire(let device, let reason, _) = result {
                 try await DeviceStore.retire(device, reason: reason, now: now, on: db.sql)
             }
+            if case .skipped(let reason) = result, !updated.isEmpty {
+                try await db.sql.raw(
+                    """
+                    INSERT INTO event_skips (event_id, channel, reason, count)
+                    VALUES (\(bind: delivery.eventID), \(bind: delivery.channel.id), \(bind: reason.rawValue), 1)
+                    ON CONFLICT (event_id, channel, reason) DO UPDATE SET count = event_skips.count + 1
+                    """
+                ).run()
+            }
             return !updated.isEmpty
         }
         if !recorded {
@@ -302,6 +323,8 @@ final class DeliveryQueue: Sendable {
             return (.failed, now, "\(reason); the \(deviceNoun) is retired", status)
         case .failed(let reason, let status):
             return (.failed, now, reason, status)
+        case .skipped(let reason):
+            return (.skipped, now, reason.rawValue, nil)
         }
     }
 
@@ -325,6 +348,7 @@ extension DeliveryResult {
         case .delivered: "sent"
         case .retry: "retry"
         case .retire, .failed: "failed"
+        case .skipped: "skipped"
         }
     }
 }

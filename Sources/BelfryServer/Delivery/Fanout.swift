@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryMail
 import Fluent
 import Foundation
 import NIOConcurrencyHelpers
@@ -84,7 +85,7 @@ struct Fanout: Sendable {
         let due = sql.select()
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
-                "processed"
+                "processed", "topic", "topic_cursor"
             )
             .from("events")
             .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
@@ -104,13 +105,33 @@ struct Fanout: Sendable {
             try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
         }
         let acceptedAt = try event.decode(column: "created_at", as: Date.self)
-        let rows = try await sql.select().columns("position", "external_id").from("event_recipients")
-            .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
-            .orderBy("position").limit(Self.batchSize).all()
-        let recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
-        // Positions below the cursor are done. They are dense unless a user was erased since
-        // (their rows go with them), so the cursor follows the last position read.
-        let cursor = try rows.last.map { try $0.decode(column: "position", as: Int.self) + 1 } ?? total
+        // The audience, a page at a time: the event's own list by position, or a topic's
+        // subscribers (with the users they are) by user id.
+        let topic = try event.decode(column: "topic", as: String?.self)
+        var recipients: [String]
+        var topicUsers: [String: Recipient]?
+        var topicCursor: UUID?
+        let cursor: Int
+        let done: Bool
+        if let topic {
+            let after = try event.decode(column: "topic_cursor", as: UUID?.self) ?? Self.beforeEveryUser
+            let page = try await sql.raw(Self.topicPage(topic, after: after, event: eventID)).all()
+                .map(Self.recipient(from:))
+            recipients = page.map(\.externalID)
+            topicUsers = Dictionary(page.map { ($0.externalID, $0.recipient) }) { first, _ in first }
+            topicCursor = page.last?.recipient.id ?? after
+            cursor = processed + page.count
+            done = page.count < Self.batchSize
+        } else {
+            let rows = try await sql.select().columns("position", "external_id").from("event_recipients")
+                .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
+                .orderBy("position").limit(Self.batchSize).all()
+            recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
+            // Positions below the cursor are done. They are dense unless a user was erased since
+            // (their rows go with them), so the cursor follows the last position read.
+            cursor = try rows.last.map { try $0.decode(column: "position", as: Int.self) + 1 } ?? total
+            done = cursor >= total || recipients.isEmpty
+        }
 
         guard let category = workspace.category(categoryID) else {
             // The workspace no longer has this category: say so on the event rather than drop it.
@@ -131,7 +152,12 @@ struct Fanout: Sendable {
         var inboxUsers: [UUID] = []
         let decodedData = data.flatMap(JSONValue.storedData)
         do {
-            let users = try await userIDs(for: recipients, now: now, on: db)
+            let users: [String: Recipient]
+            if let topicUsers {
+                users = topicUsers
+            } else {
+                users = try await userIDs(for: recipients, now: now, on: db)
+            }
             let known = users.values.filter { !$0.isNew }.map(\.id)
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
             let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
@@ -140,6 +166,9 @@ struct Fanout: Sendable {
             var deliveries: [[BulkValue]] = []
             var randomness = IDRandomness()
             var skips: [String: [SkipReason: Int]] = [:]
+            // First what each recipient gets by the rule, then the throttle, then the rows.
+            var plans: [(user: Recipient, due: Date, delivering: [ChannelDefinition], devices: [DeviceStore.Device])] =
+                []
             for recipient in recipients {
                 guard let user = users[recipient] else { continue }
                 let (userID, timeZone) = (user.id, user.timeZone)
@@ -167,7 +196,23 @@ struct Fanout: Sendable {
                     case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
                     }
                 }
+                if !delivering.isEmpty { plans.append((user, due, delivering, userDevices)) }
+            }
+            if let rule = category.throttle {
+                // Past the limit, only the inbox: it keeps every notification.
+                let counted = plans.filter { $0.delivering.contains { $0.kind != .inbox } }.map(\.user.id)
+                let admitted = try await Throttle.admit(
+                    counted, category: categoryID, rule: rule, now: now, storage: storage, on: db)
+                for index in plans.indices where !admitted.contains(plans[index].user.id) {
+                    for channel in plans[index].delivering where channel.kind != .inbox {
+                        skips[channel.id, default: [:]][.throttled, default: 0] += 1
+                    }
+                    plans[index].delivering.removeAll { $0.kind != .inbox }
+                }
+            }
+            for (user, due, delivering, userDevices) in plans {
                 guard !delivering.isEmpty else { continue }
+                let userID = user.id
                 let notificationID = UUID.timeOrdered(at: now, using: &randomness)
                 let inInbox = delivering.contains { $0.kind == .inbox }
                 notifications.append([
@@ -198,14 +243,17 @@ struct Fanout: Sendable {
                     let targets: [UUID?] =
                         channel.kind.isPush
                         ? userDevices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
+                    // A delayed channel (a fallback) comes due later, and may find it is not needed.
+                    let policy = category.channel(channel.id)
+                    let channelDue = due.addingTimeInterval(TimeInterval(policy?.delaySeconds ?? 0))
                     for device in targets {
                         queued += 1
                         deliveries.append([
                             .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(eventID),
                             .id(userID), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
                             .text(DeliveryStatus.queued.rawValue), .integer(0),
-                            .date(Self.firstAttempt(on: channel, of: category, for: user, due: due)), .date(now),
-                            .date(now),
+                            .date(Self.firstAttempt(on: channel, of: category, for: user, due: channelDue)), .date(now),
+                            .date(now), .text(policy?.unless?.rawValue),
                         ])
                     }
                 }
@@ -222,7 +270,7 @@ struct Fanout: Sendable {
                 into: "deliveries",
                 columns: [
                     "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
-                    "attempts", "next_attempt_at", "created_at", "updated_at",
+                    "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
                 ], rows: deliveries, rowsPerStatement: 300, on: db)
             for (channel, reasons) in skips {
                 for (reason, count) in reasons {
@@ -236,12 +284,16 @@ struct Fanout: Sendable {
                 }
             }
         }
-        let done = cursor >= total || recipients.isEmpty
-        try await sql.update("events")
+        let update = sql.update("events")
             .set("processed", to: cursor)
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
             .where("id", .equal, eventID)
-            .run()
+        if topic != nil {
+            update.set("topic_cursor", to: topicCursor)
+            // A topic's audience is known once read to its end: the subscribers reached.
+            if done { update.set("recipients", to: cursor) }
+        }
+        try await update.run()
         return Outcome(processed: true, queuedDeliveries: queued, created: created, inboxUsers: inboxUsers)
     }
 
@@ -265,6 +317,49 @@ struct Fanout: Sendable {
         var isNew = false
     }
 
+    /// Smaller than every user id: where a topic's first page starts.
+    static let beforeEveryUser = UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+
+    /// The users' columns fan-out reads.
+    static let recipientColumns = [
+        "id", "external_id", "email", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone",
+    ]
+
+    /// A user row (`recipientColumns`) as fan-out sees it.
+    static func recipient(from row: any SQLRow) throws -> (externalID: String, recipient: Recipient) {
+        var quietHours: QuietHours?
+        if let start = try row.decode(column: "quiet_start", as: String?.self),
+            let end = try row.decode(column: "quiet_end", as: String?.self)
+        {
+            quietHours = QuietHours(
+                start: start, end: end, timeZone: try row.decode(column: "quiet_time_zone", as: String?.self))
+        }
+        return (
+            try row.decode(column: "external_id", as: String.self),
+            Recipient(
+                id: try row.decode(column: "id", as: UUID.self),
+                timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
+                quietHours: quietHours,
+                hasEmail: try row.decode(column: "email", as: String?.self).map(MailAddress.isValid) ?? false)
+        )
+    }
+
+    /// The next page of a topic's subscribers after user id `after`, without the event's
+    /// exclusions, in user id order.
+    static func topicPage(_ topic: String, after: UUID, event: UUID) -> SQLQueryString {
+        let columns = recipientColumns.map { "users.\($0)" }.joined(separator: ", ")
+        return """
+            SELECT \(unsafeRaw: columns)
+            FROM topic_subscriptions JOIN users ON users.id = topic_subscriptions.user_id
+            WHERE topic_subscriptions.topic = \(bind: topic) AND topic_subscriptions.user_id > \(bind: after)
+              AND NOT EXISTS (
+                SELECT 1 FROM event_exclusions
+                WHERE event_exclusions.event_id = \(bind: event) AND event_exclusions.external_id = users.external_id)
+            ORDER BY topic_subscriptions.user_id
+            LIMIT \(unsafeRaw: String(batchSize))
+            """
+    }
+
     /// The internal ids and time zones of these external ids, creating users Belfry does not know
     /// yet. Users created here are marked `isNew`: they have no preferences or devices to read.
     private func userIDs(
@@ -275,22 +370,11 @@ struct Fanout: Sendable {
         let sql = db.sql
         func lookup(_ externalIDs: [String]) async throws -> [String: Recipient] {
             var found: [String: Recipient] = [:]
-            for row in try await sql.select()
-                .columns("id", "external_id", "email", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone")
+            for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) })
                 .from(UserModel.schema).where("external_id", .in, externalIDs).all()
             {
-                var quietHours: QuietHours?
-                if let start = try row.decode(column: "quiet_start", as: String?.self),
-                    let end = try row.decode(column: "quiet_end", as: String?.self)
-                {
-                    quietHours = QuietHours(
-                        start: start, end: end, timeZone: try row.decode(column: "quiet_time_zone", as: String?.self))
-                }
-                found[try row.decode(column: "external_id", as: String.self)] = Recipient(
-                    id: try row.decode(column: "id", as: UUID.self),
-                    timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
-                    quietHours: quietHours,
-                    hasEmail: try row.decode(column: "email", as: String?.self)?.isEmpty == false)
+                let (externalID, recipient) = try Self.recipient(from: row)
+                found[externalID] = recipient
             }
             return found
         }

@@ -37,17 +37,18 @@ struct EventIntake: Sendable {
     /// Checks `request` and stores it; throws a clear error naming every problem.
     func accept(_ request: EventRequest, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
-        let (id, replayed) = try await store(event, on: db)
+        let (id, replayed, recipients) = try await store(event, on: db)
         wake()
-        return Accepted(id: id, replayed: replayed, recipients: event.recipients.count)
+        return Accepted(id: id, replayed: replayed, recipients: recipients)
     }
 
     /// Stores the event, its recipients and its idempotency key in one transaction; only
     /// after that commits does the caller answer 202. A key seen within 24 hours returns
     /// the first event instead.
     ///
-    /// - Returns: the event id, and whether it is an earlier event replayed for its key.
-    private func store(_ event: Checked, on db: any Database) async throws -> (UUID, Bool) {
+    /// - Returns: the event id, whether it is an earlier event replayed for its key, and its
+    ///   recipients (for a topic, its subscribers now).
+    private func store(_ event: Checked, on db: any Database) async throws -> (UUID, Bool, Int) {
         for attempt in 1...2 {
             do {
                 return try await storage.write(db) { tx in try await self.insert(event, on: tx) }
@@ -59,7 +60,7 @@ struct EventIntake: Sendable {
         preconditionFailure("the second attempt returns or throws")
     }
 
-    private func insert(_ event: Checked, on db: any Database) async throws -> (UUID, Bool) {
+    private func insert(_ event: Checked, on db: any Database) async throws -> (UUID, Bool, Int) {
         let sql = db.sql
         let now = self.now()
         if let key = event.idempotencyKey {
@@ -74,34 +75,52 @@ struct EventIntake: Sendable {
                             "the idempotency key \"\(key)\" was used in the last 24 hours for a different event; use a new key"
                         )
                     }
-                    return (try row.decode(column: "event_id", as: UUID.self), true)
+                    let id = try row.decode(column: "event_id", as: UUID.self)
+                    let recipients =
+                        try await sql.select().column("recipients").from("events").where("id", .equal, id).first()?
+                        .decode(column: "recipients", as: Int.self) ?? 0
+                    return (id, true, recipients)
                 }
                 try await sql.delete(from: "idempotency_keys").where("key", .equal, key).run()
             }
         }
         let id = UUID.timeOrdered(at: now)
+        // A topic's audience is read at fan-out; until then its size is the subscribers' now.
+        var recipients = event.recipients.count
+        if let topic = event.topic {
+            recipients =
+                try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+                .from("topic_subscriptions").where("topic", .equal, topic).first()?.decode(column: "n", as: Int.self)
+                ?? 0
+        }
         try await sql.insert(into: "events")
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
-                "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds"
+                "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
+                "topic"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
-                EventStatus.FanoutState.pending.rawValue, event.notBefore, event.recipients.count, 0, 0, Date?.none,
+                EventStatus.FanoutState.pending.rawValue, event.notBefore, recipients, 0, 0, Date?.none,
                 now,
-                event.content.imageURL, event.ttlSeconds
+                event.content.imageURL, event.ttlSeconds, event.topic
             )
             .run()
         try await storage.insert(
             into: "event_recipients", columns: ["event_id", "position", "external_id"],
             rows: event.recipients.enumerated().map { [.id(id), .integer($0.offset), .text($0.element)] },
             rowsPerStatement: Self.insertBatch, on: db)
+        if event.topic != nil {
+            try await storage.insert(
+                into: "event_exclusions", columns: ["event_id", "external_id"],
+                rows: event.exclude.map { [.id(id), .text($0)] }, rowsPerStatement: Self.insertBatch, on: db)
+        }
         if let key = event.idempotencyKey {
             try await sql.insert(into: "idempotency_keys").columns("key", "event_id", "request_hash", "created_at")
                 .values(key, id, Self.fingerprint(event), now).run()
         }
-        return (id, false)
+        return (id, false, recipients)
     }
 
     /// A digest of what the event asks for, to tell a retry of the same event from a different
@@ -114,6 +133,9 @@ struct EventIntake: Sendable {
             text += [event.content.imageURL ?? "", event.ttlSeconds.map(String.init) ?? ""]
         }
         text += event.recipients
+        // Only when given, as above.
+        if let topic = event.topic { text += ["topic:" + topic] }
+        if !event.exclude.isEmpty { text += ["exclude:"] + event.exclude }
         let data = Data(text.joined(separator: "\u{0}").utf8)
         return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
     }
@@ -122,7 +144,11 @@ struct EventIntake: Sendable {
     struct Checked: Sendable {
         var category: CategoryDefinition
         var tenant: String
+        /// Empty for a topic event.
         var recipients: [String]
+        var topic: String?
+        /// Stored for a topic event; already taken out of `recipients` otherwise.
+        var exclude: [String]
         var content: EventRequest.Content
         var data: String?
         var idempotencyKey: String?
@@ -144,15 +170,26 @@ struct EventIntake: Sendable {
             throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
         var problems: [String] = []
-        if event.recipients.isEmpty || event.recipients.count > maxRecipients {
+        if let topic = event.topic {
+            if !event.recipients.isEmpty {
+                problems.append("give \"recipients\" or \"topic\", not both")
+            }
+            if !TopicName.isValid(topic) {
+                problems.append("field \"topic\" must be \(TopicName.rule), got \"\(topic.prefix(40))\"")
+            }
+        } else if event.recipients.isEmpty || event.recipients.count > maxRecipients {
             problems.append(
                 "field \"recipients\" must list 1 to \(maxRecipients) user ids, got \(event.recipients.count); "
-                    + "send larger audiences in several events")
+                    + "send larger audiences in several events, or name a \"topic\"")
         }
-        let badIDs = event.recipients.enumerated().filter { !UserID.isValid($0.element) }.prefix(3)
-        for (index, id) in badIDs {
-            problems.append(
-                "field \"recipients[\(index)]\": \"\(id.prefix(40))\" is not a valid user id (\(UserID.rule))")
+        for (field, ids) in [("recipients", event.recipients), ("exclude", event.exclude ?? [])] {
+            for (index, id) in ids.enumerated().filter({ !UserID.isValid($0.element) }).prefix(3) {
+                problems.append(
+                    "field \"\(field)[\(index)]\": \"\(id.prefix(40))\" is not a valid user id (\(UserID.rule))")
+            }
+        }
+        if let exclude = event.exclude, exclude.count > maxRecipients {
+            problems.append("field \"exclude\" may list at most \(maxRecipients) user ids, got \(exclude.count)")
         }
         let title = event.content.title.trimmingCharacters(in: .whitespacesAndNewlines)
         if title.isEmpty || event.content.title.count > maxTitleLength {
@@ -233,11 +270,13 @@ struct EventIntake: Sendable {
         if !problems.isEmpty {
             throw BelfryError.invalid(problems.joined(separator: "; "))
         }
-        // One notification per person, however often the list names them.
-        var seen = Set<String>()
+        // One notification per person, however often the list names them; none for those left out.
+        let excluded = Set(event.exclude ?? [])
+        var seen = excluded
         let recipients = event.recipients.filter { seen.insert($0).inserted }
         return Checked(
-            category: category, tenant: tenant, recipients: recipients, content: event.content, data: data,
+            category: category, tenant: tenant, recipients: recipients, topic: event.topic,
+            exclude: Array(excluded).sorted(), content: event.content, data: data,
             idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
             ttlSeconds: event.ttlSeconds)
     }
@@ -291,7 +330,9 @@ struct EventIntake: Sendable {
         var deliveries: [String: [String: Int]] = [:]
         for row in try await sql.select().columns("channel", "status")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("deliveries").where("event_id", .equal, id).groupBy("channel").groupBy("status").all()
+            .from("deliveries").where("event_id", .equal, id)
+            .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
+            .groupBy("channel").groupBy("status").all()
         {
             deliveries[try row.decode(column: "channel", as: String.self), default: [:]][
                 try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
@@ -341,7 +382,8 @@ struct EventIntake: Sendable {
 
 /// Where a delivery stands.
 enum DeliveryStatus: String, Sendable, CaseIterable {
-    case queued, running, sent, failed, dead
+    /// `skipped`: a fallback not needed after all; the event's status counts it with the skips.
+    case queued, running, sent, failed, dead, skipped
 }
 
 extension Array {

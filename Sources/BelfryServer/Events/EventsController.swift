@@ -18,7 +18,9 @@ struct EventsController: RouteCollection {
         var event = try req.decodeBody(
             EventRequest.self,
             keys: [
-                "category", "recipients", "tenant", "content", "data", "idempotency_key", "schedule", "ttl_seconds",
+                "category", "recipients", "topic", "exclude", "tenant", "content", "data", "idempotency_key",
+                "schedule",
+                "ttl_seconds",
             ],
             nested: [
                 "content": ["title", "body", "url", "image_url"], "schedule": ["send_at", "delay_seconds", "calendar"],

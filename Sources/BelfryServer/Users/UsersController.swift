@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryMail
 import Fluent
 import Foundation
 import Vapor
@@ -87,11 +88,14 @@ struct UsersController: RouteCollection {
             ).run()
             try await sql.delete(from: "notifications").where("user_id", .equal, userID).run()
             try await sql.delete(from: "devices").where("user_id", .equal, userID).run()
+            try await sql.delete(from: "topic_subscriptions").where("user_id", .equal, userID).run()
+            try await sql.delete(from: "throttle_state").where("user_id", .equal, userID).run()
             try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
             try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
             // Events not yet fanned out would otherwise create the user again; fanned-out ones
             // need their recipient lists no more.
             try await sql.delete(from: "event_recipients").where("external_id", .equal, externalID).run()
+            try await sql.delete(from: "event_exclusions").where("external_id", .equal, externalID).run()
             try await user.delete(on: db)
         }
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
@@ -123,12 +127,11 @@ struct UsersController: RouteCollection {
     static func validate(_ body: UserUpsert, workspace: WorkspaceConfig) throws {
         var problems: [String] = []
         if let email = body.email {
-            let parts = email.split(separator: "@", omittingEmptySubsequences: false)
-            if email.count > 254 || parts.count != 2 || parts.contains(where: \.isEmpty)
-                || email.contains(where: \.isWhitespace)
-                || TextCheck.controlCharacters(in: email, field: "email") != nil
-            {
-                problems.append("field \"email\" must be an email address such as ada@example.org, got \"\(email)\"")
+            // The same check the email channel's SMTP client makes: an accepted address is one it can send to.
+            if !MailAddress.isValid(email) {
+                problems.append(
+                    "field \"email\" must be an email address such as ada@example.org (ASCII, no spaces or "
+                        + "<>()[],;:\"\\), got \"\(email.prefix(80))\"")
             }
         }
         if let timeZone = body.timeZone, TimeZone(identifier: timeZone) == nil {

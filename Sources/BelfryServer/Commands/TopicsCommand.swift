@@ -1,0 +1,85 @@
+import ArgumentParser
+import BelfryCore
+import Foundation
+
+/// `belfry topics`: the topics and their subscriber counts; `belfry topics add|remove TOPIC USER…`
+/// changes who follows one (unknown users are created on `add`).
+struct TopicsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "topics", abstract: "List topics with their subscribers, or change who follows one.",
+        subcommands: [List.self, Add.self, Remove.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Each topic and how many users follow it.")
+
+        @ArgumentParser.Argument(help: "Only this topic.")
+        var topic: String?
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let topics = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                let store = app.belfry.topicStore
+                if let topic {
+                    return [TopicSummary(topic: topic, subscribers: try await store.subscribers(of: topic, on: app.db))]
+                }
+                return try await store.all(on: app.db)
+            }
+            if topics.isEmpty { say("no topics yet") }
+            for topic in topics { say("\(topic.topic)\t\(topic.subscribers)") }
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Subscribe users to a topic.")
+
+        @ArgumentParser.Argument(help: "The topic.")
+        var topic: String
+
+        @ArgumentParser.Argument(help: "External user ids.")
+        var users: [String]
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            try check(topic: topic, users: users)
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let added = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                try await app.belfry.topicStore.subscribe(users, to: topic, on: app.db)
+            }
+            say("\(topic): \(added) subscribed, \(users.count - added) already were")
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Unsubscribe users from a topic.")
+
+        @ArgumentParser.Argument(help: "The topic.")
+        var topic: String
+
+        @ArgumentParser.Argument(help: "External user ids.")
+        var users: [String]
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            try check(topic: topic, users: users)
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let removed = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                try await app.belfry.topicStore.unsubscribe(users, from: topic, on: app.db)
+            }
+            say("\(topic): \(removed) unsubscribed")
+        }
+    }
+}
+
+private func check(topic: String, users: [String]) throws {
+    guard TopicName.isValid(topic) else {
+        throw ValidationError("the topic must be \(TopicName.rule), got \"\(topic)\"")
+    }
+    if let bad = users.first(where: { !UserID.isValid($0) }) {
+        throw ValidationError("\"\(bad)\" is not a valid user id (\(UserID.rule))")
+    }
+    guard !users.isEmpty else { throw ValidationError("name at least one user") }
+}
