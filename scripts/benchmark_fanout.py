@@ -5,7 +5,10 @@ API's limit per call) until N recipients are reached, waits until every event's 
 done, and prints recipients per second and the server's peak resident memory (VmHWM). Then it
 writes the same rows without Belfry (benchmark_floor.py) and prints the ratio of the two times.
 
-Usage: python3 scripts/benchmark_fanout.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
+With --topic, the N users are first subscribed to one topic (10 000 per call, not timed), and
+one event names the topic: fan-out then reads the subscribers from the database a page at a time.
+
+Usage: python3 scripts/benchmark_fanout.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N] [--topic]
 """
 import argparse
 import sys
@@ -20,15 +23,27 @@ def main():
     parser.add_argument("--binary", required=True)
     parser.add_argument("--database", required=True)
     parser.add_argument("--recipients", type=int, default=100_000)
+    parser.add_argument("--topic", action="store_true", help="one event to a topic of N subscribers")
     args = parser.parse_args()
 
     server, base, _ = start_server(args.binary, args.database)
     try:
         idle_rss = memory_mib(server.pid, "VmHWM")
 
+        if args.topic:
+            for offset in range(0, args.recipients, 10_000):
+                count = min(10_000, args.recipients - offset)
+                call(base, "PUT", "/v1/topics/benchmark/subscribers",
+                     {"users": [f"reader-{offset + i}" for i in range(count)]})
         started = time.monotonic()
         events = []
-        for offset in range(0, args.recipients, 10_000):
+        if args.topic:
+            accepted = call(base, "POST", "/v1/events", {
+                "category": "mention", "topic": "benchmark",
+                "content": {"title": "New activity", "body": "Someone mentioned you"},
+            })
+            events.append(accepted["event_id"])
+        for offset in range(0, 0 if args.topic else args.recipients, 10_000):
             count = min(10_000, args.recipients - offset)
             recipients = [f"reader-{offset + i}" for i in range(count)]
             accepted = call(base, "POST", "/v1/events", {
@@ -51,7 +66,8 @@ def main():
                 time.sleep(0.05)
         elapsed = time.monotonic() - started
         print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
-        print(f"recipients:      {args.recipients} in {len(events)} events (all accepted after {accepted_after:.1f} s)")
+        audience = "one event to a topic" if args.topic else f"{len(events)} events"
+        print(f"recipients:      {args.recipients} in {audience} (all accepted after {accepted_after:.1f} s)")
         print(f"notifications:   {notifications} written to inboxes")
         print(f"fan-out time:    {elapsed:.1f} s  ->  {args.recipients / elapsed:,.0f} recipients/s")
         print(f"server memory:   {idle_rss:.0f} MiB at start, {memory_mib(server.pid, 'VmHWM'):.0f} MiB peak")

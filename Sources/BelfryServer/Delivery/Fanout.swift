@@ -115,13 +115,21 @@ struct Fanout: Sendable {
         let done: Bool
         if let topic {
             let after = try event.decode(column: "topic_cursor", as: UUID?.self) ?? Self.beforeEveryUser
-            let page = try await sql.raw(Self.topicPage(topic, after: after, event: eventID)).all()
-                .map(Self.recipient(from:))
+            // The page first, in the order of the topic's index; then its users, without the
+            // event's exclusions. (One query joining the two let PostgreSQL sort all the
+            // subscribers for every page.)
+            let ids = try await sql.select().column("user_id").from("topic_subscriptions")
+                .where("topic", .equal, topic).where("user_id", .greaterThan, after)
+                .orderBy("user_id").limit(Self.batchSize).all()
+                .map { try $0.decode(column: "user_id", as: UUID.self) }
+            let page =
+                ids.isEmpty
+                ? [] : try await sql.raw(Self.topicUsers(ids, event: eventID)).all().map(Self.recipient(from:))
             recipients = page.map(\.externalID)
             topicUsers = Dictionary(page.map { ($0.externalID, $0.recipient) }) { first, _ in first }
-            topicCursor = page.last?.recipient.id ?? after
+            topicCursor = ids.last ?? after
             cursor = processed + page.count
-            done = page.count < Self.batchSize
+            done = ids.count < Self.batchSize
         } else {
             let rows = try await sql.select().columns("position", "external_id").from("event_recipients")
                 .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
@@ -344,19 +352,15 @@ struct Fanout: Sendable {
         )
     }
 
-    /// The next page of a topic's subscribers after user id `after`, without the event's
-    /// exclusions, in user id order.
-    static func topicPage(_ topic: String, after: UUID, event: UUID) -> SQLQueryString {
+    /// These users (a page of a topic's subscribers), without the event's exclusions.
+    static func topicUsers(_ ids: [UUID], event: UUID) -> SQLQueryString {
         let columns = recipientColumns.map { "users.\($0)" }.joined(separator: ", ")
         return """
-            SELECT \(unsafeRaw: columns)
-            FROM topic_subscriptions JOIN users ON users.id = topic_subscriptions.user_id
-            WHERE topic_subscriptions.topic = \(bind: topic) AND topic_subscriptions.user_id > \(bind: after)
+            SELECT \(unsafeRaw: columns) FROM users
+            WHERE users.id IN (\(binds: ids))
               AND NOT EXISTS (
                 SELECT 1 FROM event_exclusions
                 WHERE event_exclusions.event_id = \(bind: event) AND event_exclusions.external_id = users.external_id)
-            ORDER BY topic_subscriptions.user_id
-            LIMIT \(unsafeRaw: String(batchSize))
             """
     }
 
