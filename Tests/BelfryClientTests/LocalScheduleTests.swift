@@ -35,7 +35,9 @@ struct LocalScheduleTests {
                 == .willNotFire)
     }
 
-    @Test("alert-only users get no sound or badge; provisional never sounds; nothing allowed means nothing scheduled")
+    @Test(
+        "alert-only users get no sound or badge; provisional never sounds or badges; nothing allowed, nothing scheduled"
+    )
     func settingsFirst() {
         let trigger = Trigger.interval(60, repeats: false)
         let alertOnly = NotificationSettings(
@@ -46,7 +48,7 @@ struct LocalScheduleTests {
         let provisional = NotificationSettings(authorizationStatus: .provisional)
         #expect(
             LocalSchedulePlanner.plan(request(trigger), settings: provisional, now: now, timeZone: berlin)
-                == .scheduled(fireDate: now.addingTimeInterval(60), showing: [.alert, .badge]))
+                == .scheduled(fireDate: now.addingTimeInterval(60), showing: [.alert]))
         for status in [PushAuthorization.denied, .notDetermined] {
             guard
                 case .notAllowed = LocalSchedulePlanner.plan(
@@ -73,5 +75,44 @@ struct LocalScheduleTests {
         #expect(settings.pushSettings == PushSettings(alert: .enabled, sound: .disabled, badge: .notSupported))
         #expect(Data([0x0A, 0xFF, 0x00]).hexToken == "0aff00")
         #expect(AuthorizationOptions([.alert, .provisional]).contains(.provisional))
+    }
+
+    @Test("scheduling goes through the OS seam with stable identifiers: again replaces, not allowed removes")
+    func schedulingSeam() async throws {
+        let scheduler = InMemoryNotificationScheduler()
+        let authorizer = FakeAuthorizer(.authorized)
+        let clock = now
+        let local = LocalNotifications(
+            scheduler: scheduler, authorization: authorizer, now: { clock },
+            timeZone: { TimeZone(identifier: "Europe/Berlin")! })
+        try await local.schedule(request(.interval(600, repeats: false)))
+        try await local.schedule(
+            LocalNotificationRequest(
+                identifier: "reminder", title: "Read later", body: "b", trigger: .interval(60, repeats: false)))
+        #expect(await local.pending().map(\.identifier) == ["reminder", "digest"])
+        // The same identifier again replaces it: one digest, at the new time.
+        try await local.schedule(request(.interval(1200, repeats: false)))
+        let pending = await local.pending()
+        #expect(pending.map(\.identifier) == ["reminder", "digest"])
+        #expect(pending.last?.fireDate == now.addingTimeInterval(1200))
+        #expect(pending.last?.badge == 1)
+
+        // The OS shows what comes due; the app can list and clear what was shown.
+        #expect(await scheduler.fire(until: now.addingTimeInterval(61)).map(\.identifier) == ["reminder"])
+        #expect(await local.delivered().map(\.identifier) == ["reminder"])
+        await local.cancel(identifier: "reminder")
+        #expect(await local.delivered().isEmpty)
+
+        // Provisional: quiet, no badge. Denied: the pending digest is taken out.
+        authorizer.set(.provisional)
+        try await local.schedule(request(.interval(600, repeats: false)))
+        #expect(await local.pending().first?.showing == [.alert])
+        #expect(await local.pending().first?.badge == nil)
+        authorizer.set(.denied)
+        guard case .notAllowed = try await local.schedule(request(.interval(600, repeats: false))) else {
+            Issue.record("a denied user got a schedule")
+            return
+        }
+        #expect(await local.pending().isEmpty)
     }
 }

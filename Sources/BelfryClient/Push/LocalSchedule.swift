@@ -54,11 +54,11 @@ public enum LocalSchedulePlanner {
         if settings.alertSetting == .enabled || settings.notificationCenterSetting == .enabled {
             showing.insert(.alert)
         }
-        // A provisional authorization delivers quietly: never a sound.
-        if request.sound, settings.soundSetting == .enabled, settings.authorizationStatus != .provisional {
-            showing.insert(.sound)
-        }
-        if request.badge != nil, settings.badgeSetting == .enabled { showing.insert(.badge) }
+        // A provisional authorization delivers quietly to the Notification Center: it "doesn't
+        // give your app permission to … play sounds, or badge the app icon" (seed 003).
+        let quiet = settings.authorizationStatus == .provisional
+        if request.sound, settings.soundSetting == .enabled, !quiet { showing.insert(.sound) }
+        if request.badge != nil, settings.badgeSetting == .enabled, !quiet { showing.insert(.badge) }
         guard !showing.isEmpty else { return .notAllowed("the user's settings leave no way to show it") }
         guard let fireDate = request.trigger.nextDate(after: now, in: timeZone) else { return .willNotFire }
         return .scheduled(fireDate: fireDate, showing: showing)
