@@ -73,6 +73,11 @@ struct LocalScheduleTests {
         let settings = NotificationSettings(
             authorizationStatus: .authorized, soundSetting: .disabled, badgeSetting: .notSupported)
         #expect(settings.pushSettings == PushSettings(alert: .enabled, sound: .disabled, badge: .notSupported))
+        // Seed 003: the Notification Center setting goes to the server with the others.
+        let listedOnly = NotificationSettings(
+            authorizationStatus: .authorized, alertSetting: .disabled, notificationCenterSetting: .enabled)
+        #expect(listedOnly.pushSettings.notificationCenter == .enabled)
+        #expect(listedOnly.pushSettings.showsText)
         #expect(Data([0x0A, 0xFF, 0x00]).hexToken == "0aff00")
         #expect(AuthorizationOptions([.alert, .provisional]).contains(.provisional))
     }

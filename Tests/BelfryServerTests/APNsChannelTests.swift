@@ -111,6 +111,31 @@ struct APNsChannelTests {
             .map { try $0.decode(column: "id", as: UUID.self).uuidString.lowercased() }
     }
 
+    @Test("alerts off but the Notification Center on keeps the text; both off sends the badge alone")
+    func notificationCenterSetting() async throws {
+        try await Self.withAPNs { app, server in
+            let ada = try await app.userToken("ada")
+            let bob = try await app.userToken("bob")
+            let listed = String(repeating: "cd34", count: 16)
+            let silent = String(repeating: "ef56", count: 16)
+            _ = try await Self.register(
+                app, ada, token: listed, settings: PushSettings(alert: .disabled, notificationCenter: .enabled))
+            _ = try await Self.register(
+                app, bob, token: silent, settings: PushSettings(alert: .disabled, notificationCenter: .disabled))
+            // Both are on the record as registered.
+            let devices = try await app.send(.GET, "/v1/me/devices", bearer: ada).decode(DeviceList.self).devices
+            #expect(devices.first?.settings.notificationCenter == .enabled)
+            _ = try await InboxAPITests.notify(app, ["ada", "bob"], title: "Edit reverted", category: "reverted")
+            while try await app.deliveryQueue!.runOnce() > 0 {}
+            let byToken = Dictionary(server.received.map { ($0.deviceToken, $0) }) { first, _ in first }
+            let kept = try #require(byToken[listed])
+            #expect((kept.aps["alert"] as? [String: Any])?["title"] as? String == "Edit reverted")
+            let badgeOnly = try #require(byToken[silent])
+            #expect(badgeOnly.aps["alert"] == nil)
+            #expect(badgeOnly.aps["badge"] as? Int == 1)
+        }
+    }
+
     @Test("410 retires the device: its reason is kept and no later event targets it")
     func unregisteredRetires() async throws {
         try await Self.withAPNs { app, server in

@@ -355,7 +355,8 @@ struct EmailChannelTests {
             // Ended within half the lease (4 s): by the attempt's deadline or the greeting's, both
             // capped there, never by RFC 5321's five minutes.
             let error = status.lastErrors["email"] ?? ""
-            #expect(error.contains("gave up after 4 s") || error.contains("no reply within 4 s"), "\(status.lastErrors)")
+            #expect(
+                error.contains("gave up after 4 s") || error.contains("no reply within 4 s"), "\(status.lastErrors)")
         }
     }
 

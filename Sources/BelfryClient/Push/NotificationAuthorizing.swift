@@ -35,7 +35,9 @@ public struct NotificationSettings: Sendable, Equatable {
 
     /// What the server needs to shape pushes for this device.
     public var pushSettings: PushSettings {
-        PushSettings(alert: alertSetting, sound: soundSetting, badge: badgeSetting)
+        PushSettings(
+            alert: alertSetting, sound: soundSetting, badge: badgeSetting, notificationCenter: notificationCenterSetting
+        )
     }
 }
 

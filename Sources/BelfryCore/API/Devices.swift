@@ -36,12 +36,37 @@ public struct PushSettings: Codable, Hashable, Sendable {
     public var alert: PushSetting
     public var sound: PushSetting
     public var badge: PushSetting
+    /// Whether notifications are listed in the Notification Center. With alerts off and this on,
+    /// the system still shows the alert's text there (seed 003), so the server keeps it.
+    public var notificationCenter: PushSetting
 
-    public init(alert: PushSetting = .enabled, sound: PushSetting = .enabled, badge: PushSetting = .enabled) {
+    public init(
+        alert: PushSetting = .enabled, sound: PushSetting = .enabled, badge: PushSetting = .enabled,
+        notificationCenter: PushSetting = .enabled
+    ) {
         self.alert = alert
         self.sound = sound
         self.badge = badge
+        self.notificationCenter = notificationCenter
     }
+
+    enum CodingKeys: String, CodingKey {
+        case alert, sound, badge
+        case notificationCenter = "notification_center"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        alert = try container.decode(PushSetting.self, forKey: .alert)
+        sound = try container.decode(PushSetting.self, forKey: .sound)
+        badge = try container.decode(PushSetting.self, forKey: .badge)
+        // Devices registered before the setting existed report it as on, as the OS defaults it.
+        notificationCenter = try container.decodeIfPresent(PushSetting.self, forKey: .notificationCenter) ?? .enabled
+    }
+
+    /// Whether the system shows a notification's text somewhere: as an alert, or in the
+    /// Notification Center.
+    public var showsText: Bool { alert == .enabled || notificationCenter == .enabled }
 }
 
 /// The APNs environment a device token belongs to.

@@ -11,7 +11,7 @@ struct DeviceStore: Sendable {
     static let columns = [
         "id", "user_id", "platform", "address", "environment", "topic", "p256dh", "auth_secret", "authorization",
         "alert_setting", "sound_setting", "badge_setting", "locale", "app_version", "user_agent", "created_at",
-        "updated_at", "retired_at", "retired_reason",
+        "updated_at", "retired_at", "retired_reason", "notification_center_setting",
     ]
 
     /// A device as the push channels need it.
@@ -74,7 +74,8 @@ struct DeviceStore: Sendable {
                     registration.authSecret, registration.authorization.rawValue,
                     registration.settings.alert.rawValue, registration.settings.sound.rawValue,
                     registration.settings.badge.rawValue, registration.locale, registration.appVersion,
-                    registration.userAgent, now, now, Date?.none, String?.none
+                    registration.userAgent, now, now, Date?.none, String?.none,
+                    registration.settings.notificationCenter.rawValue
                 )
                 .onConflict(with: ["platform", "address"]) { update in
                     Self.columns.filter { !["id", "platform", "address", "created_at"].contains($0) }
@@ -172,7 +173,9 @@ struct DeviceStore: Sendable {
                 ?? .notDetermined,
             settings: PushSettings(
                 alert: try setting("alert_setting"), sound: try setting("sound_setting"),
-                badge: try setting("badge_setting")),
+                badge: try setting("badge_setting"),
+                notificationCenter: try row.decode(column: "notification_center_setting", as: String?.self)
+                    .flatMap(PushSetting.init(rawValue:)) ?? .enabled),
             locale: try row.decode(column: "locale", as: String?.self),
             appVersion: try row.decode(column: "app_version", as: String?.self),
             userAgent: try row.decode(column: "user_agent", as: String?.self),

@@ -35,7 +35,10 @@ struct DevicesController: RouteCollection {
                 "platform", "token", "environment", "topic", "authorization", "settings", "locale", "app_version",
                 "subscription", "user_agent",
             ],
-            nested: ["settings": ["alert", "sound", "badge"], "subscription": ["endpoint", "keys", "expirationTime"]])
+            nested: [
+                "settings": ["alert", "sound", "badge", "notification_center"],
+                "subscription": ["endpoint", "keys", "expirationTime"],
+            ])
         let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
         let (device, created) = try await req.belfry.deviceStore.register(
             registration, userID: try user.requireID(), on: req.db)

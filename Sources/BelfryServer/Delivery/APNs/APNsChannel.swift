@@ -67,7 +67,8 @@ extension APNsDevice {
         self.init(
             token: device.address, environment: device.environment == .sandbox ? .sandbox : .production,
             authorization: Authorization(device.authorization),
-            showsAlerts: device.settings.alert == .enabled, showsBadge: device.settings.badge == .enabled,
+            // With alerts off the Notification Center may still list the text (seed 003): keep it then.
+            showsAlerts: device.settings.showsText, showsBadge: device.settings.badge == .enabled,
             playsSound: device.settings.sound == .enabled)
     }
 }
