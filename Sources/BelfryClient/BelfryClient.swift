@@ -23,6 +23,8 @@ public final class BelfryClient {
     public let preferences: Preferences
     /// The user's inbox and its live updates.
     public let inbox: Inbox
+    /// Notifications opened from the system, marked read once (queued while offline).
+    public let opened: OpenedNotifications
 
     /// - Parameters:
     ///   - baseURL: where Belfry serves its API.
@@ -45,6 +47,7 @@ public final class BelfryClient {
         emitter = BelfryEmitter()
         preferences = Preferences(api: api, store: store, emitter: emitter, debounce: debounce, maxWait: maxWait)
         inbox = Inbox(api: api)
+        opened = OpenedNotifications(api: api, store: store, clock: clock)
     }
 
     /// Keeps `preferences` current with changes made on the user's other devices (the live

@@ -1,0 +1,103 @@
+import BelfryCore
+import Foundation
+import Testing
+
+@testable import BelfryClient
+
+/// Issue 17 item 2, seed 003's "process already delivered notifications".
+@MainActor
+@Suite("BelfryClient delivered notifications")
+struct OpenedNotificationsTests {
+    static let id = UUID(uuidString: "0190E0F0-0000-7000-8000-000000000042")!
+
+    @Test("an APNs userInfo and a Web Push message read into the same typed value")
+    func parsing() throws {
+        let userInfo: [AnyHashable: Any] = [
+            "aps": [
+                "alert": ["title": "Edit reverted", "body": "Your edit to Bell was undone"], "badge": 3,
+                "category": "reverted", "thread-id": "edits",
+            ],
+            "belfry": [
+                "notification_id": Self.id.uuidString.lowercased(), "tenant": "enwiki",
+                "url": "https://example.org/diff/1", "data": ["revision": 42, "minor": true],
+            ],
+        ]
+        let apns = try #require(DeliveredNotification(apnsUserInfo: userInfo))
+        #expect(apns.id == Self.id)
+        #expect(apns.category == "reverted")
+        #expect(apns.tenant == "enwiki")
+        #expect(apns.title == "Edit reverted")
+        #expect(apns.url == URL(string: "https://example.org/diff/1"))
+        #expect(apns.badge == 3)
+        #expect(apns.data == .object(["revision": .number(42), "minor": .bool(true)]))
+        #expect(DeliveredNotification(apnsUserInfo: ["aps": ["alert": "someone else's"]]) == nil)
+
+        let message = Data(
+            #"""
+            {"title": "Talk page message", "body": "Linus wrote", "url": "https://example.org/talk",
+             "notification_id": "0190e0f0-0000-7000-8000-000000000042", "category": "edit-user-talk",
+             "tenant": "dewiki", "actions": [{"action": "reply", "title": "Reply"}], "badge": 1}
+            """#.utf8)
+        let web = try #require(DeliveredNotification(webPushMessage: message))
+        #expect(web.id == Self.id)
+        #expect(web.actions == [NotificationAction(id: "reply", title: "Reply")])
+        #expect(web.tenant == "dewiki")
+        #expect(DeliveredNotification(webPushMessage: Data("{}".utf8)) == nil)
+
+        // A plain tap asks for the notification; an action that opens the app, for its target.
+        #expect(
+            web.routeRequest(actionIdentifier: "com.apple.UNNotificationDefaultActionIdentifier")
+                == .notificationTapped(notificationID: Self.id))
+        #expect(
+            web.routeRequest(actionIdentifier: "reply")
+                == .actionTapped(actionID: "reply", target: URL(string: "https://example.org/talk")))
+    }
+
+    @Test("opening marks it read once; offline it waits in the store, and a relaunch sends it")
+    func markedReadOnce() async throws {
+        let clock = ManualClock()
+        let offline = Switch()
+        let transport = FakeTransport { request in
+            if offline.isOn { throw URLError(.notConnectedToInternet) }
+            return (200, ["Content-Type": "application/json"], Data("{}".utf8))
+        }
+        let store = InMemoryKeyValueStore()
+        func client() -> BelfryClient {
+            BelfryClient(
+                baseURL: URL(string: "https://belfry.test")!, tokenProvider: CountingTokens(), transport: transport,
+                clock: clock, store: store)
+        }
+        let belfry = client()
+        let notification = DeliveredNotification(id: Self.id, category: "mention")
+        #expect(belfry.opened.opened(notification) == .notificationTapped(notificationID: Self.id))
+        await belfry.opened.flush()
+        belfry.opened.opened(notification)
+        await belfry.opened.flush()
+        let reads = transport.requests.filter { $0.path.hasSuffix("/read") }
+        #expect(reads.map(\.path) == ["/v1/me/notifications/\(Self.id.uuidString)/read"], "once")
+        #expect(reads.first?.method == "POST")
+
+        // Offline: the mark stays queued, in the store too.
+        offline.isOn = true
+        let second = DeliveredNotification(id: UUID())
+        belfry.opened.opened(second)
+        for _ in 0..<4 {  // the request's own retries (0.5, 1, 2 s), then the queue's wait
+            while clock.sleeperCount == 0 { await Task.yield() }
+            await clock.advance(by: 2)
+        }
+        #expect(belfry.opened.pending == [second.id])
+        #expect(store.data(forKey: OpenedNotifications.storeKey) != nil)
+
+        // The app is killed; on the next launch, online again, the mark goes out.
+        let before = transport.requests.count
+        offline.isOn = false
+        let relaunched = client()
+        await relaunched.opened.flush()
+        #expect(relaunched.opened.pending.isEmpty)
+        #expect(
+            transport.requests.dropFirst(before).contains {
+                $0.path == "/v1/me/notifications/\(second.id.uuidString)/read"
+            })
+        #expect(store.data(forKey: OpenedNotifications.storeKey) == nil)
+    }
+}
