@@ -1,5 +1,6 @@
 import ArgumentParser
 import BelfryCore
+import Fluent
 import Foundation
 
 /// `belfry topics`: the topics and their subscriber counts; `belfry topics add|remove TOPIC USER…`
@@ -31,9 +32,8 @@ struct TopicsCommand: AsyncParsableCommand {
         }
     }
 
-    struct Add: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Subscribe users to a topic.")
-
+    /// What `add` and `remove` take: a topic, users, and the database.
+    struct Change: ParsableArguments {
         @ArgumentParser.Argument(help: "The topic.")
         var topic: String
 
@@ -42,12 +42,24 @@ struct TopicsCommand: AsyncParsableCommand {
 
         @OptionGroup var storage: StorageOptions
 
-        func run() async throws {
+        /// Checks the arguments, then runs `body` with the topic store on the configured database.
+        func run(_ body: @escaping (TopicStore, any Database) async throws -> Int) async throws -> Int {
             try check(topic: topic, users: users)
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            let added = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await app.belfry.topicStore.subscribe(users, to: topic, on: app.db)
+            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                try await body(app.belfry.topicStore, app.db)
             }
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Subscribe users to a topic.")
+
+        @OptionGroup var change: Change
+
+        func run() async throws {
+            let (topic, users) = (change.topic, change.users)
+            let added = try await change.run { store, db in try await store.subscribe(users, to: topic, on: db) }
             say("\(topic): \(added) subscribed, \(users.count - added) already were")
         }
     }
@@ -55,20 +67,11 @@ struct TopicsCommand: AsyncParsableCommand {
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Unsubscribe users from a topic.")
 
-        @ArgumentParser.Argument(help: "The topic.")
-        var topic: String
-
-        @ArgumentParser.Argument(help: "External user ids.")
-        var users: [String]
-
-        @OptionGroup var storage: StorageOptions
+        @OptionGroup var change: Change
 
         func run() async throws {
-            try check(topic: topic, users: users)
-            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            let removed = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await app.belfry.topicStore.unsubscribe(users, from: topic, on: app.db)
-            }
+            let (topic, users) = (change.topic, change.users)
+            let removed = try await change.run { store, db in try await store.unsubscribe(users, from: topic, on: db) }
             say("\(topic): \(removed) unsubscribed")
         }
     }

@@ -293,13 +293,8 @@ final class DeliveryQueue: Sendable {
                 try await DeviceStore.retire(device, reason: reason, now: now, on: db.sql)
             }
             if case .skipped(let reason) = result, !updated.isEmpty {
-                try await db.sql.raw(
-                    """
-                    INSERT INTO event_skips (event_id, channel, reason, count)
-                    VALUES (\(bind: delivery.eventID), \(bind: delivery.channel.id), \(bind: reason.rawValue), 1)
-                    ON CONFLICT (event_id, channel, reason) DO UPDATE SET count = event_skips.count + 1
-                    """
-                ).run()
+                try await EventSkips.add(
+                    event: delivery.eventID, channel: delivery.channel.id, reason: reason, count: 1, on: db.sql)
             }
             return !updated.isEmpty
         }

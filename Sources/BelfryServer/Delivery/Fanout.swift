@@ -282,13 +282,7 @@ struct Fanout: Sendable {
                 ], rows: deliveries, rowsPerStatement: 300, on: db)
             for (channel, reasons) in skips {
                 for (reason, count) in reasons {
-                    try await sql.raw(
-                        """
-                        INSERT INTO event_skips (event_id, channel, reason, count)
-                        VALUES (\(bind: eventID), \(bind: channel), \(bind: reason.rawValue), \(bind: count))
-                        ON CONFLICT (event_id, channel, reason) DO UPDATE SET count = event_skips.count + excluded.count
-                        """
-                    ).run()
+                    try await EventSkips.add(event: eventID, channel: channel, reason: reason, count: count, on: sql)
                 }
             }
         }

@@ -88,10 +88,7 @@ struct EventIntake: Sendable {
         // A topic's audience is read at fan-out; until then its size is the subscribers' now.
         var recipients = event.recipients.count
         if let topic = event.topic {
-            recipients =
-                try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-                .from("topic_subscriptions").where("topic", .equal, topic).first()?.decode(column: "n", as: Int.self)
-                ?? 0
+            recipients = try await TopicStore(storage: storage, now: self.now).subscribers(of: topic, on: db)
         }
         try await sql.insert(into: "events")
             .columns(
