@@ -38,7 +38,8 @@ struct Options {
           --user-token TOKEN    a user token instead (`belfry token --user ada`)
           --user ID             the user (default ada)
           --tenants A,B,…       the user's sites (default enwiki,dewiki,wikidata,commons)
-          --permission allow|deny|provisional   what the user answers at the OS prompt (default allow)
+          --permission allow|deny|provisional   what the user answers at the OS prompt (default allow);
+                                                provisional: granted at launch without a prompt
           --token-delay SECONDS when the OS gives the device token (default 1); --no-token: never
           --set CATEGORY=on|off turn a push type on or off (repeatable)
           --trigger CATEGORY    send the user an event of this category afterwards (needs --api-key; repeatable)
@@ -238,10 +239,8 @@ func run(_ options: Options) async throws {
         client: belfry, authorizer: authorizer,
         tokenSource: ScriptedTokenSource(delay: options.tokenDelay, token: token),
         options: PushRegistrationOptions(
-            environment: .sandbox,
-            authorizationOptions: options.permission == .provisional
-                ? [.alert, .sound, .badge, .provisional] : [.alert, .sound, .badge], tokenTimeout: 5,
-            tokenRetryDelays: [2], appVersion: "belfry-device"))
+            environment: .sandbox, tokenTimeout: 5, tokenRetryDelays: [2],
+            requestsProvisionalAtLaunch: options.permission == .provisional, appVersion: "belfry-device"))
     let model = PushSettingsModel(
         client: belfry, registration: registration, sync: TenantPreferenceSync(client: belfry),
         pushChannel: options.pushChannel, openSystemSettings: { say("  os: opening Settings") })

@@ -38,6 +38,10 @@ final class FakeAuthorizer: NotificationAuthorizing, @unchecked Sendable {
             if current.authorizationStatus == .notDetermined {
                 current.authorizationStatus =
                     options.contains(.provisional) && answer == .authorized ? .provisional : answer
+            } else if current.authorizationStatus == .provisional, !options.contains(.provisional) {
+                // Asking for more than quiet delivery prompts; `.provisional` stands for a
+                // prompt the user let pass.
+                current.authorizationStatus = answer
             }
             return current.authorizationStatus.allowsDelivery
         }

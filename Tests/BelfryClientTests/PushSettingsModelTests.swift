@@ -60,13 +60,15 @@ struct PushSettingsModelTests {
         ],
         channelPreferences: [])
 
-    func model(follows: Bool = false) -> PushSettingsModel {
+    func model(follows: Bool = false, provisionalAtLaunch: Bool = false) -> PushSettingsModel {
         let client = BelfryClient(
             baseURL: URL(string: "https://belfry.test")!, tokenProvider: CountingTokens(), transport: transport,
             clock: clock, store: store)
         let registration = PushRegistration(
             client: client, authorizer: authorizer, tokenSource: tokenSource,
-            options: PushRegistrationOptions(environment: .production, followsSystemPermission: follows))
+            options: PushRegistrationOptions(
+                environment: .production, followsSystemPermission: follows,
+                requestsProvisionalAtLaunch: provisionalAtLaunch))
         let opened = opened
         return PushSettingsModel(
             client: client, registration: registration, sync: TenantPreferenceSync(client: client, jitter: { 0.5 }),
@@ -261,17 +263,75 @@ struct PushSettingsModelTests {
         #expect(preferenceWrites.isEmpty)
     }
 
-    @Test("seed 003: provisional authorization is shown honestly as delivered quietly")
-    func provisional() async throws {
-        authorizer.set(.provisional)
-        let model = model()
+    @Test("seed 003: provisional at launch asks nothing, registers, and shows delivered quietly")
+    func provisionalAtLaunch() async throws {
+        let model = model(provisionalAtLaunch: true)
         await model.signIn(user: "ada", tenants: tenants)
-        await model.setPushEnabled(true)
+        #expect(authorizer.requests == [[.alert, .sound, .badge, .provisional]], "no prompt: provisional only")
+        #expect(model.registration.phase == .on)
+        #expect(server.registrations.last?.authorization == .provisional)
         let primary = try row(model, .primaryToggle)
         #expect(primary.isOn == true)
         #expect(primary.detail?.hasPrefix("Delivered quietly") == true)
         #expect(primary.accessibility.value == "On, Delivered quietly")
+        #expect(kinds(model).prefix(3) == [.primaryToggle, .education, .prominentDelivery])
+        let prominent = try row(model, .prominentDelivery)
+        #expect(prominent.action == .requestProminentDelivery && prominent.actionTitle == "Allow")
+        #expect(prominent.accessibility.hint == PushSettingsText().prominentHint)
+
+        // A second launch: the OS has answered, so nothing is asked again.
+        await model.signIn(user: "ada", tenants: tenants)
+        #expect(authorizer.requests.count == 1)
+    }
+
+    @Test("seed 003: asking for prominent delivery prompts, and the server learns the answer")
+    func prominentDelivery() async throws {
+        let model = model(provisionalAtLaunch: true)
+        await model.signIn(user: "ada", tenants: tenants)
+        let device = try #require(model.registration.record?.deviceID)
+        await model.perform(.requestProminentDelivery)
+        #expect(authorizer.requests.last == [.alert, .sound, .badge], "full authorization: the prompt")
+        #expect(model.registration.phase == .on)
+        #expect(server.registrations.last?.authorization == .authorized)
+        #expect(model.registration.record?.deviceID == device, "the same device, updated")
+        #expect(try row(model, .primaryToggle).accessibility.value == "On")
+        #expect(!kinds(model).contains(.prominentDelivery))
+    }
+
+    @Test("seed 003: provisional is never shown as denied; turning push on asks for full authorization")
+    func provisionalTurnedOn() async throws {
+        authorizer.set(.provisional)
+        let model = model()
+        await model.signIn(user: "ada", tenants: tenants)
+        #expect(model.registration.phase == .off)
+        #expect(kinds(model) == [.primaryToggle, .education], "off, not denied")
+
+        // The user lets the prompt pass: quiet delivery still works, so push is on, quietly.
+        authorizer.answer = .provisional
+        await model.setPushEnabled(true)
+        #expect(authorizer.requests == [[.alert, .sound, .badge]])
+        #expect(model.registration.phase == .on && model.alert == nil)
         #expect(server.registrations.last?.authorization == .provisional)
+        #expect(kinds(model).contains(.prominentDelivery))
+
+        // Off, then on again with the prompt accepted: full delivery.
+        await model.setPushEnabled(false)
+        authorizer.answer = .authorized
+        await model.setPushEnabled(true)
+        #expect(authorizer.requests.count == 2)
+        #expect(server.registrations.last?.authorization == .authorized)
+        #expect(try row(model, .primaryToggle).accessibility.value == "On")
+    }
+
+    @Test("seed 003: refusing the prompt from quiet delivery is a real denial, and the server hears it")
+    func prominentRefused() async throws {
+        let model = model(provisionalAtLaunch: true)
+        await model.signIn(user: "ada", tenants: tenants)
+        authorizer.answer = .denied
+        await model.perform(.requestProminentDelivery)
+        #expect(model.registration.phase == .denied)
+        #expect(server.registrations.last?.authorization == .denied, "the server stops sending")
+        #expect(kinds(model).contains(.permissionDenied))
     }
 
     @Test("seed 000 step 13: every row has an accessibility label; toggles have a value and a hint")

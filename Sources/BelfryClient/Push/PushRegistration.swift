@@ -55,6 +55,11 @@ public struct PushRegistrationOptions: Sendable {
     /// Seed 000 step 10 (off by default, as the seed leaves it open): follow the OS permission,
     /// subscribing when it is granted in Settings and removing the device when it is revoked.
     public var followsSystemPermission: Bool
+    /// Seed 003: request provisional authorization at sign-in (and at each launch that signs the
+    /// user in) while the OS has not asked yet. It shows no prompt; the device registers and
+    /// notifications arrive quietly in the Notification Center until the user keeps or turns
+    /// them off there, or asks for them prominently (``PushRegistration/requestProminentDelivery()``).
+    public var requestsProvisionalAtLaunch: Bool
     /// A flag from an earlier version of the app, migrated to the record on login.
     public var legacyFlag: LegacySubscriptionFlag?
     public var locale: String?
@@ -65,8 +70,8 @@ public struct PushRegistrationOptions: Sendable {
         authorizationOptions: AuthorizationOptions = [
             .alert, .sound, .badge,
         ], tokenTimeout: TimeInterval = 10, tokenRetryDelays: [TimeInterval] = [5, 30],
-        followsSystemPermission: Bool = false, legacyFlag: LegacySubscriptionFlag? = nil, locale: String? = nil,
-        appVersion: String? = nil
+        followsSystemPermission: Bool = false, requestsProvisionalAtLaunch: Bool = false,
+        legacyFlag: LegacySubscriptionFlag? = nil, locale: String? = nil, appVersion: String? = nil
     ) {
         self.topic = topic
         self.environment = environment
@@ -74,6 +79,7 @@ public struct PushRegistrationOptions: Sendable {
         self.tokenTimeout = tokenTimeout
         self.tokenRetryDelays = tokenRetryDelays
         self.followsSystemPermission = followsSystemPermission
+        self.requestsProvisionalAtLaunch = requestsProvisionalAtLaunch
         self.legacyFlag = legacyFlag
         self.locale = locale
         self.appVersion = appVersion
@@ -191,8 +197,9 @@ public final class PushRegistration {
 
     // MARK: What the app and the settings screen call
 
-    /// After sign-in (seed 000 step 5's first half): loads the record, migrates an earlier
-    /// version's flag, and reads the OS settings.
+    /// After sign-in, and at each launch with a signed-in user (seed 000 step 5's first half):
+    /// loads the record, migrates an earlier version's flag, requests provisional authorization
+    /// when the options ask for it, and reads the OS settings.
     public func login(user: String, tenants: [String]) async {
         session += 1
         self.user = user
@@ -207,7 +214,10 @@ public final class PushRegistration {
         if record == nil, let legacy = options.legacyFlag, legacy.read() {
             wantsOn = true
         }
-        await recheck()
+        await run {
+            if self.options.requestsProvisionalAtLaunch, self.record == nil { await self.requestProvisional() }
+            await self.reconcile()
+        }
     }
 
     /// The user's sites changed; the record keeps them.
@@ -232,6 +242,18 @@ public final class PushRegistration {
         guard user != nil else { return }
         wantsOn = true
         await run { await self.subscribe(asking: true) }
+    }
+
+    /// Seed 003: notifications delivered quietly (provisional authorization) become prominent
+    /// only when the user says so. Asks the OS for full authorization, which prompts, and tells
+    /// the server the answer; nothing happens unless the authorization is provisional.
+    public func requestProminentDelivery() async {
+        guard user != nil else { return }
+        await run {
+            guard await self.authorizer.notificationSettings().authorizationStatus == .provisional else { return }
+            await self.requestFullAuthorization()
+            await self.reconcile()
+        }
     }
 
     /// After a failure: the same as turning the toggle on again.
@@ -356,6 +378,17 @@ public final class PushRegistration {
             _ = try? await authorizer.requestAuthorization(options: options.authorizationOptions)
             guard session == self.session else { return }
             settings = await authorizer.notificationSettings()
+        } else if asking, settings.authorizationStatus == .provisional {
+            // Seed 003: turning push on is the moment to ask for more than quiet delivery. If the
+            // user lets the prompt pass, the provisional authorization still delivers quietly.
+            await requestFullAuthorization()
+            guard session == self.session else { return }
+            if record != nil {
+                // Already registered quietly: the server learns the answer, whatever it is.
+                await reconcile()
+                return
+            }
+            settings = await authorizer.notificationSettings()
         }
         systemSettings = settings
         guard settings.authorizationStatus.allowsDelivery else {
@@ -442,6 +475,22 @@ public final class PushRegistration {
                 await self.subscribe(asking: false)
             }
         }
+    }
+
+    /// Provisional authorization: granted without a prompt, so it can be asked for at launch.
+    private func requestProvisional() async {
+        guard await authorizer.notificationSettings().authorizationStatus == .notDetermined else { return }
+        let options = options.authorizationOptions.union(.provisional)
+        if (try? await authorizer.requestAuthorization(options: options)) == true {
+            // The trial needs the device at the server, or nothing can arrive quietly.
+            wantsOn = true
+        }
+    }
+
+    /// Asks for the options without `provisional`: the OS prompts for alerts, sounds and badges.
+    private func requestFullAuthorization() async {
+        phase = .requestingPermission
+        _ = try? await authorizer.requestAuthorization(options: options.authorizationOptions.subtracting(.provisional))
     }
 
     /// Asks the OS for a token and waits, again after each retry delay, until one comes.

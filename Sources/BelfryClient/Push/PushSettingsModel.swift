@@ -12,6 +12,10 @@ public struct PushSettingsText: Sendable {
     public var turningOn = "Turning on"
     public var deliveredQuietly = "Delivered quietly"
     public var deliveredQuietlyDetail = "Notifications go to Notification Center without sound or banners."
+    public var prominentTitle = "Get banners and sounds"
+    public var prominentDetail = "Notifications now arrive quietly. Allow banners, sounds and badges for them?"
+    public var prominentAction = "Allow"
+    public var prominentHint = "Asks for permission to show banners, play sounds and badge the app icon."
     public var primaryHintOff = "Asks for permission and turns on push notifications on this device."
     public var primaryHintOn = "Turns off push notifications on this device."
     public var typeHint = "Turns this kind of push notification on or off on all your sites."
@@ -57,6 +61,8 @@ public final class PushSettingsModel {
             case subscriptionFailed
             /// The OS permission is denied; tapping opens the system's Settings.
             case permissionDenied
+            /// Delivered quietly (provisional); tapping asks for banners, sounds and badges.
+            case prominentDelivery
         }
 
         /// What tapping the row (or its button) does.
@@ -65,6 +71,7 @@ public final class PushSettingsModel {
             case openSettings
             case retrySubscription
             case retryTypes
+            case requestProminentDelivery
         }
 
         public var kind: Kind
@@ -86,6 +93,7 @@ public final class PushSettingsModel {
             case .typesUnavailable: "types-unavailable"
             case .subscriptionFailed: "subscription-failed"
             case .permissionDenied: "permission-denied"
+            case .prominentDelivery: "prominent-delivery"
             }
         }
     }
@@ -161,6 +169,7 @@ public final class PushSettingsModel {
     public var rows: [Row] {
         guard registration.phase != .loggedOut else { return [] }
         var rows = [primaryRow, educationRow]
+        if registration.phase == .on, isQuiet { rows.append(prominentRow) }
         if registration.phase == .on {
             switch typesState {
             case .loaded: rows += types.map(typeRow)
@@ -231,6 +240,14 @@ public final class PushSettingsModel {
             action: .openSettings, actionTitle: text.openSettings,
             accessibility: Accessibility(
                 label: "\(text.deniedTitle). \(text.deniedDetail)", value: nil, hint: text.openSettingsHint))
+    }
+
+    private var prominentRow: Row {
+        Row(
+            kind: .prominentDelivery, title: text.prominentTitle, detail: text.prominentDetail, isOn: nil,
+            isEnabled: !registration.isBusy, action: .requestProminentDelivery, actionTitle: text.prominentAction,
+            accessibility: Accessibility(
+                label: "\(text.prominentTitle). \(text.prominentDetail)", value: nil, hint: text.prominentHint))
     }
 
     private func actionRow(_ kind: Row.Kind, title: String, detail: String?, action: Row.Action) -> Row {
@@ -320,12 +337,13 @@ public final class PushSettingsModel {
         }
     }
 
-    /// What a row's button does: open Settings or try again.
+    /// What a row's button does: open Settings, try again, or ask for prominent delivery.
     public func perform(_ action: Row.Action) async {
         switch action {
         case .openSettings: openSystemSettings()
         case .retrySubscription: await setPushEnabled(true)
         case .retryTypes: await loadTypes()
+        case .requestProminentDelivery: await registration.requestProminentDelivery()
         case .toggle: break
         }
     }
