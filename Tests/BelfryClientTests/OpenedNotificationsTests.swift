@@ -53,6 +53,34 @@ struct OpenedNotificationsTests {
                 == .actionTapped(actionID: "reply", target: URL(string: "https://example.org/talk")))
     }
 
+    @Test("a digest reads with its batch: the count from APNs, the count and items from Web Push")
+    func batches() throws {
+        let userInfo: [AnyHashable: Any] = [
+            "aps": ["alert": ["title": "12 thanks", "body": "Ada thanked you, and 11 more"], "thread-id": "thanks"],
+            "belfry": ["notification_id": Self.id.uuidString, "tenant": "enwiki", "batch": ["count": 12]],
+        ]
+        let apns = try #require(DeliveredNotification(apnsUserInfo: userInfo))
+        #expect(apns.batch == NotificationBatch(count: 12, items: []))
+
+        let message = Data(
+            #"""
+            {"notification_id": "0190e0f0-0000-7000-8000-000000000042", "title": "2 thanks", "body": "…",
+             "batch": {"count": 2, "items": [
+               {"event_id": "0190e0f0-0000-7000-8000-000000000001", "title": "Ada thanked you", "body": "for Bell",
+                "url": "https://example.org/1", "data": {"page": "Bell"}, "created_at": "2026-11-24T08:00:00Z"},
+               {"event_id": "0190e0f0-0000-7000-8000-000000000002", "title": "Bob thanked you", "body": "for Bell",
+                "url": null, "created_at": "2026-11-24T08:00:01.250Z"}]}}
+            """#.utf8)
+        let web = try #require(DeliveredNotification(webPushMessage: message))
+        let batch = try #require(web.batch)
+        #expect(batch.count == 2)
+        #expect(batch.items.map(\.title) == ["Ada thanked you", "Bob thanked you"])
+        #expect(batch.items[0].data == ["page": .string("Bell")])
+        #expect(batch.items[0].url == "https://example.org/1" && batch.items[1].url == nil)
+        #expect(batch.items[1].createdAt == Date(timeIntervalSince1970: 1_795_507_201.25))
+        #expect(DeliveredNotification(webPushMessage: Data(#"{"notification_id": "\#(Self.id)"}"#.utf8))?.batch == nil)
+    }
+
     @Test("opening marks it read once; offline it waits in the store, and a relaunch sends it")
     func markedReadOnce() async throws {
         let clock = ManualClock()

@@ -18,10 +18,14 @@ public struct DeliveredNotification: Sendable, Equatable {
     public var badge: Int?
     /// The event's `data`.
     public var data: JSONValue?
+    /// For a digest: how many events it gathered and, from Web Push, the first of them (APNs
+    /// carries the count alone; the inbox has the items).
+    public var batch: NotificationBatch?
 
     public init(
         id: UUID, category: String? = nil, tenant: String? = nil, title: String? = nil, body: String? = nil,
-        url: URL? = nil, actions: [NotificationAction] = [], badge: Int? = nil, data: JSONValue? = nil
+        url: URL? = nil, actions: [NotificationAction] = [], badge: Int? = nil, data: JSONValue? = nil,
+        batch: NotificationBatch? = nil
     ) {
         self.id = id
         self.category = category
@@ -32,6 +36,7 @@ public struct DeliveredNotification: Sendable, Equatable {
         self.actions = actions
         self.badge = badge
         self.data = data
+        self.batch = batch
     }
 
     /// Reads an APNs notification's `userInfo` (`aps` and Belfry's `belfry` dictionary).
@@ -46,7 +51,8 @@ public struct DeliveredNotification: Sendable, Equatable {
             id: id, category: aps["category"] as? String, tenant: belfry["tenant"] as? String,
             title: alert?["title"] as? String, body: alert?["body"] as? String,
             url: (belfry["url"] as? String).flatMap(URL.init(string:)), badge: aps["badge"] as? Int,
-            data: belfry["data"].flatMap(JSONValue.init(foundation:)))
+            data: belfry["data"].flatMap(JSONValue.init(foundation:)),
+            batch: belfry["batch"].flatMap(NotificationBatch.init(foundation:)))
     }
 
     /// Reads a Web Push message as Belfry sends it (the JSON a service worker receives).
@@ -67,13 +73,14 @@ public struct DeliveredNotification: Sendable, Equatable {
             var actions: [Action]?
             var badge: Int?
             var data: JSONValue?
+            var batch: NotificationBatch?
         }
-        guard let message = try? JSONDecoder().decode(Message.self, from: data) else { return nil }
+        guard let message = try? BelfryAPI.decoder.decode(Message.self, from: data) else { return nil }
         self.init(
             id: message.notification_id, category: message.category, tenant: message.tenant, title: message.title,
             body: message.body, url: message.url.flatMap(URL.init(string:)),
             actions: (message.actions ?? []).map { NotificationAction(id: $0.action, title: $0.title) },
-            badge: message.badge, data: message.data)
+            badge: message.badge, data: message.data, batch: message.batch)
     }
 
     /// What the router is asked when the user opens it: the notification, or one of its actions
@@ -89,6 +96,16 @@ public struct DeliveredNotification: Sendable, Equatable {
     static let systemActions: Set<String> = [
         "com.apple.UNNotificationDefaultActionIdentifier", "com.apple.UNNotificationDismissActionIdentifier",
     ]
+}
+
+extension NotificationBatch {
+    /// A batch as `userInfo` holds it; `nil` if it is not one.
+    init?(foundation value: Any) {
+        guard JSONSerialization.isValidJSONObject(value), let data = try? JSONSerialization.data(withJSONObject: value),
+            let batch = try? BelfryAPI.decoder.decode(NotificationBatch.self, from: data)
+        else { return nil }
+        self = batch
+    }
 }
 
 extension JSONValue {

@@ -16,11 +16,13 @@ public struct InboxNotification: Codable, Hashable, Sendable {
     public var seenAt: Date?
     public var readAt: Date?
     public var archivedAt: Date?
+    /// For a digest: the events it gathered.
+    public var batch: NotificationBatch?
 
     public init(
         id: UUID, category: String, tenant: String, title: String, body: String, url: String?,
         data: [String: JSONValue]?, actions: [NotificationAction], createdAt: Date, seenAt: Date?, readAt: Date?,
-        archivedAt: Date?
+        archivedAt: Date?, batch: NotificationBatch? = nil
     ) {
         self.id = id
         self.category = category
@@ -34,10 +36,11 @@ public struct InboxNotification: Codable, Hashable, Sendable {
         self.seenAt = seenAt
         self.readAt = readAt
         self.archivedAt = archivedAt
+        self.batch = batch
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, category, tenant, title, body, url, data, actions
+        case id, category, tenant, title, body, url, data, actions, batch
         case createdAt = "created_at"
         case seenAt = "seen_at"
         case readAt = "read_at"
