@@ -160,11 +160,14 @@ public struct EventStatus: Codable, Hashable, Sendable {
     public var lastErrors: [String: String]
     /// Why fan-out failed or is being retried, if it did.
     public var error: String?
+    /// Recipients whose notification went into a batch (a digest) instead of out on its own;
+    /// the batch's notification counts with the event that opened it.
+    public var batched: Int
 
     public init(
         id: UUID, category: String, tenant: String, state: FanoutState, createdAt: Date, notBefore: Date,
         recipients: Int, processed: Int, notifications: Int, deliveries: [String: [String: Int]],
-        skipped: [String: [String: Int]], lastErrors: [String: String], error: String? = nil
+        skipped: [String: [String: Int]], lastErrors: [String: String], error: String? = nil, batched: Int = 0
     ) {
         self.id = id
         self.category = category
@@ -179,10 +182,11 @@ public struct EventStatus: Codable, Hashable, Sendable {
         self.skipped = skipped
         self.lastErrors = lastErrors
         self.error = error
+        self.batched = batched
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, category, tenant, state, recipients, processed, notifications, deliveries, skipped, error
+        case id, category, tenant, state, recipients, processed, notifications, deliveries, skipped, error, batched
         case createdAt = "created_at"
         case notBefore = "not_before"
         case lastErrors = "last_errors"

@@ -106,7 +106,7 @@ extension WorkspaceConfig {
     private static func readCategory(_ node: ConfigNode, _ known: Known) -> CategoryDefinition? {
         let keys: Set<String> = [
             "id", "name", "description", "section", "default", "is_editable", "channels",
-            "mandatory_channels", "actions", "push", "email", "throttle",
+            "mandatory_channels", "actions", "push", "email", "throttle", "batch",
         ]
         guard node.object(keys: keys) else { return nil }
         let id = node["id"].identifier()
@@ -138,6 +138,7 @@ extension WorkspaceConfig {
         let push = readPushHints(node["push"])
         let email = node["email"].isPresent ? readEmail(node["email"], allowsLocales: true) : nil
         let throttle = node["throttle"].isPresent ? readThrottle(node["throttle"]) : nil
+        let batch = node["batch"].isPresent ? readBatch(node["batch"]) : nil
         // A fallback waits for the inbox notification to be read: the category needs the inbox.
         if !channels.contains(where: { known.inboxes.contains($0.channel) }) {
             for channel in channels where channel.unless != nil {
@@ -149,7 +150,8 @@ extension WorkspaceConfig {
         return CategoryDefinition(
             id: id, name: name, description: description, section: section,
             defaultPreference: defaultPreference, isEditable: isEditable, channels: channels,
-            mandatoryChannels: mandatory, actions: actions, push: push, email: email, throttle: throttle
+            mandatoryChannels: mandatory, actions: actions, push: push, email: email, throttle: throttle,
+            batch: batch
         )
     }
 
@@ -236,6 +238,44 @@ extension WorkspaceConfig {
         if !node["window_seconds"].isPresent { node["window_seconds"].fail("is required") }
         guard let limit, let window else { return nil }
         return ThrottleRule(limit: limit, windowSeconds: window)
+    }
+
+    /// A batch closes after a window or on a schedule; its templates' Mustache syntax is checked
+    /// where they are rendered.
+    private static func readBatch(_ node: ConfigNode) -> BatchRule? {
+        guard node.object(keys: ["window_seconds", "schedule", "key", "max_items", "title", "body"]) else { return nil }
+        // Up to 30 days: a digest is about events still worth telling.
+        let window = node["window_seconds"].int(in: 1...2_592_000)
+        var schedule: CalendarRule?
+        let scheduleNode = node["schedule"]
+        if scheduleNode.isPresent, scheduleNode.object(keys: ["calendar"]) {
+            let calendar = scheduleNode["calendar"]
+            if calendar.object(keys: ["month", "day", "weekday", "hour", "minute"]) {
+                let rule = CalendarRule(
+                    month: calendar["month"].int(in: 1...12), day: calendar["day"].int(in: 1...31),
+                    weekday: calendar["weekday"].int(in: 1...7), hour: calendar["hour"].int(in: 0...23),
+                    minute: calendar["minute"].int(in: 0...59), repeats: true)
+                if rule.problems.isEmpty {
+                    if rule.nextDate(after: Date(timeIntervalSince1970: 0), in: .gmt) == nil {
+                        calendar.fail("no date matches it (such as 30 February)")
+                    } else {
+                        schedule = rule
+                    }
+                } else if [rule.month, rule.day, rule.weekday, rule.hour, rule.minute].allSatisfy({ $0 == nil }) {
+                    calendar.fail("give at least one of month, day, weekday, hour, minute")
+                }
+            }
+        }
+        if node["window_seconds"].isPresent == scheduleNode.isPresent {
+            node.fail("a batch closes after \"window_seconds\" or on a \"schedule\": give exactly one")
+        }
+        let key = node["key"].string(maxLength: 64)
+        let maxItems = node["max_items"].isPresent ? node["max_items"].int(in: 1...100) : 10
+        let title = node["title"].string(maxLength: 1_000)
+        let body = node["body"].string(maxLength: 4_000)
+        guard window != nil || schedule != nil, let maxItems else { return nil }
+        return BatchRule(
+            windowSeconds: window, schedule: schedule, key: key, maxItems: maxItems, title: title, body: body)
     }
 
     /// `de`, `pt-BR`, `zh-Hant-TW`: letters and digits in parts of 1 to 8, the first all letters.

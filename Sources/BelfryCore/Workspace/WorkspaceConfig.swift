@@ -2,6 +2,8 @@
 // from a file at start (see `WorkspaceConfig+Reading.swift`) and served as is by
 // `GET /v1/config`, so clients can decode it with plain `Codable`.
 
+import Foundation
+
 /// Everything a workspace defines: channels, sections, categories and tenants.
 public struct WorkspaceConfig: Codable, Hashable, Sendable {
     public var channels: [ChannelDefinition]
@@ -108,6 +110,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
     public var email: EmailTemplates?
     /// A limit on how often the category reaches a user outside the inbox.
     public var throttle: ThrottleRule?
+    /// Gathers the category's events for a user into one notification (a digest).
+    public var batch: BatchRule?
 
     public init(
         id: String,
@@ -121,7 +125,8 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         actions: [NotificationAction] = [],
         push: PushHints = PushHints(),
         email: EmailTemplates? = nil,
-        throttle: ThrottleRule? = nil
+        throttle: ThrottleRule? = nil,
+        batch: BatchRule? = nil
     ) {
         self.id = id
         self.name = name
@@ -135,10 +140,11 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         self.push = push
         self.email = email
         self.throttle = throttle
+        self.batch = batch
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, name, description, section, channels, actions, push, email, throttle
+        case id, name, description, section, channels, actions, push, email, throttle, batch
         case defaultPreference = "default"
         case isEditable = "is_editable"
         case mandatoryChannels = "mandatory_channels"
@@ -206,6 +212,72 @@ public struct ThrottleRule: Codable, Hashable, Sendable {
     enum CodingKeys: String, CodingKey {
         case limit
         case windowSeconds = "window_seconds"
+    }
+}
+
+/// Events of a category for the same user, tenant and key, from the first one until the batch
+/// closes, become one notification: after `windowSeconds`, or at the next time `schedule`
+/// matches in the user's time zone (a daily or weekly digest).
+public struct BatchRule: Codable, Hashable, Sendable {
+    public var windowSeconds: Int?
+    public var schedule: CalendarRule?
+    /// A field of the event's `data` whose value separates batches (`page`: one per page);
+    /// `nil`: one batch per user and tenant.
+    public var key: String?
+    /// How many events the notification lists; it counts them all.
+    public var maxItems: Int
+    /// Mustache templates over `count`, `more` (count − 1), `has_more`, `items` and `first`; `nil`: the first
+    /// item's title, and its body or "and N more".
+    public var title: String?
+    public var body: String?
+
+    public init(
+        windowSeconds: Int? = nil, schedule: CalendarRule? = nil, key: String? = nil, maxItems: Int = 10,
+        title: String? = nil, body: String? = nil
+    ) {
+        self.windowSeconds = windowSeconds
+        self.schedule = schedule
+        self.key = key
+        self.maxItems = maxItems
+        self.title = title
+        self.body = body
+    }
+
+    /// When a batch opened at `opened` closes, reading a schedule in the user's time zone.
+    public func closing(openedAt opened: Date, timeZone: TimeZone) -> Date {
+        if let schedule, let next = schedule.nextDate(after: opened, in: timeZone) { return next }
+        return opened.addingTimeInterval(TimeInterval(windowSeconds ?? 0))
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case schedule, key, title, body
+        case windowSeconds = "window_seconds"
+        case maxItems = "max_items"
+    }
+
+    /// The schedule as the config file writes it: `{"calendar": {...}}`.
+    struct Schedule: Codable {
+        var calendar: CalendarRule
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        windowSeconds = try container.decodeIfPresent(Int.self, forKey: .windowSeconds)
+        schedule = try container.decodeIfPresent(Schedule.self, forKey: .schedule)?.calendar
+        key = try container.decodeIfPresent(String.self, forKey: .key)
+        maxItems = try container.decodeIfPresent(Int.self, forKey: .maxItems) ?? 10
+        title = try container.decodeIfPresent(String.self, forKey: .title)
+        body = try container.decodeIfPresent(String.self, forKey: .body)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(windowSeconds, forKey: .windowSeconds)
+        try container.encodeIfPresent(schedule.map(Schedule.init(calendar:)), forKey: .schedule)
+        try container.encodeIfPresent(key, forKey: .key)
+        try container.encode(maxItems, forKey: .maxItems)
+        try container.encodeIfPresent(title, forKey: .title)
+        try container.encodeIfPresent(body, forKey: .body)
     }
 }
 
