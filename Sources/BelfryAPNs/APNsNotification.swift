@@ -32,12 +32,14 @@ public struct APNsNotification: Sendable, Hashable {
     public var createdAt: Date
     /// How long APNs keeps the notification for an offline device; 0 means one attempt only.
     public var ttlSeconds: Int?
+    /// For a digest: how many events it gathered (the alert already summarizes them).
+    public var batchCount: Int?
 
     public init(
         id: UUID, notificationID: UUID, category: String, tenant: String, title: String, body: String,
         url: String? = nil, imageURL: String? = nil, data: String? = nil, threadID: String? = nil,
         collapseID: String? = nil, interruptionLevel: InterruptionLevel? = nil, urgent: Bool = true,
-        createdAt: Date, ttlSeconds: Int? = nil
+        createdAt: Date, ttlSeconds: Int? = nil, batchCount: Int? = nil
     ) {
         self.id = id
         self.notificationID = notificationID
@@ -54,6 +56,7 @@ public struct APNsNotification: Sendable, Hashable {
         self.urgent = urgent
         self.createdAt = createdAt
         self.ttlSeconds = ttlSeconds
+        self.batchCount = batchCount
     }
 }
 

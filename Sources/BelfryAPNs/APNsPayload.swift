@@ -36,6 +36,7 @@ public enum APNsPayload {
         ]
         if let url = notification.url { belfry["url"] = url }
         if let image = notification.imageURL { belfry["image_url"] = image }
+        if let count = notification.batchCount { belfry["batch"] = ["count": count] }
         if let data = notification.data,
             let value = try? JSONSerialization.jsonObject(with: Data(data.utf8), options: .fragmentsAllowed)
         {

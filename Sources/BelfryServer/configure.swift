@@ -155,6 +155,10 @@ public func configure(
                 BackgroundService(
                     name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger
                 ) { try await fanout.processBatch(on: db()) },
+                // Batches (digests) close on their own clock: a window's end, a daily hour.
+                BackgroundService(name: "batches", interval: 1, clock: clock, logger: logger) {
+                    try await fanout.closeDueBatches(on: db())
+                },
                 BackgroundService(
                     name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
                     beforeStopping: queue.beginStopping

@@ -399,6 +399,9 @@ public struct ServerConfiguration: Sendable {
             for problem in EmailTemplates.problems(in: category) {
                 issues.add("categories[\(index)].email.\(problem.path)", problem.message)
             }
+            for problem in BatchText.problems(in: category) {
+                issues.add("categories[\(index)].batch.\(problem.path)", problem.message)
+            }
         }
 
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }

@@ -13,6 +13,12 @@ enum BulkValue: Sendable {
     case bool(Bool)
 }
 
+/// What a bulk insert does with a row whose unique key is already stored.
+enum BulkConflict: Sendable {
+    /// Updates the stored row with these assignments (SQL, naming the table's columns).
+    case update(target: [String], set: String)
+}
+
 extension BelfryDatabase {
     /// Inserts `rows` (each a value per column) in few statements.
     ///
@@ -25,16 +31,23 @@ extension BelfryDatabase {
     /// - Parameters:
     ///   - conflictTarget: columns of a unique index; a row that would repeat a stored one is
     ///     skipped instead of failing the statement.
-    ///   - returning: columns to read back from each row actually inserted.
+    ///   - onConflict: instead, what a row that would repeat a stored one does to it (an
+    ///     assignment such as `count = t.count + 1`); the rows of one call must not repeat each other.
+    ///   - returning: columns to read back from each row actually inserted (or updated).
     @discardableResult
     func insert(
         into table: String, columns: [String], rows: [[BulkValue]], rowsPerStatement: Int,
-        ignoringConflictsOn conflictTarget: [String] = [], returning: [String] = [], on db: any Database
+        ignoringConflictsOn conflictTarget: [String] = [], onConflict: BulkConflict? = nil, returning: [String] = [],
+        on db: any Database
     ) async throws -> [any SQLRow] {
         guard !rows.isEmpty else { return [] }
         let quoted = { (names: [String]) in names.map { "\"\($0)\"" }.joined(separator: ", ") }
         var tail = ""
-        if !conflictTarget.isEmpty { tail += " ON CONFLICT (\(quoted(conflictTarget))) DO NOTHING" }
+        if case .update(let target, let assignments) = onConflict {
+            tail += " ON CONFLICT (\(quoted(target))) DO UPDATE SET \(assignments)"
+        } else if !conflictTarget.isEmpty {
+            tail += " ON CONFLICT (\(quoted(conflictTarget))) DO NOTHING"
+        }
         if !returning.isEmpty { tail += " RETURNING \(quoted(returning))" }
         let into = "INSERT INTO \"\(table)\" (\(quoted(columns)))"
         guard kind == .sqlite, let sqlite = db as? any SQLiteDatabase else {

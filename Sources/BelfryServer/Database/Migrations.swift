@@ -15,6 +15,7 @@ enum BelfryMigrations {
         AddEventPushOptions(),
         CreateTopics(),
         AddDeliveryPolicies(),
+        AddBatches(),
     ]
 }
 

@@ -59,6 +59,8 @@ struct DeliveryContent: Sendable {
     var createdAt: Date
     /// The event's own time to live, else the category's.
     var ttlSeconds: Int? = nil
+    /// For a digest: the events it gathered.
+    var batch: NotificationBatch? = nil
 }
 
 /// What a provider's answer means for a delivery. `status` is the provider's own status code,

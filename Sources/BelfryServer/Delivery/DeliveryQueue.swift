@@ -159,7 +159,8 @@ final class DeliveryQueue: Sendable {
                         imageURL: try row.decode(column: "image_url", as: String?.self),
                         data: try row.decode(column: "data", as: String?.self),
                         createdAt: try row.decode(column: "created_at", as: Date.self),
-                        ttlSeconds: ttl ?? category.push.ttlSeconds),
+                        ttlSeconds: ttl ?? category.push.ttlSeconds,
+                        batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
                     device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
                     unread: try row.decode(column: "unread", as: Int.self),
                     email: try row.decode(column: "user_email", as: String?.self),
@@ -196,7 +197,7 @@ final class DeliveryQueue: Sendable {
           users.email AS user_email, users.locale AS user_locale,
           deliveries.condition, notifications.read_at, notifications.seen_at,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
-          notifications.data, notifications.created_at, events.image_url, events.ttl_seconds,
+          notifications.data, notifications.batch, notifications.created_at, events.image_url, events.ttl_seconds,
           devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),
           CASE WHEN deliveries.device_id IS NULL THEN 0 ELSE (
             SELECT COUNT(*) FROM notifications AS inbox

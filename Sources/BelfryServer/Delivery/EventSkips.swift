@@ -16,4 +16,13 @@ enum EventSkips {
             """
         ).run()
     }
+
+    /// Adds a batch's skips: channel, then reason, then count.
+    static func add(_ skips: [String: [SkipReason: Int]], event: UUID, on sql: any SQLDatabase) async throws {
+        for (channel, reasons) in skips {
+            for (reason, count) in reasons {
+                try await add(event: event, channel: channel, reason: reason, count: count, on: sql)
+            }
+        }
+    }
 }

@@ -36,12 +36,9 @@ struct Fanout: Sendable {
         let picked = NIOLockedValueBox<UUID?>(nil)
         do {
             let outcome = try await storage.write(db) { tx in try await self.batch(on: tx, picked: picked) }
-            if outcome.queuedDeliveries > 0 { wakeDeliveries() }
+            if outcome.rows.queued > 0 { wakeDeliveries() }
             // Only now, after the commit, may streams hear of the new notifications.
-            if let eventID = picked.withLockedValue({ $0 }), !outcome.inboxUsers.isEmpty {
-                await events.created(
-                    event: eventID, items: outcome.created, users: outcome.inboxUsers, on: db)
-            }
+            await outcome.rows.publish(to: events, on: db)
             return outcome.processed
         } catch {
             guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
@@ -70,13 +67,10 @@ struct Fanout: Sendable {
         }
     }
 
-    private struct Outcome: Sendable {
+    struct Outcome: Sendable {
         var processed: Bool
-        var queuedDeliveries: Int
-        /// New inbox notifications of users with an open stream.
-        var created: [(UUID, InboxNotification)] = []
-        /// Every user with a new notification in their inbox now, for streams on other instances.
-        var inboxUsers: [UUID] = []
+        /// What was written, and what the streams are to be told.
+        var rows = NotificationRows()
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -93,7 +87,7 @@ struct Fanout: Sendable {
             .orderBy("not_before")
             .limit(1)
         guard let event = try await storage.lockingSkipLocked(due).first()
-        else { return Outcome(processed: false, queuedDeliveries: 0) }
+        else { return Outcome(processed: false) }
 
         let eventID = try event.decode(column: "id", as: UUID.self)
         picked.withLockedValue { $0 = eventID }
@@ -148,17 +142,16 @@ struct Fanout: Sendable {
                 .set("last_error", to: "category \"\(categoryID)\" is no longer in the workspace config")
                 .where("id", .equal, eventID)
                 .run()
-            return Outcome(processed: true, queuedDeliveries: 0)
+            return Outcome(processed: true)
         }
         // The content is the same for every recipient: read it once per batch.
         let title = try event.decode(column: "title", as: String.self)
         let body = try event.decode(column: "body", as: String.self)
         let url = try event.decode(column: "url", as: String?.self)
         let data = try event.decode(column: "data", as: String?.self)
-        var queued = 0
-        var created: [(UUID, InboxNotification)] = []
-        var inboxUsers: [UUID] = []
         let decodedData = data.flatMap(JSONValue.storedData)
+        var rows = NotificationRows()
+        var batched = 0
         do {
             let users: [String: Recipient]
             if let topicUsers {
@@ -169,125 +162,50 @@ struct Fanout: Sendable {
             let known = users.values.filter { !$0.isNew }.map(\.id)
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
             let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
-            let pushChannels = workspace.channels.filter(\.kind.isPush)
-            var notifications: [[BulkValue]] = []
-            var deliveries: [[BulkValue]] = []
-            var randomness = IDRandomness()
             var skips: [String: [SkipReason: Int]] = [:]
             // First what each recipient gets by the rule, then the throttle, then the rows.
-            var plans: [(user: Recipient, due: Date, delivering: [ChannelDefinition], devices: [DeviceStore.Device])] =
-                []
+            var plans: [Plan] = []
             for recipient in recipients {
                 guard let user = users[recipient] else { continue }
-                let (userID, timeZone) = (user.id, user.timeZone)
                 // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
                 let due =
-                    calendar.flatMap { $0.nextDate(after: acceptedAt, in: timeZone ?? .gmt) }.map { max($0, now) }
+                    calendar.flatMap { $0.nextDate(after: acceptedAt, in: user.timeZone ?? .gmt) }.map { max($0, now) }
                     ?? now
-                let stored: [PreferenceScope: PreferenceSelections] = preferences[userID] ?? [:]
-                let resolved = ResolvedPreferences(
-                    config: workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
-                    tenant: stored[.tenant(tenant)] ?? PreferenceSelections())
-                let userDevices = devices[userID] ?? []
-                let authorized = Set(
-                    pushChannels.filter { channel in userDevices.contains { $0.platform.channelKind == channel.kind } }
-                        .map(\.id))
-                let decisions = PreferenceRule.decisions(
-                    for: category, preferences: resolved, authorizedPushChannels: authorized)
-                var delivering: [ChannelDefinition] = []
-                for (channelID, decision) in decisions {
-                    guard let channel = workspace.channel(channelID) else { continue }
-                    switch decision {
-                    case .deliver where channel.kind == .email && !user.hasEmail:
-                        skips[channelID, default: [:]][.noAddress, default: 0] += 1
-                    case .deliver: delivering.append(channel)
-                    case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
-                    }
-                }
-                if !delivering.isEmpty { plans.append((user, due, delivering, userDevices)) }
-            }
-            if let rule = category.throttle {
-                // Past the limit, only the inbox: it keeps every notification.
-                let counted = plans.filter { $0.delivering.contains { $0.kind != .inbox } }.map(\.user.id)
-                let admitted = try await Throttle.admit(
-                    counted, category: categoryID, rule: rule, now: now, storage: storage, on: db)
-                for index in plans.indices where !admitted.contains(plans[index].user.id) {
-                    for channel in plans[index].delivering where channel.kind != .inbox {
-                        skips[channel.id, default: [:]][.throttled, default: 0] += 1
-                    }
-                    plans[index].delivering.removeAll { $0.kind != .inbox }
+                let userDevices = devices[user.id] ?? []
+                let delivering = channels(
+                    of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:], devices: userDevices,
+                    skips: &skips)
+                if !delivering.isEmpty {
+                    plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
                 }
             }
-            for (user, due, delivering, userDevices) in plans {
-                guard !delivering.isEmpty else { continue }
-                let userID = user.id
-                let notificationID = UUID.timeOrdered(at: now, using: &randomness)
-                let inInbox = delivering.contains { $0.kind == .inbox }
-                notifications.append([
-                    .id(notificationID), .id(eventID), .id(userID), .text(categoryID), .text(tenant), .text(title),
-                    .text(body), .text(url), .text(data), .bool(inInbox), .date(now), .date(due),
-                ])
-                if inInbox, due <= now {
-                    inboxUsers.append(userID)
-                    // Streams on this instance get the item itself; others read it when told.
-                    if isFollowed(userID) {
-                        created.append(
-                            (
-                                userID,
-                                InboxNotification(
-                                    id: notificationID, category: categoryID, tenant: tenant, title: title,
-                                    body: body, url: url, data: decodedData, actions: category.actions,
-                                    createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil)
-                            ))
-                    }
+            if let rule = category.batch {
+                // A digest: the event joins each user's open batch; the batch's one notification
+                // meets the throttle and goes out when the batch closes.
+                let item = BatchItem(
+                    eventID: eventID, title: title, body: body, url: url, data: data,
+                    key: BatchItem.keyValue(rule.key, in: decodedData))
+                try await addToBatches(item, of: category, tenant: tenant, rule: rule, plans: plans, now: now, on: db)
+                batched = plans.count
+            } else {
+                if category.throttle != nil {
+                    try await throttle(&plans, category: category, now: now, skips: &skips, on: db)
                 }
-                for channel in delivering {
-                    // The inbox delivery is the notification row itself, written in this
-                    // transaction: a delivery row would only repeat it (and cost the fan-out more
-                    // than half its writes). One due later is queued, so that the queue tells the
-                    // streams when its time comes.
-                    if channel.kind == .inbox && due <= now { continue }
-                    // A push channel delivers to each of the user's devices on its platform.
-                    let targets: [UUID?] =
-                        channel.kind.isPush
-                        ? userDevices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
-                    // A delayed channel (a fallback) comes due later, and may find it is not needed.
-                    let policy = category.channel(channel.id)
-                    let channelDue = due.addingTimeInterval(TimeInterval(policy?.delaySeconds ?? 0))
-                    for device in targets {
-                        queued += 1
-                        deliveries.append([
-                            .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(eventID),
-                            .id(userID), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
-                            .text(DeliveryStatus.queued.rawValue), .integer(0),
-                            .date(Self.firstAttempt(on: channel, of: category, for: user, due: channelDue)), .date(now),
-                            .date(now), .text(policy?.unless?.rawValue),
-                        ])
-                    }
+                let content = NotificationRows.Content(
+                    eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
+                    data: data, decodedData: decodedData)
+                for plan in plans {
+                    rows.add(
+                        content, for: plan.user, due: plan.due, delivering: plan.delivering, devices: plan.devices,
+                        now: now, isFollowed: isFollowed)
                 }
+                try await rows.insert(storage: storage, on: db)
             }
-            // No conflict is expected: a batch is one transaction, so it never runs twice. At most
-            // 32 766 bound values per statement on SQLite: 200 notifications, 300 deliveries.
-            try await storage.insert(
-                into: "notifications",
-                columns: [
-                    "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
-                    "created_at", "available_at",
-                ], rows: notifications, rowsPerStatement: 200, on: db)
-            try await storage.insert(
-                into: "deliveries",
-                columns: [
-                    "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
-                    "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
-                ], rows: deliveries, rowsPerStatement: 300, on: db)
-            for (channel, reasons) in skips {
-                for (reason, count) in reasons {
-                    try await EventSkips.add(event: eventID, channel: channel, reason: reason, count: count, on: sql)
-                }
-            }
+            try await EventSkips.add(skips, event: eventID, on: sql)
         }
         let update = sql.update("events")
             .set("processed", to: cursor)
+            .set("batched", to: SQLRaw("batched + \(batched)"))
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
             .where("id", .equal, eventID)
         if topic != nil {
@@ -296,7 +214,61 @@ struct Fanout: Sendable {
             if done { update.set("recipients", to: cursor) }
         }
         try await update.run()
-        return Outcome(processed: true, queuedDeliveries: queued, created: created, inboxUsers: inboxUsers)
+        return Outcome(processed: true, rows: rows)
+    }
+
+    /// What one recipient gets from an event: the user, when, and on which channels and devices.
+    struct Plan {
+        var user: Recipient
+        var due: Date
+        var delivering: [ChannelDefinition]
+        var devices: [DeviceStore.Device]
+    }
+
+    /// The channels of `category` that reach `user` by the preference rule (and, for email, their
+    /// address); the others are counted in `skips` by reason.
+    func channels(
+        of category: CategoryDefinition, for user: Recipient, tenant: String,
+        stored: [PreferenceScope: PreferenceSelections], devices: [DeviceStore.Device],
+        skips: inout [String: [SkipReason: Int]]
+    ) -> [ChannelDefinition] {
+        let resolved = ResolvedPreferences(
+            config: workspace, userDefaults: stored[.userDefaults] ?? PreferenceSelections(),
+            tenant: stored[.tenant(tenant)] ?? PreferenceSelections())
+        let authorized = Set(
+            workspace.channels.filter { channel in
+                channel.kind.isPush && devices.contains { $0.platform.channelKind == channel.kind }
+            }.map(\.id))
+        var delivering: [ChannelDefinition] = []
+        for (channelID, decision) in PreferenceRule.decisions(
+            for: category, preferences: resolved, authorizedPushChannels: authorized)
+        {
+            guard let channel = workspace.channel(channelID) else { continue }
+            switch decision {
+            case .deliver where channel.kind == .email && !user.hasEmail:
+                skips[channelID, default: [:]][.noAddress, default: 0] += 1
+            case .deliver: delivering.append(channel)
+            case .skip(let reason): skips[channelID, default: [:]][reason, default: 0] += 1
+            }
+        }
+        return delivering
+    }
+
+    /// Past the category's limit, only the inbox: it keeps every notification.
+    func throttle(
+        _ plans: inout [Plan], category: CategoryDefinition, now: Date, skips: inout [String: [SkipReason: Int]],
+        on db: any Database
+    ) async throws {
+        guard let rule = category.throttle else { return }
+        let counted = plans.filter { $0.delivering.contains { $0.kind != .inbox } }.map(\.user.id)
+        let admitted = try await Throttle.admit(
+            counted, category: category.id, rule: rule, now: now, storage: storage, on: db)
+        for index in plans.indices where !admitted.contains(plans[index].user.id) {
+            for channel in plans[index].delivering where channel.kind != .inbox {
+                skips[channel.id, default: [:]][.throttled, default: 0] += 1
+            }
+            plans[index].delivering.removeAll { $0.kind != .inbox }
+        }
     }
 
     /// When a delivery due at `due` may first be attempted: quiet hours hold push channels
@@ -402,7 +374,7 @@ struct Fanout: Sendable {
     }
 
     /// Each user's stored selections for the user's defaults and the event's tenant.
-    private func preferenceSets(
+    func preferenceSets(
         of users: [UUID], tenant: String, on sql: any SQLDatabase
     ) async throws
         -> [UUID: [PreferenceScope: PreferenceSelections]]

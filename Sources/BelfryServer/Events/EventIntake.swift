@@ -315,7 +315,8 @@ struct EventIntake: Sendable {
         guard
             let event = try await sql.select()
                 .columns(
-                    "category", "tenant", "state", "created_at", "not_before", "recipients", "processed", "last_error"
+                    "category", "tenant", "state", "created_at", "not_before", "recipients", "processed", "last_error",
+                    "batched"
                 )
                 .from("events").where("id", .equal, id).first()
         else { return nil }
@@ -373,7 +374,8 @@ struct EventIntake: Sendable {
             recipients: try event.decode(column: "recipients", as: Int.self),
             processed: try event.decode(column: "processed", as: Int.self),
             notifications: notifications, deliveries: deliveries, skipped: skipped, lastErrors: lastErrors,
-            error: try event.decode(column: "last_error", as: String?.self))
+            error: try event.decode(column: "last_error", as: String?.self),
+            batched: try event.decode(column: "batched", as: Int.self))
     }
 }
 

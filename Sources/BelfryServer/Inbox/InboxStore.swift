@@ -27,6 +27,7 @@ struct InboxStore: Sendable {
 
     static let columns = [
         "id", "category", "tenant", "title", "body", "url", "data", "available_at", "seen_at", "read_at", "archived_at",
+        "batch",
     ]
 
     /// The rows a user sees: theirs, meant for the inbox, and due.
@@ -231,7 +232,8 @@ struct InboxStore: Sendable {
             createdAt: try row.decode(column: "available_at", as: Date.self),
             seenAt: try row.decode(column: "seen_at", as: Date?.self),
             readAt: try row.decode(column: "read_at", as: Date?.self),
-            archivedAt: try row.decode(column: "archived_at", as: Date?.self))
+            archivedAt: try row.decode(column: "archived_at", as: Date?.self),
+            batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self)))
     }
 
     static func cursor(for id: UUID) -> String {

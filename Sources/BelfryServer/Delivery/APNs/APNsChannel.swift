@@ -56,9 +56,12 @@ extension APNsNotification {
         self.init(
             id: content.deliveryID, notificationID: content.notificationID, category: content.category.id,
             tenant: content.tenant, title: content.title, body: content.body, url: content.url,
-            imageURL: content.imageURL, data: content.data, threadID: push.threadID, collapseID: push.collapseKey,
+            imageURL: content.imageURL, data: content.data,
+            // A digest's summary groups with its kind on the device, thread id or not.
+            threadID: push.threadID ?? (content.batch != nil ? content.category.id : nil), collapseID: push.collapseKey,
             interruptionLevel: push.interruptionLevel.map(InterruptionLevel.init),
-            urgent: push.priority == .high, createdAt: content.createdAt, ttlSeconds: content.ttlSeconds)
+            urgent: push.priority == .high, createdAt: content.createdAt, ttlSeconds: content.ttlSeconds,
+            batchCount: content.batch?.count)
     }
 }
 

@@ -123,7 +123,8 @@ struct EmailComposer: Sendable {
         category.isEditable && category.channel(channel)?.isEditable == true && !category.isMandatory(channel)
     }
 
-    /// What templates see: the notification's fields, its `data`, the category, tenant, user and links.
+    /// What templates see: the notification's fields, its `data`, the category, tenant, user,
+    /// links, and for a digest its `batch`.
     private func context(for delivery: Delivery, links: Links, locale: String?) -> [String: Any] {
         let content = delivery.content
         let data = content.data.flatMap(JSONValue.storedData).map { Self.plain(.object($0)) } ?? [String: Any]()
@@ -146,6 +147,8 @@ struct EmailComposer: Sendable {
         ]
         if let url = content.url { context["url"] = url }
         if let image = content.imageURL { context["image_url"] = image }
+        // A digest lists its events: `batch.count`, `batch.more`, `batch.items`, `batch.first`.
+        if let batch = content.batch { context["batch"] = BatchText.context(batch) }
         return context
     }
 

@@ -23,9 +23,11 @@ struct WebPushMessage: Encodable, Sendable {
     var badge: Int
     /// The event's `data`.
     var data: JSONValue?
+    /// For a digest: the count, and as many of its items as fit in a push message.
+    var batch: NotificationBatch?
 
     enum CodingKeys: String, CodingKey {
-        case title, body, url, category, tenant, actions, badge, data
+        case title, body, url, category, tenant, actions, badge, data, batch
         case imageURL = "image_url"
         case notificationID = "notification_id"
     }
@@ -41,11 +43,21 @@ struct WebPushMessage: Encodable, Sendable {
         actions = content.category.actions.map { Action(action: $0.id, title: $0.title) }
         self.badge = badge
         data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
+        batch = content.batch
+        // Push services take 4096 bytes: a digest lists fewer items rather than fail; the count
+        // stays, and the inbox has them all.
+        while var listed = batch, !listed.items.isEmpty,
+            WebPushEncryption.encryptedSize(plaintextLength: encoded().count) > WebPushEncryption.maxPayloadSize
+        {
+            listed.items.removeLast()
+            batch = listed
+        }
     }
 
     func encoded() -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
         return (try? encoder.encode(self)) ?? Data()
     }
 

@@ -28,9 +28,11 @@ struct WebhookChannel: DeliveryProvider {
             var url: String?
             var data: JSONValue?
             var createdAt: Date
+            /// For a digest: the events it gathered.
+            var batch: NotificationBatch?
 
             enum CodingKeys: String, CodingKey {
-                case id, category, tenant, title, body, url, data
+                case id, category, tenant, title, body, url, data, batch
                 case createdAt = "created_at"
             }
         }
@@ -70,7 +72,7 @@ struct WebhookChannel: DeliveryProvider {
                     notification: .init(
                         id: content.notificationID, category: content.category.id, tenant: content.tenant,
                         title: content.title, body: content.body, url: content.url, data: data,
-                        createdAt: content.createdAt),
+                        createdAt: content.createdAt, batch: content.batch),
                     action: delivery.action))
         } catch {
             return .failed(reason: "could not encode the webhook body: \(error)")

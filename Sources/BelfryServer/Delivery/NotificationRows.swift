@@ -1,0 +1,140 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// The rows one transaction writes for new notifications: each notification (the inbox's
+/// record), a queued delivery per other channel and device, and what the streams are told
+/// after the commit. Fan-out writes one per recipient of an event; closing a batch writes one
+/// per batch.
+struct NotificationRows: Sendable {
+    /// What a notification says.
+    struct Content: Sendable {
+        var eventID: UUID
+        var category: CategoryDefinition
+        var tenant: String
+        var title: String
+        var body: String
+        var url: String?
+        /// The event's `data` as stored, and decoded for the streams.
+        var data: String?
+        var decodedData: [String: JSONValue]?
+        var batch: NotificationBatch? = nil
+    }
+
+    private var notifications: [[BulkValue]] = []
+    private var deliveries: [[BulkValue]] = []
+    private var randomness = IDRandomness()
+    /// Deliveries queued: the queue is woken when there are any.
+    private(set) var queued = 0
+    /// New inbox notifications of users with an open stream on this instance, by event.
+    private(set) var created: [UUID: [(UUID, InboxNotification)]] = [:]
+    /// Every user with a new notification in their inbox now, by event, for other instances.
+    private(set) var inboxUsers: [UUID: [UUID]] = [:]
+
+    /// Adds one user's notification, due at `due`, on the channels the rule let through.
+    /// - Returns: the notification's id; `nil` when no channel delivers.
+    @discardableResult
+    mutating func add(
+        _ content: Content, for user: Fanout.Recipient, due: Date, delivering: [ChannelDefinition],
+        devices: [DeviceStore.Device], now: Date, isFollowed: (UUID) -> Bool
+    ) -> UUID? {
+        guard !delivering.isEmpty else { return nil }
+        let category = content.category
+        let notificationID = UUID.timeOrdered(at: now, using: &randomness)
+        let inInbox = delivering.contains { $0.kind == .inbox }
+        notifications.append([
+            .id(notificationID), .id(content.eventID), .id(user.id), .text(category.id), .text(content.tenant),
+            .text(content.title), .text(content.body), .text(content.url), .text(content.data), .bool(inInbox),
+            .date(now), .date(due), .text(content.batch.map(NotificationBatch.stored)),
+        ])
+        if inInbox, due <= now {
+            inboxUsers[content.eventID, default: []].append(user.id)
+            // Streams on this instance get the item itself; others read it when told.
+            if isFollowed(user.id) {
+                created[content.eventID, default: []].append(
+                    (
+                        user.id,
+                        InboxNotification(
+                            id: notificationID, category: category.id, tenant: content.tenant, title: content.title,
+                            body: content.body, url: content.url, data: content.decodedData, actions: category.actions,
+                            createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil, batch: content.batch)
+                    ))
+            }
+        }
+        for channel in delivering {
+            // The inbox delivery is the notification row itself, written in this transaction: a
+            // delivery row would only repeat it (and cost the fan-out more than half its writes).
+            // One due later is queued, so that the queue tells the streams when its time comes.
+            if channel.kind == .inbox && due <= now { continue }
+            // A push channel delivers to each of the user's devices on its platform.
+            let targets: [UUID?] =
+                channel.kind.isPush ? devices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
+            // A delayed channel (a fallback) comes due later, and may find it is not needed.
+            let policy = category.channel(channel.id)
+            let channelDue = due.addingTimeInterval(TimeInterval(policy?.delaySeconds ?? 0))
+            for device in targets {
+                queued += 1
+                deliveries.append([
+                    .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(content.eventID),
+                    .id(user.id), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
+                    .text(DeliveryStatus.queued.rawValue), .integer(0),
+                    .date(Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue)), .date(now),
+                    .date(now), .text(policy?.unless?.rawValue),
+                ])
+            }
+        }
+        return notificationID
+    }
+
+    func insert(storage: BelfryDatabase, on db: any Database) async throws {
+        // No conflict is expected: a batch is one transaction, so it never runs twice. At most
+        // 32 766 bound values per statement on SQLite: 200 notifications, 300 deliveries.
+        try await storage.insert(
+            into: "notifications",
+            columns: [
+                "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
+                "created_at", "available_at", "batch",
+            ], rows: notifications, rowsPerStatement: 200, on: db)
+        try await storage.insert(
+            into: "deliveries",
+            columns: [
+                "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
+                "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
+            ], rows: deliveries, rowsPerStatement: 300, on: db)
+    }
+
+    /// Tells the streams, after the commit.
+    func publish(to events: InboxEvents, on db: any Database) async {
+        for (event, users) in inboxUsers {
+            await events.created(event: event, items: created[event] ?? [], users: users, on: db)
+        }
+    }
+}
+
+extension NotificationBatch {
+    /// As the `batch` column of a notification keeps it: the JSON the API sends.
+    static func stored(_ batch: NotificationBatch) -> String {
+        String(decoding: (try? Self.encoder.encode(batch)) ?? Data("null".utf8), as: UTF8.self)
+    }
+
+    /// The `batch` column read back; `nil` for a notification that is not a batch.
+    init?(stored text: String?) {
+        guard let text, let batch = try? Self.decoder.decode(NotificationBatch.self, from: Data(text.utf8))
+        else { return nil }
+        self = batch
+    }
+
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = .sortedKeys
+        return encoder
+    }()
+
+    private static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+}

@@ -1,0 +1,229 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import SQLKit
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+@Suite("Delivery policies: batches (digests)")
+struct BatchesTests {
+    /// The demo workspace with `thanks`: a 10-minute batch per page, listing 2 items, on the
+    /// inbox and the webhook; and `digest`: daily at 09:00 in each user's time zone, templated.
+    static var workspace: WorkspaceConfig {
+        var workspace = WorkspaceConfig.demo
+        workspace.categories.append(
+            CategoryDefinition(
+                id: "thanks", name: "Thanks", section: "talk",
+                channels: [.init(channel: "inbox"), .init(channel: "webhook")],
+                batch: BatchRule(windowSeconds: 600, key: "page", maxItems: 2)))
+        workspace.categories.append(
+            CategoryDefinition(
+                id: "digest", name: "Digest", section: "talk", channels: [.init(channel: "inbox")],
+                batch: BatchRule(
+                    schedule: CalendarRule(hour: 9, repeats: true), title: "{{count}} changes",
+                    body: "{{first.title}}{{#has_more}} and {{more}} more{{/has_more}}")))
+        return workspace
+    }
+
+    static func send(
+        _ app: Application, _ category: String, to users: [String], title: String, page: String? = nil
+    ) async throws -> UUID {
+        try await app.send(
+            .POST, "/v1/events", bearer: testAPIKey,
+            json: EventRequest(
+                category: category, recipients: users,
+                content: .init(title: title, body: "for \(page ?? "?")", url: page.map { "https://example.org/\($0)" }),
+                data: page.map { ["page": .string($0)] })
+        ).decode(EventAccepted.self).eventID
+    }
+
+    @Test(
+        "events in a window become one notification per user and key, with its batch, in the inbox and the webhook",
+        arguments: TestDatabase.allCases)
+    func window(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(database, workspace: Self.workspace, clock: clock, webhook: receiver.webhook) { app in
+            let ada = try await app.userToken("ada")
+            let fanout = app.belfry.fanout
+            var events: [UUID] = []
+            for (index, page) in ["Bell", "Bell", "Tower", "Bell"].enumerated() {
+                events.append(
+                    try await Self.send(app, "thanks", to: ["ada", "bob"], title: "Thanks \(index)", page: page))
+                while try await fanout.processBatch(on: app.db) {}
+                clock.advance(by: 60)
+            }
+            let first = try await APNsChannelTests.status(app, events[0])
+            #expect(first.batched == 2 && first.notifications == 0)
+            #expect(try await InboxAPITests.page(app, ada).notifications.isEmpty, "nothing before the window closes")
+            #expect(try await fanout.closeDueBatches(on: app.db) == false)
+
+            // Bell's batches opened at 0 s, Tower's at 120 s: each closes 600 s after its first event.
+            clock.advance(by: 600 - 4 * 60)
+            #expect(try await fanout.closeDueBatches(on: app.db))
+            #expect(try await fanout.closeDueBatches(on: app.db) == false, "each batch closes once")
+            #expect(try await InboxAPITests.page(app, ada).notifications.count == 1)
+            clock.advance(by: 120)
+            #expect(try await fanout.closeDueBatches(on: app.db))
+            let inbox = try await InboxAPITests.page(app, ada).notifications
+            #expect(inbox.count == 2, "one for Bell, one for Tower: \(inbox)")
+            let bell = try #require(inbox.first { $0.batch?.count == 3 })
+            #expect(bell.title == "Thanks 0" && bell.body == "and 2 more")
+            #expect(bell.url == "https://example.org/Bell")
+            #expect(bell.category == "thanks")
+            let items = try #require(bell.batch?.items)
+            #expect(items.map(\.eventID) == [events[0], events[1]], "the first max_items, in order")
+            #expect(items.map(\.title) == ["Thanks 0", "Thanks 1"])
+            #expect(items[0].body == "for Bell" && items[0].url == "https://example.org/Bell")
+            #expect(items[0].data == ["page": .string("Bell")])
+            #expect(items[1].createdAt.timeIntervalSince(items[0].createdAt) == 60)
+            let tower = try #require(inbox.first { $0.batch?.count == 1 })
+            #expect(tower.title == "Thanks 2" && tower.body == "for Tower", "one event: its own title and body")
+            #expect(try await InboxAPITests.counts(app, ada).unread == 2)
+
+            // The batch's notification belongs to the event that opened it.
+            let opened = try await APNsChannelTests.status(app, events[0])
+            #expect(opened.notifications == 2 && opened.deliveries["webhook"] == ["queued": 2])
+            let queue = try #require(app.deliveryQueue)
+            while try await queue.runOnce() > 0 {}
+            let bodies = try receiver.entries().map(\.body)
+            #expect(bodies.count == 4, "ada and bob, Bell and Tower")
+            let adaBell = try #require(
+                bodies.first { body in
+                    guard case .object(let fields) = body, case .object(let user)? = fields["user"],
+                        case .object(let notification)? = fields["notification"],
+                        case .object(let batch)? = notification["batch"]
+                    else { return false }
+                    return user["id"] == .string("ada") && batch["count"] == .number(3)
+                })
+            guard case .object(let fields) = adaBell, case .object(let notification)? = fields["notification"],
+                case .object(let batch)? = notification["batch"], case .array(let listed)? = batch["items"],
+                case .object(let firstItem)? = listed.first
+            else { Issue.record("no batch in \(adaBell)"); return }
+            #expect(fields["event_id"] == .string(events[0].uuidString))
+            #expect(notification["id"] == .string(bell.id.uuidString))
+            #expect(notification["title"] == .string("Thanks 0") && notification["body"] == .string("and 2 more"))
+            #expect(listed.count == 2)
+            #expect(firstItem["event_id"] == .string(events[0].uuidString))
+            #expect(firstItem["title"] == .string("Thanks 0") && firstItem["body"] == .string("for Bell"))
+            #expect(firstItem["url"] == .string("https://example.org/Bell"))
+            #expect(firstItem["data"] == .object(["page": .string("Bell")]))
+            if case .string(let created)? = firstItem["created_at"] {
+                #expect(created.hasSuffix("Z"), "ISO 8601 in UTC")
+            } else {
+                Issue.record("created_at is missing")
+            }
+
+            // A new event after the close opens a new batch.
+            _ = try await Self.send(app, "thanks", to: ["ada"], title: "Later", page: "Bell")
+            while try await fanout.processBatch(on: app.db) {}
+            clock.advance(by: 600)
+            #expect(try await fanout.closeDueBatches(on: app.db))
+            #expect(try await InboxAPITests.page(app, ada).notifications.count == 3)
+        }
+    }
+
+    @Test("a daily digest closes at 09:00 in each user's time zone, with its templates")
+    func dailyDigest() async throws {
+        // 2027-01-15 06:00 UTC: 07:00 in Berlin, 01:00 in New York.
+        let clock = TestClock(Date(timeIntervalSince1970: 1_799_992_800))
+        try await withBelfry(.sqlite, workspace: Self.workspace, clock: clock) { app in
+            _ = try await app.putUser("ada", UserUpsert(timeZone: "Europe/Berlin"))
+            _ = try await app.putUser("bob", UserUpsert(timeZone: "America/New_York"))
+            for title in ["Bell tower edited", "Bell rope edited", "Nave edited"] {
+                _ = try await Self.send(app, "digest", to: ["ada", "bob"], title: title)
+                while try await app.belfry.fanout.processBatch(on: app.db) {}
+            }
+            clock.advance(by: 2 * 3600 - 1)  // 08:59:59 in Berlin
+            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db) == false)
+            clock.advance(by: 1)
+            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            let ada = try await app.userToken("ada")
+            let bob = try await app.userToken("bob")
+            let adaDigest = try #require(try await InboxAPITests.page(app, ada).notifications.first)
+            #expect(adaDigest.title == "3 changes")
+            #expect(adaDigest.body == "Bell tower edited and 2 more")
+            #expect(try await InboxAPITests.page(app, bob).notifications.isEmpty, "01:00 in New York")
+            clock.advance(by: 6 * 3600)  // 09:00 in New York
+            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            #expect(
+                try await InboxAPITests.page(app, try await app.userToken("bob")).notifications.first?.batch?.count == 3
+            )
+        }
+    }
+
+    @Test("instances adding to one batch count every event; racing closers close it once")
+    func racingInstances() async throws {
+        let clock = TestClock()
+        try await withBelfry(.postgres, workspace: Self.workspace, clock: clock) { app in
+            for index in 0..<24 {
+                _ = try await Self.send(app, "thanks", to: ["ada"], title: "Thanks \(index)", page: "Bell")
+            }
+            let fanout = app.belfry.fanout
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask { while try await fanout.processBatch(on: app.db) {} }
+                }
+                try await group.waitForAll()
+            }
+            clock.advance(by: 600)
+            let closed = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        var closed = 0
+                        while try await fanout.closeDueBatches(on: app.db) { closed += 1 }
+                        return closed
+                    }
+                }
+                return try await group.reduce(0, +)
+            }
+            #expect(closed == 1)
+            let inbox = try await InboxAPITests.page(app, try await app.userToken("ada")).notifications
+            #expect(inbox.count == 1)
+            #expect(inbox.first?.batch?.count == 24)
+            #expect(inbox.first?.batch?.items.count == 2)
+        }
+    }
+
+    @Test("batch settings are checked when the workspace is read")
+    func configChecks() throws {
+        let file = """
+            {
+              "channels": [{ "id": "inbox", "kind": "inbox" }],
+              "categories": [
+                { "id": "a", "name": "A", "channels": ["inbox"],
+                  "batch": { "window_seconds": 60, "schedule": { "calendar": { "hour": 9 } } } },
+                { "id": "b", "name": "B", "channels": ["inbox"], "batch": { "max_items": 0, "key": "page" } },
+                { "id": "c", "name": "C", "channels": ["inbox"],
+                  "batch": { "schedule": { "calendar": { "month": 2, "day": 30 } }, "title": "{{#count}}" } },
+                { "id": "d", "name": "D", "channels": ["inbox"], "batch": { "window_seconds": 60, "colour": "red" } }
+              ],
+              "tenants": [{ "id": "main" }]
+            }
+            """
+        let error = try #require(throws: ConfigError.self) {
+            try ServerConfigurationTests.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: file)
+        }
+        let paths = Set(error.issues.map(\.path))
+        #expect(paths.contains("categories[0].batch"), "\(error)")
+        #expect(paths.contains("categories[1].batch.max_items") && paths.contains("categories[1].batch"), "\(error)")
+        #expect(paths.contains("categories[2].batch.schedule.calendar"), "\(error)")
+        #expect(paths.contains("categories[3].batch.colour"), "\(error)")
+    }
+
+    @Test("templates that do not compile are reported with their path")
+    func templateChecks() throws {
+        var workspace = WorkspaceConfig.demo
+        workspace.categories[0].batch = BatchRule(windowSeconds: 60, title: "{{#count}}", body: "{{count}}")
+        #expect(BatchText.problems(in: workspace.categories[0]).map(\.path) == ["title"])
+        let text = BatchText.render(
+            BatchRule(windowSeconds: 60),
+            NotificationBatch(
+                count: 1, items: [.init(eventID: UUID(), title: "T", body: "B", url: nil, data: nil, createdAt: Date())]
+            ))
+        #expect(text == ("T", "B"))
+    }
+}
