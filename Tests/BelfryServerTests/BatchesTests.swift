@@ -227,3 +227,155 @@ struct BatchesTests {
         #expect(text == ("T", "B"))
     }
 }
+
+/// Batches across real `belfry serve` processes: killed with SIGKILL mid-window, and two
+/// instances on one PostgreSQL closing the same batches.
+@Suite("Batches across processes", .serialized)
+struct BatchProcessTests {
+    static let key = "batch-process-key-0123456789abcdef"
+    /// `thanks` gathers a user's events per page for 5 seconds.
+    static let config = """
+        {
+          "channels": [{ "id": "inbox", "kind": "inbox" }, { "id": "webhook", "kind": "webhook" }],
+          "categories": [
+            { "id": "thanks", "name": "Thanks", "channels": ["inbox", "webhook"],
+              "batch": { "window_seconds": 5, "key": "page", "max_items": 5 } }
+          ],
+          "tenants": [{ "id": "main" }]
+        }
+        """
+
+    static func start(
+        database: String, config: String, webhook: ServerConfiguration.Webhook
+    ) async throws
+        -> (BackgroundProcess, String)
+    {
+        let server = try await BelfryServeProcess.start(
+            database: database,
+            environment: [
+                "BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": config,
+                "BELFRY_WEBHOOK_URL": webhook.url, "BELFRY_WEBHOOK_SECRET": webhook.secret,
+            ])
+        return (server.process, server.base)
+    }
+
+    @discardableResult
+    static func thank(_ base: String, _ users: [String], index: Int) async throws -> UUID {
+        let list = users.map { "\"\($0)\"" }.joined(separator: ",")
+        let event = #"""
+            {"category": "thanks", "recipients": [\#(list)], "data": {"page": "Bell"},
+             "content": {"title": "Thanks \#(index)", "body": "for Bell"}}
+            """#
+        let accepted = try await CommandLineTests.request("POST", "\(base)/v1/events", bearer: key, json: event)
+        #expect(accepted.status == 202, "\(accepted.body)")
+        return try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID
+    }
+
+    /// The user's inbox once it holds `count` notifications, or as it is after `seconds`.
+    static func inbox(
+        _ base: String, _ user: String, count: Int, seconds: Double = 30
+    ) async throws
+        -> [InboxNotification]
+    {
+        let minted = try await CommandLineTests.request(
+            "POST", "\(base)/v1/users/\(user)/tokens", bearer: key, json: "{}")
+        let token = try JSONDecoder.iso8601.decode(TokenGrant.self, from: Data(minted.body.utf8)).token
+        let deadline = Date().addingTimeInterval(seconds)
+        var items: [InboxNotification] = []
+        repeat {
+            let page = try await CommandLineTests.request("GET", "\(base)/v1/me/notifications", bearer: token)
+            items = try JSONDecoder.iso8601.decode(InboxPage.self, from: Data(page.body.utf8)).notifications
+            if items.count >= count { return items }
+            try await Task.sleep(for: .milliseconds(200))
+        } while Date() < deadline
+        return items
+    }
+
+    static func configFile() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-batches-\(UUID()).json").path
+        try config.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test(
+        "a server killed with SIGKILL mid-window closes the batch once after its restart",
+        arguments: TestDatabase.allCases)
+    func killedMidWindow(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let config = try Self.configFile()
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await withTestStorage(database) { location in
+            let url: String
+            switch location {
+            case .postgres(let postgres): url = postgres
+            case .sqlite(let path): url = path
+            }
+            let (first, firstBase) = try await Self.start(database: url, config: config, webhook: receiver.webhook)
+            var last = UUID()
+            for index in 0..<7 { last = try await Self.thank(firstBase, ["ada", "bob"], index: index) }
+            // Fan-out is quick; the window is not: once both batches hold all seven, kill.
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline {
+                let answer = try await CommandLineTests.request(
+                    "GET", "\(firstBase)/v1/events/\(last)", bearer: Self.key)
+                if try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(answer.body.utf8)).batched == 2 { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(try await Self.inbox(firstBase, "ada", count: 1, seconds: 0).isEmpty, "killed mid-window")
+            #expect(first.terminate(signal: SIGKILL) == 128 + SIGKILL)
+
+            let (second, secondBase) = try await Self.start(database: url, config: config, webhook: receiver.webhook)
+            defer { second.terminate() }
+            for user in ["ada", "bob"] {
+                let inbox = try await Self.inbox(secondBase, user, count: 1)
+                #expect(inbox.count == 1, "\(user): \(inbox)")
+                #expect(inbox.first?.batch?.count == 7)
+                #expect(inbox.first?.batch?.items.map(\.title) == (0..<5).map { "Thanks \($0)" })
+            }
+            // Well past the window: nothing more closes, and the webhook got one of each.
+            try await Task.sleep(for: .seconds(6))
+            #expect(try await Self.inbox(secondBase, "ada", count: 2, seconds: 0).count == 1)
+            let deadline2 = Date().addingTimeInterval(20)
+            while try receiver.entries().count < 2, Date() < deadline2 { try await Task.sleep(for: .milliseconds(100)) }
+            let entries = try receiver.entries()
+            #expect(entries.count == 2, "one per user: \(entries.map(\.body))")
+        }
+    }
+
+    @Test("two instances on one PostgreSQL add to and close each batch once")
+    func twoInstances() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let config = try Self.configFile()
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await withTestStorage(.postgres) { location in
+            guard case .postgres(let url) = location else { return }
+            let (first, firstBase) = try await Self.start(database: url, config: config, webhook: receiver.webhook)
+            defer { first.terminate() }
+            let (second, secondBase) = try await Self.start(database: url, config: config, webhook: receiver.webhook)
+            defer { second.terminate() }
+            let users = (0..<40).map { "reader-\($0)" }
+            for index in 0..<10 {
+                try await Self.thank(index.isMultiple(of: 2) ? firstBase : secondBase, users, index: index)
+            }
+            for user in ["reader-0", "reader-39"] {
+                let inbox = try await Self.inbox(firstBase, user, count: 1)
+                #expect(inbox.count == 1 && inbox.first?.batch?.count == 10, "\(user): \(inbox)")
+            }
+            let deadline = Date().addingTimeInterval(30)
+            while try receiver.entries().count < users.count, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            try await Task.sleep(for: .seconds(6))
+            let entries = try receiver.entries()
+            #expect(entries.count == users.count, "one webhook per user, no batch closed twice")
+            let notifications = try await PostgresTestServer.shared.psql(
+                url, "SELECT COUNT(*) FROM notifications WHERE batch IS NOT NULL")
+            #expect(notifications.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
+            let closedBy = try await PostgresTestServer.shared.psql(
+                url, "SELECT COUNT(*) FROM batches WHERE open_key IS NULL AND notification_id IS NOT NULL")
+            #expect(closedBy.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
+        }
+    }
+}
