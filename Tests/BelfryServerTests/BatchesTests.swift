@@ -233,13 +233,16 @@ struct BatchesTests {
 @Suite("Batches across processes", .serialized)
 struct BatchProcessTests {
     static let key = "batch-process-key-0123456789abcdef"
-    /// `thanks` gathers a user's events per page for 5 seconds.
+    /// `thanks` gathers a user's events per page for 5 seconds; `mention` reaches the webhook
+    /// at most 3 times an hour per user.
     static let config = """
         {
           "channels": [{ "id": "inbox", "kind": "inbox" }, { "id": "webhook", "kind": "webhook" }],
           "categories": [
             { "id": "thanks", "name": "Thanks", "channels": ["inbox", "webhook"],
-              "batch": { "window_seconds": 5, "key": "page", "max_items": 5 } }
+              "batch": { "window_seconds": 5, "key": "page", "max_items": 5 } },
+            { "id": "mention", "name": "Mention", "channels": ["inbox", "webhook"],
+              "throttle": { "limit": 3, "window_seconds": 3600 } }
           ],
           "tenants": [{ "id": "main" }]
         }
@@ -343,7 +346,7 @@ struct BatchProcessTests {
         }
     }
 
-    @Test("two instances on one PostgreSQL add to and close each batch once")
+    @Test("two instances on one PostgreSQL add to and close each batch once, and hold a throttle's limit")
     func twoInstances() async throws {
         let receiver = try await WebhookReceiver(answers: "200")
         defer { receiver.stop() }
@@ -359,6 +362,14 @@ struct BatchProcessTests {
             for index in 0..<10 {
                 try await Self.thank(index.isMultiple(of: 2) ? firstBase : secondBase, users, index: index)
             }
+            // Twelve mentions of ada through both instances: both fan out, the limit holds.
+            var mentions: [UUID] = []
+            for index in 0..<12 {
+                let accepted = try await CommandLineTests.request(
+                    "POST", "\(index.isMultiple(of: 2) ? firstBase : secondBase)/v1/events", bearer: Self.key,
+                    json: #"{"category": "mention", "recipients": ["ada"], "content": {"title": "M", "body": "b"}}"#)
+                mentions.append(try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID)
+            }
             for user in ["reader-0", "reader-39"] {
                 let inbox = try await Self.inbox(firstBase, user, count: 1)
                 #expect(inbox.count == 1 && inbox.first?.batch?.count == 10, "\(user): \(inbox)")
@@ -368,8 +379,23 @@ struct BatchProcessTests {
                 try await Task.sleep(for: .milliseconds(100))
             }
             try await Task.sleep(for: .seconds(6))
-            let entries = try receiver.entries()
+            let entries = try receiver.entries().filter { entry in
+                guard case .object(let body) = entry.body, case .object(let notification)? = body["notification"] else {
+                    return false
+                }
+                return notification["category"] == .string("thanks")
+            }
             #expect(entries.count == users.count, "one webhook per user, no batch closed twice")
+            var webhook = 0
+            var throttled = 0
+            for id in mentions {
+                let answer = try await CommandLineTests.request("GET", "\(firstBase)/v1/events/\(id)", bearer: Self.key)
+                let status = try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(answer.body.utf8))
+                #expect(status.state == .done && status.notifications == 1, "the inbox keeps every mention")
+                webhook += status.deliveries["webhook"]?.values.reduce(0, +) ?? 0
+                throttled += status.skipped["webhook"]?["throttled"] ?? 0
+            }
+            #expect(webhook == 3 && throttled == 9, "\(webhook) sent, \(throttled) throttled")
             let notifications = try await PostgresTestServer.shared.psql(
                 url, "SELECT COUNT(*) FROM notifications WHERE batch IS NOT NULL")
             #expect(notifications.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
