@@ -30,9 +30,10 @@ def memory_mib(pid, field):
     return float("nan")
 
 
-def start_server(binary, database):
-    """Starts `belfry serve` on a free loopback port; returns the process, its base URL and port."""
-    env = dict(os.environ, BELFRY_API_KEY=KEY, BELFRY_LOG_LEVEL="warning", DATABASE_URL="", BELFRY_CONFIG="")
+def start_server(binary, database, config=""):
+    """Starts `belfry serve` on a free loopback port (with a workspace config file, if given);
+    returns the process, its base URL and port."""
+    env = dict(os.environ, BELFRY_API_KEY=KEY, BELFRY_LOG_LEVEL="warning", DATABASE_URL="", BELFRY_CONFIG=config)
     server = subprocess.Popen(
         [binary, "serve", "--port", "0", "--database", database],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
