@@ -1,5 +1,7 @@
+import BelfryAPNs
 import BelfryCore
 import BelfryTestSupport
+import BelfryWebPush
 import Foundation
 import SQLKit
 import Testing
@@ -212,6 +214,48 @@ struct BatchesTests {
         #expect(paths.contains("categories[1].batch.max_items") && paths.contains("categories[1].batch"), "\(error)")
         #expect(paths.contains("categories[2].batch.schedule.calendar"), "\(error)")
         #expect(paths.contains("categories[3].batch.colour"), "\(error)")
+    }
+
+    @Test("a digest's Web Push message lists the items that fit in 4096 bytes; APNs carries the count and a thread")
+    func pushPayloads() throws {
+        let category = Self.workspace.categories.first { $0.id == "thanks" }!
+        let items = (0..<40).map { index in
+            NotificationBatch.Item(
+                eventID: UUID(), title: "Thanks \(index) from a long-winded colleague",
+                body: String(repeating: "for the careful edit to Bell tower; ", count: 3),
+                url: "https://example.org/\(index)",
+                data: ["page": .string("Bell")], createdAt: Date(timeIntervalSince1970: 1_800_000_000))
+        }
+        let content = DeliveryContent(
+            deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "enwiki",
+            title: "Thanks 0 from a long-winded colleague", body: "and 39 more", createdAt: Date(),
+            batch: NotificationBatch(count: 40, items: items))
+        let message = WebPushMessage(content, badge: 12)
+        let size = WebPushEncryption.encryptedSize(plaintextLength: message.encoded().count)
+        #expect(size <= WebPushEncryption.maxPayloadSize)
+        let listed = try #require(message.batch)
+        #expect(listed.count == 40)
+        #expect(listed.items.count > 0 && listed.items.count < 40, "trimmed to fit: \(listed.items.count)")
+        #expect(listed.items == Array(items.prefix(listed.items.count)), "the first ones, in order")
+        let decoded = try JSONDecoder().decode(JSONValue.self, from: message.encoded())
+        guard case .object(let fields) = decoded, case .object(let batch)? = fields["batch"],
+            case .array(let sent)? = batch["items"], case .object(let first)? = sent.first
+        else { Issue.record("no batch in the message"); return }
+        #expect(first["created_at"] == .string("2027-01-15T08:00:00Z"))
+
+        let request = try #require(
+            APNsPayload.request(
+                APNsNotification(content),
+                device: APNsDevice(
+                    token: "ab", environment: .production, authorization: .authorized, showsAlerts: true,
+                    showsBadge: true, playsSound: true), unread: 3, topic: "org.example.app"))
+        let payload = try JSONDecoder().decode(JSONValue.self, from: request.payload)
+        guard case .object(let apns) = payload, case .object(let aps)? = apns["aps"],
+            case .object(let belfry)? = apns["belfry"]
+        else { Issue.record("no aps in \(payload)"); return }
+        #expect(aps["thread-id"] == .string("thanks"), "the category groups its digests")
+        #expect(belfry["batch"] == .object(["count": .number(40)]))
+        #expect(aps["alert"] == .object(["title": .string(content.title), "body": .string("and 39 more")]))
     }
 
     @Test("templates that do not compile are reported with their path")
