@@ -20,15 +20,13 @@ struct BatchItem: Sendable {
     static func keyValue(_ key: String?, in data: [String: JSONValue]?) -> String {
         guard let key, let value = data?[key] else { return "" }
         switch value {
-        case .string(let text): return text
-        case .number(let number):
-            return number.rounded() == number && abs(number) < 1e15 ? "\(Int(number))" : "\(number)"
-        case .bool(let flag): return "\(flag)"
-        case .null: return ""
         case .array, .object:
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? ""
+        default:
+            // A string, a number (whole numbers without a fraction), a boolean, or null as "".
+            return "\(EmailComposer.plain(value))"
         }
     }
 }
@@ -244,13 +242,7 @@ enum BatchText {
     static func problems(in category: CategoryDefinition) -> [(path: String, message: String)] {
         guard let rule = category.batch else { return [] }
         return [("title", rule.title), ("body", rule.body)].compactMap { path, template in
-            guard let template else { return nil }
-            do {
-                _ = try MustacheTemplate(string: EmailComposer.plainText + template)
-                return nil
-            } catch {
-                return (path, "is not a valid Mustache template: \(error)")
-            }
+            template.flatMap { EmailComposer.templateProblem($0, plain: true) }.map { (path, $0) }
         }
     }
 }

@@ -174,6 +174,16 @@ struct EmailComposer: Sendable {
     /// Subjects and text parts are not HTML: nothing in them is escaped.
     static let plainText = "{{%CONTENT_TYPE:TEXT}}"
 
+    /// What is wrong with a template from the workspace config, or `nil` when it compiles.
+    static func templateProblem(_ template: String, plain: Bool) -> String? {
+        do {
+            _ = try MustacheTemplate(string: (plain ? plainText : "") + template)
+            return nil
+        } catch {
+            return "is not a valid Mustache template: \(error)"
+        }
+    }
+
     private static func defaultSet() throws -> TemplateSet {
         func resource(_ name: String) throws -> String {
             guard
@@ -195,11 +205,8 @@ extension EmailTemplates {
         guard let email = category.email else { return [] }
         var problems: [(String, String)] = []
         func check(_ template: String?, _ path: String, plain: Bool) {
-            guard let template else { return }
-            do {
-                _ = try MustacheTemplate(string: (plain ? EmailComposer.plainText : "") + template)
-            } catch {
-                problems.append((path, "is not a valid Mustache template: \(error)"))
+            if let problem = template.flatMap({ EmailComposer.templateProblem($0, plain: plain) }) {
+                problems.append((path, problem))
             }
         }
         check(email.subject, "subject", plain: true)
