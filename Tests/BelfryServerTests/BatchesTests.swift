@@ -1,8 +1,10 @@
+import AsyncHTTPClient
 import BelfryAPNs
 import BelfryCore
 import BelfryTestSupport
 import BelfryWebPush
 import Foundation
+import NIOCore
 import SQLKit
 import Testing
 import Vapor
@@ -403,6 +405,18 @@ struct BatchProcessTests {
             let (second, secondBase) = try await Self.start(database: url, config: config, webhook: receiver.webhook)
             defer { second.terminate() }
             let users = (0..<40).map { "reader-\($0)" }
+            // reader-0's stream, held by the second instance, hears of the digest whichever closes it.
+            let put = try await CommandLineTests.request(
+                "PUT", "\(secondBase)/v1/users/reader-0", bearer: Self.key, json: "{}")
+            #expect(put.status < 300, "\(put.body)")
+            let minted = try await CommandLineTests.request(
+                "POST", "\(secondBase)/v1/users/reader-0/tokens", bearer: Self.key, json: "{}")
+            let token = try JSONDecoder.iso8601.decode(TokenGrant.self, from: Data(minted.body.utf8)).token
+            let client = HTTPClient.shared
+            var streamRequest = HTTPClientRequest(url: "\(secondBase)/v1/me/stream")
+            streamRequest.headers.add(name: "Authorization", value: "Bearer \(token)")
+            let stream = EventStreamReader(try await client.execute(streamRequest, timeout: .seconds(60)))
+            #expect(try await stream.next()?.name == "counts")
             for index in 0..<10 {
                 try await Self.thank(index.isMultiple(of: 2) ? firstBase : secondBase, users, index: index)
             }
@@ -414,6 +428,11 @@ struct BatchProcessTests {
                     json: #"{"category": "mention", "recipients": ["ada"], "content": {"title": "M", "body": "b"}}"#)
                 mentions.append(try JSONDecoder().decode(EventAccepted.self, from: Data(accepted.body.utf8)).eventID)
             }
+            let created = try await stream.next(within: 30)
+            #expect(created?.name == "notification.created")
+            let streamed = try JSONDecoder.iso8601.decode(
+                InboxNotification.self, from: Data((created?.data ?? "").utf8))
+            #expect(streamed.batch?.count == 10 && streamed.batch?.items.count == 5)
             for user in ["reader-0", "reader-39"] {
                 let inbox = try await Self.inbox(firstBase, user, count: 1)
                 #expect(inbox.count == 1 && inbox.first?.batch?.count == 10, "\(user): \(inbox)")
