@@ -46,6 +46,9 @@ public final class APNsTestServer: Sendable {
     struct State {
         var received: [Received] = []
         var scripted: [String: [Reply]] = [:]
+        /// Provider tokens whose signature checked out, with their `iat`: a client reuses one
+        /// token for many requests, so each is verified once and then compared as a string.
+        var verified: [String: Double] = [:]
     }
 
     /// Starts a server on a free loopback port.
@@ -137,12 +140,21 @@ struct RequestChecker: Sendable {
     /// Why APNs would refuse the provider token, or `nil` when it is good.
     private func check(_ token: String?) -> String? {
         guard let token else { return "MissingProviderToken" }
-        guard let jwt = SignedJWT(token, publicKey: publicKey), jwt.header["kid"] as? String == keyID,
-            jwt.claims["iss"] as? String == teamID
-        else { return "InvalidProviderToken" }
-        guard let issuedAt = (jwt.claims["iat"] as? NSNumber)?.doubleValue,
-            now().timeIntervalSince1970 - issuedAt < 3600
-        else { return "ExpiredProviderToken" }
+        var issuedAt = state.withLockedValue { $0.verified[token] }
+        if issuedAt == nil {
+            // The signature is what costs (an ECDSA verification): once per distinct token.
+            guard let jwt = SignedJWT(token, publicKey: publicKey), jwt.header["kid"] as? String == keyID,
+                jwt.claims["iss"] as? String == teamID
+            else { return "InvalidProviderToken" }
+            guard let iat = (jwt.claims["iat"] as? NSNumber)?.doubleValue else { return "InvalidProviderToken" }
+            issuedAt = iat
+            state.withLockedValue { state in
+                // A handful of tokens at most in a test; keep the memory bounded all the same.
+                if state.verified.count >= 64 { state.verified.removeAll() }
+                state.verified[token] = iat
+            }
+        }
+        guard let issuedAt, now().timeIntervalSince1970 - issuedAt < 3600 else { return "ExpiredProviderToken" }
         return nil
     }
 }
