@@ -135,4 +135,62 @@ struct APNsPayloadTests {
             APNsPayload.request(notification, device: Self.device(.authorized), unread: 1, topic: "org.example"))
         #expect(size == request.payload.count + 6, "9 999 999 is six digits longer than 1")
     }
+
+    @Test("the payload is the JSON JSONSerialization writes for the same values: escapes, unicode, data, every field")
+    func sameAsJSONSerialization() throws {
+        let awkward = "Quote \" backslash \\ slash / tab \t newline \n bell \u{7} Grüße ✓ 🔔"
+        let notifications = [
+            Self.notification,
+            APNsNotification(
+                id: UUID(), notificationID: UUID(), category: "mention", tenant: "de\"wiki", title: awkward,
+                body: awkward, url: "https://example.org/a/b?c=d&e=f", imageURL: "https://example.org/i.png",
+                data: #"{"revision":42,"minor":true,"nested":{"list":[1,"two",null]},"text":"a/b \"q\""}"#,
+                threadID: awkward, interruptionLevel: .timeSensitive, createdAt: Date(), batchCount: 12),
+            APNsNotification(
+                id: UUID(), notificationID: UUID(), category: "c", tenant: "t", title: "", body: "",
+                data: "not json", createdAt: Date()),
+        ]
+        let devices = [
+            Self.device(.authorized), Self.device(.provisional), Self.device(.authorized, alert: false),
+            Self.device(.authorized, badge: false, sound: false),
+        ]
+        for notification in notifications {
+            for device in devices {
+                let request = try #require(
+                    APNsPayload.request(notification, device: device, unread: 7, topic: "org.example"))
+                let written = try #require(try JSONSerialization.jsonObject(with: request.payload) as? NSDictionary)
+                let expected = try #require(
+                    try JSONSerialization.jsonObject(with: Self.reference(notification, device, unread: 7))
+                        as? NSDictionary)
+                #expect(written == expected, "\(String(decoding: request.payload, as: UTF8.self))")
+            }
+        }
+    }
+
+    /// The payload as the values it holds, written by JSONSerialization: the oracle for the
+    /// hand-written bytes.
+    static func reference(_ notification: APNsNotification, _ device: APNsDevice, unread: Int) throws -> Data {
+        let provisional = device.authorization == .provisional
+        var aps: [String: Any] = ["category": notification.category]
+        if device.showsAlerts {
+            aps["alert"] = ["title": notification.title, "body": notification.body]
+            if device.playsSound && !provisional { aps["sound"] = "default" }
+            if let thread = notification.threadID { aps["thread-id"] = thread }
+            if notification.imageURL != nil { aps["mutable-content"] = 1 }
+            if let level = provisional ? .passive : notification.interruptionLevel {
+                aps["interruption-level"] = level.rawValue
+            }
+        }
+        if device.showsBadge { aps["badge"] = unread }
+        var belfry: [String: Any] = [
+            "notification_id": notification.notificationID.uuidString.lowercased(), "tenant": notification.tenant,
+        ]
+        if let url = notification.url { belfry["url"] = url }
+        if let image = notification.imageURL { belfry["image_url"] = image }
+        if let count = notification.batchCount { belfry["batch"] = ["count": count] }
+        if let data = notification.data, let value = try? JSONSerialization.jsonObject(with: Data(data.utf8)) {
+            belfry["data"] = value
+        }
+        return try JSONSerialization.data(withJSONObject: ["aps": aps, "belfry": belfry])
+    }
 }
