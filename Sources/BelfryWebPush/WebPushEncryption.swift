@@ -40,6 +40,9 @@ public struct WebPushSubscriberKeys: @unchecked Sendable {
     public let p256dh: P256.KeyAgreement.PublicKey
     /// The 16-byte authentication secret (`auth_secret`).
     public let auth: Data
+    /// `p256dh` as the 65 bytes the key derivation hashes: encoded once per subscription, not
+    /// once per message.
+    let userAgentPublicKey: Data
 
     /// Validates the base64url `keys.p256dh` and `keys.auth` values of a subscription.
     public init(p256dh: String, auth: String) throws(WebPushKeyError) {
@@ -75,6 +78,7 @@ public struct WebPushSubscriberKeys: @unchecked Sendable {
         }
         self.p256dh = p256dh
         self.auth = auth
+        userAgentPublicKey = p256dh.x963Representation
     }
 }
 
@@ -132,10 +136,25 @@ public enum WebPushEncryption {
         headerSize + recordLength(plaintextLength: plaintextLength, padding: padding)
     }
 
-    /// A fresh random 16-byte salt.
+    /// A fresh random 16-byte salt (from the cryptographic library's generator: one call, not a
+    /// system call per byte).
     public static func randomSalt() -> Data {
-        var generator = SystemRandomNumberGenerator()
-        return Data((0..<saltSize).map { _ in generator.next() })
+        SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
+    }
+
+    /// A new key pair for one message, as RFC 8291 requires: a random scalar and its public point.
+    ///
+    /// swift-crypto's `PrivateKey()` also runs a FIPS pairwise self-test (an ECDSA signature and
+    /// its verification) on every key, and by default generates again until the key is
+    /// compact-representable, which about half are: in a profile that was more than half of an
+    /// encryption's time. A scalar at or above the group order (a chance of about 2⁻³²) is
+    /// refused by the library and drawn again.
+    public static func ephemeralKey() -> P256.KeyAgreement.PrivateKey {
+        while true {
+            if let key = try? P256.KeyAgreement.PrivateKey(rawRepresentation: SymmetricKey(size: .bits256)) {
+                return key
+            }
+        }
     }
 
     /// Encrypts `plaintext` into a complete aes128gcm message body for the subscriber `keys`.
@@ -150,7 +169,7 @@ public enum WebPushEncryption {
         for keys: WebPushSubscriberKeys,
         recordSize: Int = 4096,
         padding: Int = 0,
-        ephemeralKey: P256.KeyAgreement.PrivateKey = .init(),
+        ephemeralKey: P256.KeyAgreement.PrivateKey = ephemeralKey(),
         salt: Data = randomSalt()
     ) throws -> Data {
         guard salt.count == saltSize else { throw WebPushEncryptionError.invalidSaltLength(salt.count) }
@@ -169,7 +188,7 @@ public enum WebPushEncryption {
         let ikm = inputKeyingMaterial(
             sharedSecret: try ephemeralKey.sharedSecretFromKeyAgreement(with: keys.p256dh),
             authSecret: keys.auth,
-            userAgentPublicKey: keys.p256dh.x963Representation,
+            userAgentPublicKey: keys.userAgentPublicKey,
             applicationServerPublicKey: serverPublicKey
         )
         let (key, nonce) = try contentKeys(inputKeyingMaterial: ikm, salt: salt)
