@@ -255,21 +255,25 @@ public enum WebPushEncryption {
     }
 
     /// `IKM = HKDF(auth_secret, ecdh_secret, "WebPush: info" || 0x00 || ua_public || as_public, 32)` (RFC 8291 §3.3).
+    ///
+    /// HKDF with at most one block of output is two HMACs (RFC 5869 §2.2–2.3): the extract, and
+    /// the expand of `info || 0x01`. Written that way, the five HMACs of a message skip the
+    /// generic HKDF layers, which cost as much as the hashing.
     static func inputKeyingMaterial(
         sharedSecret: SharedSecret,
         authSecret: Data,
         userAgentPublicKey: Data,
         applicationServerPublicKey: Data
     ) -> SymmetricKey {
-        var info = Data("WebPush: info\0".utf8)
-        info.append(userAgentPublicKey)
-        info.append(applicationServerPublicKey)
-        return sharedSecret.hkdfDerivedSymmetricKey(
-            using: SHA256.self,
-            salt: authSecret,
-            sharedInfo: info,
-            outputByteCount: 32
-        )
+        let prk = sharedSecret.withUnsafeBytes { secret in
+            HMAC<SHA256>.authenticationCode(for: secret, using: SymmetricKey(data: authSecret))
+        }
+        var expand = HMAC<SHA256>(key: SymmetricKey(data: prk))
+        expand.update(data: infoPrefix)
+        expand.update(data: userAgentPublicKey)
+        expand.update(data: applicationServerPublicKey)
+        expand.update(data: firstBlock)
+        return SymmetricKey(data: expand.finalize())
     }
 
     /// Content-encryption key and nonce for the first (only) record (RFC 8291 §3.4, RFC 8188 §2.2–2.3).
@@ -277,17 +281,19 @@ public enum WebPushEncryption {
         inputKeyingMaterial ikm: SymmetricKey,
         salt: Data
     ) throws -> (key: SymmetricKey, nonce: AES.GCM.Nonce) {
-        let prk = HKDF<SHA256>.extract(inputKeyMaterial: ikm, salt: salt)
-        let key = HKDF<SHA256>.expand(
-            pseudoRandomKey: prk,
-            info: Data("Content-Encoding: aes128gcm\0".utf8),
-            outputByteCount: 16
+        let prk = ikm.withUnsafeBytes { HMAC<SHA256>.authenticationCode(for: $0, using: SymmetricKey(data: salt)) }
+        let prkKey = SymmetricKey(data: prk)
+        let key = HMAC<SHA256>.authenticationCode(for: keyInfo, using: prkKey)
+        let nonce = HMAC<SHA256>.authenticationCode(for: nonceInfo, using: prkKey)
+        return (
+            SymmetricKey(data: key.withUnsafeBytes { Data($0.prefix(16)) }),
+            try AES.GCM.Nonce(data: nonce.withUnsafeBytes { Data($0.prefix(12)) })
         )
-        let nonce = HKDF<SHA256>.expand(
-            pseudoRandomKey: prk,
-            info: Data("Content-Encoding: nonce\0".utf8),
-            outputByteCount: 12
-        )
-        return (key, try AES.GCM.Nonce(data: nonce.withUnsafeBytes { Data($0) }))
     }
+
+    private static let infoPrefix = Data("WebPush: info\0".utf8)
+    /// The expand step's counter for its first (and here only) block.
+    private static let firstBlock = Data([0x01])
+    private static let keyInfo = Data("Content-Encoding: aes128gcm\0\u{01}".utf8)
+    private static let nonceInfo = Data("Content-Encoding: nonce\0\u{01}".utf8)
 }
