@@ -108,12 +108,14 @@ func benchmarkWebPush(count: Int, concurrency: Int) async throws {
     let payload = WebPushBenchmark.samplePayload()
     let encryptSeconds = try WebPushBenchmark.encrypt(
         payload, count: count, p256dh: subscriber.p256dh, auth: subscriber.auth)
+    let floorSeconds = try WebPushBenchmark.floor(count: count, p256dh: subscriber.p256dh, auth: subscriber.auth)
     let (accepted, sendSeconds) = try await WebPushBenchmark.send(
         payload, count: count, concurrency: concurrency, endpoint: subscriber.endpoint, p256dh: subscriber.p256dh,
         auth: subscriber.auth, extraCertificatesPEM: endpoint.authority.certificatePEM,
         eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
     let report: [String: Any] = [
         "payload": Base64URL.encode(payload), "count": count, "encrypt_seconds": encryptSeconds,
+        "floor_seconds": floorSeconds,
         "sent": accepted, "send_seconds": sendSeconds, "concurrency": concurrency,
     ]
     print(String(decoding: try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys]), as: UTF8.self))

@@ -20,6 +20,17 @@ package enum WebPushBenchmark {
         return PushBenchmark.seconds(since: started)
     }
 
+    /// The floor of an encryption: only the two P-256 operations RFC 8291 requires per message
+    /// (a new key pair, and the agreement with the subscriber's key), `count` times.
+    package static func floor(count: Int, p256dh: String, auth: String) throws -> Double {
+        let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
+        let started = ContinuousClock.now
+        for _ in 0..<count {
+            _ = try WebPushEncryption.ephemeralKey().sharedSecretFromKeyAgreement(with: keys.p256dh)
+        }
+        return PushBenchmark.seconds(since: started)
+    }
+
     /// Sends `count` messages to `endpoint` with at most `concurrency` in flight; returns how
     /// many were accepted and the seconds taken.
     package static func send(
