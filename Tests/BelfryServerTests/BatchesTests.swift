@@ -189,6 +189,8 @@ struct BatchesTests {
             #expect(inbox.count == 1)
             #expect(inbox.first?.batch?.count == 24)
             #expect(inbox.first?.batch?.items.count == 2)
+            let items = try await app.db.sql.raw("SELECT COUNT(*) AS n FROM batch_items").first()
+            #expect(try items?.decode(column: "n", as: Int.self) == 0, "a closed batch keeps no items")
         }
     }
 

@@ -192,6 +192,8 @@ extension Fanout {
                 .run()
         }
         try await rows.insert(storage: storage, on: db)
+        // The items now live in the notification's `batch`; the batch row stays, like its events.
+        try await sql.delete(from: "batch_items").where("batch_id", .in, batches.map(\.id)).run()
         for (event, eventSkips) in skips {
             try await EventSkips.add(eventSkips, event: event, on: sql)
         }
