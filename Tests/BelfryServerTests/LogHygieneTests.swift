@@ -15,8 +15,10 @@ import Testing
 /// secret it has: none of them may be in it.
 @Suite("Log hygiene", .serialized)
 struct LogHygieneTests {
-    @Test("a server run at trace level logs none of its secrets, keys, tokens or push addresses")
-    func noSecretsLogged() async throws {
+    @Test(
+        "a server run at trace level logs none of its secrets, keys, tokens or push addresses, as text or JSON",
+        arguments: LogFormat.allCases)
+    func noSecretsLogged(format: LogFormat) async throws {
         let apns = try await APNsTestServer(records: false)
         let webPush = try await WebPushTestEndpoint(records: false)
         let receiver = try await WebhookReceiver(answers: "200")
@@ -40,6 +42,7 @@ struct LogHygieneTests {
         for (name, text) in files { try Data(text.utf8).write(to: directory.appendingPathComponent(name)) }
         let environment = [
             "BELFRY_API_KEY": apiKey, "BELFRY_TOKEN_SECRET": tokenSecret, "BELFRY_LOG_LEVEL": "trace",
+            "BELFRY_LOG_FORMAT": format.rawValue,
             "DATABASE_URL": "", "BELFRY_CONFIG": "",
             "BELFRY_WEBHOOK_URL": receiver.url, "BELFRY_WEBHOOK_SECRET": WebhookReceiver.secret,
             "BELFRY_APNS_KEY_PATH": directory.appendingPathComponent("apns.p8").path,
@@ -142,6 +145,23 @@ struct LogHygieneTests {
         await webPush.shutdown()
 
         #expect(log.contains("event accepted"), "the run did log: \(log.count) characters")
+        if format == .json {
+            // Standard error is JSON, a line an object; standard output has the start-up banner.
+            let objects = log.split(separator: "\n").filter { $0.hasPrefix("{") }.compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }
+            #expect(objects.count == log.split(separator: "\n").filter { $0.hasPrefix("{") }.count, "every line parses")
+            #expect(objects.count > 50)
+            #expect(objects.allSatisfy { $0["level"] is String && $0["message"] is String })
+            #expect(objects.allSatisfy { ($0["time"] as? String)?.hasSuffix("Z") == true }, "ISO 8601 in UTC")
+            #expect(objects.contains { $0["request_id"] is String }, "request loggers carry their request id")
+            #expect(
+                objects.contains {
+                    ($0["metadata"] as? [String: Any])?.keys.contains { $0.hasPrefix("belfry.") } == true
+                },
+                "Belfry's namespaced metadata")
+            #expect(!log.contains("[ INFO ]") && !log.contains("[ TRACE ]"), "no text lines")
+        }
         let pemLines = { (pem: String) in
             pem.split(separator: "\n").filter { !$0.hasPrefix("-----") && $0.count >= 16 }.map(String.init)
         }

@@ -40,11 +40,16 @@ extension ServerConfiguration {
     }
 }
 
-/// Logging to standard error at the configured level, with credentials redacted. Each process
-/// runs one command, so this runs once.
-private func bootstrapLogging(_ level: Logger.Level) {
+/// Logging to standard error at the configured level and format, with credentials redacted.
+/// Each process runs one command, so this runs once.
+private func bootstrapLogging(_ level: Logger.Level, format: LogFormat) {
     LoggingSystem.bootstrap { label in
-        var handler = RedactingLogHandler(base: StreamLogHandler.standardError(label: label))
+        let base: any LogHandler =
+            switch format {
+            case .text: StreamLogHandler.standardError(label: label)
+            case .json: JSONLogHandler(label: label)
+            }
+        var handler = RedactingLogHandler(base: base)
         handler.logLevel = level
         return handler
     }
@@ -63,7 +68,7 @@ func withConfiguredApp<T>(
     runWorkers: Bool = false,
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
-    bootstrapLogging(settings.logLevel)
+    bootstrapLogging(settings.logLevel, format: settings.logFormat)
     return try await withBelfryApplication(
         Environment(name: "production", arguments: arguments), settings: settings,
         options: ConfigureOptions(migrate: migrate, runWorkers: runWorkers)

@@ -22,6 +22,8 @@ public struct ServerConfiguration: Sendable {
     /// How long a minted user token is valid, in seconds.
     public var tokenLifetime: Int
     public var logLevel: Logger.Level
+    /// `text` lines for people, or one JSON object per line for a log pipeline.
+    public var logFormat: LogFormat
     /// Largest request body accepted.
     public var maxBodySize: Int
     /// Seconds a request may take to arrive and be answered before it gets a 408.
@@ -101,6 +103,7 @@ public struct ServerConfiguration: Sendable {
         tokenSecret: String? = nil,
         tokenLifetime: Int = 3600,
         logLevel: Logger.Level = .info,
+        logFormat: LogFormat = .text,
         maxBodySize: Int = 256 * 1024,
         requestTimeout: Int = 30,
         idleTimeout: Int = 60,
@@ -124,6 +127,7 @@ public struct ServerConfiguration: Sendable {
         self.tokenSecret = tokenSecret
         self.tokenLifetime = tokenLifetime
         self.logLevel = logLevel
+        self.logFormat = logFormat
         self.maxBodySize = maxBodySize
         self.requestTimeout = requestTimeout
         self.idleTimeout = idleTimeout
@@ -157,7 +161,7 @@ public struct ServerConfiguration: Sendable {
     /// Shortest secret accepted for API keys and the token secret.
     static let minimumSecretLength = 16
     static let serverKeys: Set<String> = [
-        "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level",
+        "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level", "log_format",
         "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "delivery_lease_seconds", "webhook_url",
         "webhook_secret",
         "retention_days", "apns_key_path", "apns_key_id",
@@ -260,6 +264,11 @@ public struct ServerConfiguration: Sendable {
                             "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
                         ))
             } ?? .info
+        let logFormat =
+            pick(env: "BELFRY_LOG_FORMAT", file: "log_format") { text in
+                LogFormat(rawValue: text.lowercased()).map { .success($0) }
+                    ?? .failure(.init("expected text or json, got \"\(text)\""))
+            } ?? .text
         let maxBodySize =
             pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
             ?? 256 * 1024
@@ -408,7 +417,7 @@ public struct ServerConfiguration: Sendable {
         return ServerConfiguration(
             hostname: hostname, port: port, database: database, workspace: workspace,
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
-            tokenLifetime: tokenLifetime, logLevel: logLevel, maxBodySize: maxBodySize,
+            tokenLifetime: tokenLifetime, logLevel: logLevel, logFormat: logFormat, maxBodySize: maxBodySize,
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
             retentionDays: retentionDays, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
