@@ -83,7 +83,7 @@ struct UsersAndAuthTests {
     }
 
     @Test(
-        "DELETE erases everything stored about the user: devices, inbox, deliveries, answers, topics, pending events",
+        "DELETE erases everything stored about the user: devices, inbox, deliveries, answers, topics, batches, pending events",
         arguments: TestDatabase.allCases)
     func eraseEverything(database: TestDatabase) async throws {
         let receiver = try await WebhookReceiver(answers: "200")
@@ -93,10 +93,13 @@ struct UsersAndAuthTests {
             let ada = try await app.userToken("ada", tenants: ["enwiki"])
             let bob = try await app.userToken("bob")
             for token in [ada, bob] {
-                #expect(
-                    try await app.send(
-                        .PATCH, "/v1/me/preferences/categories/mention", bearer: token, json: ["preference": "opt_in"]
-                    ).status == .ok)
+                for category in ["mention", "new-activity-digest"] {
+                    #expect(
+                        try await app.send(
+                            .PATCH, "/v1/me/preferences/categories/\(category)", bearer: token,
+                            json: ["preference": "opt_in"]
+                        ).status == .ok)
+                }
                 #expect(
                     try await app.send(
                         .POST, "/v1/me/devices", bearer: token,
@@ -118,6 +121,14 @@ struct UsersAndAuthTests {
                 schedule: .init(delaySeconds: 3600))
             let pending = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: later)
                 .decode(EventAccepted.self).eventID
+
+            // Both have an open digest (the demo's daily one), with an item.
+            _ = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: EventRequest(
+                    category: "new-activity-digest", recipients: ["ada", "bob"],
+                    content: .init(title: "Bell", body: "b")))
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
 
             // Both follow a topic.
             #expect(
@@ -145,6 +156,8 @@ struct UsersAndAuthTests {
                     "notifications": try await rows("notifications", of: id),
                     "deliveries": try await rows("deliveries", of: id),
                     "topic_subscriptions": try await rows("topic_subscriptions", of: id),
+                    "batches": try await rows("batches", of: id),
+                    "batch_items": try await linked("batch_items", via: "batch_id", to: "batches", of: id),
                     "delivery_attempts": try await linked(
                         "delivery_attempts", via: "delivery_id", to: "deliveries", of: id),
                     "notification_actions": try await linked(

@@ -90,6 +90,10 @@ struct UsersController: RouteCollection {
             try await sql.delete(from: "devices").where("user_id", .equal, userID).run()
             try await sql.delete(from: "topic_subscriptions").where("user_id", .equal, userID).run()
             try await sql.delete(from: "throttle_state").where("user_id", .equal, userID).run()
+            try await sql.raw(
+                "DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM batches WHERE user_id = \(bind: userID))"
+            ).run()
+            try await sql.delete(from: "batches").where("user_id", .equal, userID).run()
             try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
             try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
             // Events not yet fanned out would otherwise create the user again; fanned-out ones
