@@ -1,0 +1,103 @@
+import ArgumentParser
+import BelfryCore
+import Foundation
+import Vapor
+
+/// `belfry events`: recent events, one event's fan-out and delivery status, and putting an
+/// event's dead deliveries back in the queue. Works on the database `belfry serve` uses; a
+/// running server's workers send what `retry` queued.
+struct EventsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "events", abstract: "List events, show one, or retry its dead deliveries.",
+        subcommands: [List.self, Show.self, Retry.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The newest events, one a line.")
+
+        @ArgumentParser.Option(help: "Only events in this state: pending, running, done or failed.")
+        var state: String?
+
+        @ArgumentParser.Option(help: "How many (1 to 1000).")
+        var limit = 20
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            if let state, EventStatus.FanoutState(rawValue: state) == nil {
+                throw ValidationError("--state must be pending, running, done or failed, got \"\(state)\"")
+            }
+            guard (1...1000).contains(limit) else { throw ValidationError("--limit must be from 1 to 1000") }
+        }
+
+        func run() async throws {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let wanted = state.flatMap(EventStatus.FanoutState.init(rawValue:))
+            let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                try await app.belfry.eventIntake.recent(state: wanted, limit: limit, on: app.db)
+            }
+            if events.isEmpty { say("no events") }
+            for event in events {
+                say(
+                    [
+                        event.id.uuidString, event.createdAt.ISO8601Format(), event.state, event.category, event.tenant,
+                        "\(event.processed)/\(event.recipients)",
+                    ].joined(separator: "\t"))
+            }
+        }
+    }
+
+    /// What `show` and `retry` take: an event id and the database.
+    struct Target: ParsableArguments {
+        @ArgumentParser.Argument(help: "The event id (from POST /v1/events or `belfry events list`).")
+        var id: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            guard UUID(uuidString: id) != nil else { throw ValidationError("\"\(id)\" is not an event id") }
+        }
+
+        /// Runs `body` with the app once the event is known to exist.
+        func run<T>(_ body: @escaping (Application, UUID) async throws -> T) async throws -> T {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let event = UUID(uuidString: id)!  // checked in validate()
+            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                guard try await app.belfry.eventIntake.status(of: event, on: app.db) != nil else {
+                    throw ValidationError("no event \(id)")
+                }
+                return try await body(app, event)
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "An event's fan-out and delivery status, as GET /v1/events/{id} answers it.")
+
+        @OptionGroup var target: Target
+
+        func run() async throws {
+            let status = try await target.run { app, event in
+                try await app.belfry.eventIntake.status(of: event, on: app.db)
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            encoder.dateEncodingStrategy = .iso8601
+            say(String(decoding: try encoder.encode(status), as: UTF8.self))
+        }
+    }
+
+    struct Retry: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Put the event's dead deliveries back in the queue, each with its attempts anew.")
+
+        @OptionGroup var target: Target
+
+        func run() async throws {
+            let queued = try await target.run { app, event in
+                try await app.belfry.deadLetters.retry(event: event, on: app.db)
+            }
+            say("\(queued) dead \(queued == 1 ? "delivery" : "deliveries") queued again")
+        }
+    }
+}

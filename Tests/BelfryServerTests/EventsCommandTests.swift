@@ -1,0 +1,85 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// `belfry events` against the SQLite file a server used: list, show, and retry dead deliveries.
+@Suite("belfry events", .serialized)
+struct EventsCommandTests {
+    @Test("list and show read the server's events; retry queues dead deliveries again, and they are sent")
+    func listShowRetry() async throws {
+        let directory = try CommandLineTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("belfry.sqlite").path
+        let database = ["--database", path]
+        let clock = TestClock()
+
+        // A webhook that fails every time: the event's webhook delivery ends dead.
+        let failing = try await WebhookReceiver(answers: "500")
+        let (dead, fine) = try await withBelfryApp(
+            location: .sqlite(path: path), clock: clock, jitter: 1, webhook: failing.webhook
+        ) { app, _ in
+            let worker = try #require(app.deliveryQueue)
+            let dead = try await DeliveryQueueTests.trigger(app)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            for _ in 0..<12 {
+                try await worker.runOnce()
+                clock.advance(by: 3600)
+            }
+            let status = try await app.send(.GET, "/v1/events/\(dead)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["dead": 1])
+            let fine = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: EventRequest(category: "mention", recipients: ["bob"], content: .init(title: "M", body: "b"))
+            ).decode(EventAccepted.self).eventID
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            return (dead, fine)
+        }
+        failing.stop()
+
+        let listed = try TestProcess.run(CommandLineTests.executable, ["events"] + database)
+        let lines = listed.split(separator: "\n")
+        #expect(lines.count == 2, "\(listed)")
+        #expect(lines.first?.hasPrefix(fine.uuidString) == true, "newest first: \(listed)")
+        #expect(lines.last?.contains("\tdone\tlogin-fail\tenwiki\t1/1") == true, "\(listed)")
+        let failedOnes = try TestProcess.run(
+            CommandLineTests.executable, ["events", "list", "--state", "failed"] + database)
+        #expect(failedOnes == "no events\n")
+
+        let shown = try TestProcess.run(CommandLineTests.executable, ["events", "show", dead.uuidString] + database)
+        let before = try JSONDecoder.iso8601.decode(EventStatus.self, from: Data(shown.utf8))
+        #expect(before.deliveries["webhook"] == ["dead": 1])
+        #expect(before.lastErrors["webhook"] == "the webhook answered 500")
+
+        let retried = try TestProcess.run(CommandLineTests.executable, ["events", "retry", dead.uuidString] + database)
+        #expect(retried == "1 dead delivery queued again\n")
+        let again = try TestProcess.run(CommandLineTests.executable, ["events", "retry", dead.uuidString] + database)
+        #expect(again == "0 dead deliveries queued again\n")
+        let after = try JSONDecoder.iso8601.decode(
+            EventStatus.self,
+            from: Data(try TestProcess.run(CommandLineTests.executable, ["events", "show", "\(dead)"] + database).utf8))
+        #expect(after.deliveries["webhook"] == ["queued": 1])
+        #expect(after.deliveries["email"] == before.deliveries["email"], "only dead deliveries come back")
+
+        for bad in [UUID().uuidString, "not-an-id"] {
+            let failure = try #require(throws: TestProcess.Failure.self) {
+                try TestProcess.run(CommandLineTests.executable, ["events", "retry", bad] + database)
+            }
+            #expect(failure.output.contains(bad == "not-an-id" ? "is not an event id" : "no event \(bad)"))
+        }
+
+        // The receiver is back: a server's queue sends the retried delivery, with a fresh set of attempts.
+        let working = try await WebhookReceiver(answers: "200")
+        defer { working.stop() }
+        try await withBelfryApp(location: .sqlite(path: path), clock: clock, webhook: working.webhook) { app, _ in
+            let worker = try #require(app.deliveryQueue)
+            while try await worker.runOnce() > 0 {}
+            let status = try await app.send(.GET, "/v1/events/\(dead)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["sent": 1])
+        }
+        #expect(try working.entries().count == 1)
+    }
+}
