@@ -1,0 +1,46 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// Erasing a user: the user and everything stored about them, in one transaction. The users
+/// API (`DELETE /v1/users/{id}`) and `belfry users delete` both call it.
+enum UserErasure {
+    /// - Throws: `userNotFound` when there is no such user.
+    static func erase(_ externalID: String, storage: BelfryDatabase, on db: any Database) async throws {
+        try await storage.write(db) { db in
+            let user = try await UserModel.find(externalID: externalID, on: db)
+            let userID = try user.requireID()
+            // Deleted explicitly as well as by the foreign keys' cascade, so erasure
+            // does not depend on the database enforcing them.
+            let sql = db.sql
+            try await sql.raw(
+                """
+                DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE user_id = \(bind: userID))
+                """
+            ).run()
+            try await sql.delete(from: "deliveries").where("user_id", .equal, userID).run()
+            try await sql.raw(
+                """
+                DELETE FROM notification_actions \
+                WHERE notification_id IN (SELECT id FROM notifications WHERE user_id = \(bind: userID))
+                """
+            ).run()
+            try await sql.delete(from: "notifications").where("user_id", .equal, userID).run()
+            try await sql.delete(from: "devices").where("user_id", .equal, userID).run()
+            try await sql.delete(from: "topic_subscriptions").where("user_id", .equal, userID).run()
+            try await sql.delete(from: "throttle_state").where("user_id", .equal, userID).run()
+            try await sql.raw(
+                "DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM batches WHERE user_id = \(bind: userID))"
+            ).run()
+            try await sql.delete(from: "batches").where("user_id", .equal, userID).run()
+            try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
+            try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
+            // Events not yet fanned out would otherwise create the user again; fanned-out ones
+            // need their recipient lists no more.
+            try await sql.delete(from: "event_recipients").where("external_id", .equal, externalID).run()
+            try await sql.delete(from: "event_exclusions").where("external_id", .equal, externalID).run()
+            try await user.delete(on: db)
+        }
+    }
+}
