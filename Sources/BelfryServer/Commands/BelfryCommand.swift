@@ -12,7 +12,7 @@ public struct BelfryCommand: AsyncParsableCommand {
         abstract: "Belfry, a self-hosted notification platform.",
         subcommands: [
             ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, LinkCommand.self,
-            ConfigCommand.self, TopicsCommand.self, EventsCommand.self,
+            ConfigCommand.self, TopicsCommand.self, EventsCommand.self, UsersCommand.self, DevicesCommand.self,
         ]
     )
 

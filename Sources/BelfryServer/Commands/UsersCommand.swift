@@ -1,0 +1,151 @@
+import ArgumentParser
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+import Vapor
+
+/// `belfry users`: list users, show one, or erase one (as `DELETE /v1/users/{id}` does).
+struct UsersCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "users", abstract: "List users, show one, or erase one and everything stored about them.",
+        subcommands: [List.self, Show.self, Delete.self], defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Users by id, one a line: id, email, created.")
+
+        @ArgumentParser.Option(help: "How many (1 to 10000).")
+        var limit = 100
+
+        @ArgumentParser.Option(help: "Only ids after this one, for the next page.")
+        var after: String?
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be from 1 to 10000") }
+        }
+
+        func run() async throws {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let users = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                let query = UserModel.query(on: app.db).sort(\.$externalID).limit(limit)
+                if let after { query.filter(\.$externalID > after) }
+                return try await query.all()
+            }
+            if users.isEmpty { say("no users") }
+            for user in users {
+                say([user.externalID, user.email ?? "-", user.createdAt.ISO8601Format()].joined(separator: "\t"))
+            }
+        }
+    }
+
+    /// What `show` and `delete` take: a user id and the database.
+    struct Target: ParsableArguments {
+        @ArgumentParser.Argument(help: "The user's external id.")
+        var user: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            guard UserID.isValid(user) else {
+                throw ValidationError("\"\(user)\" is not a valid user id (\(UserID.rule))")
+            }
+        }
+
+        func run<T>(_ body: @escaping (Application) async throws -> T) async throws -> T {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                do {
+                    return try await body(app)
+                } catch let error as BelfryError where error.code == .userNotFound {
+                    throw ValidationError(error.message)
+                }
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "A user as GET /v1/users/{id} answers, with their devices.")
+
+        @OptionGroup var target: Target
+
+        func run() async throws {
+            let user = target.user
+            let record = try await target.run { app in
+                let model = try await UserModel.find(externalID: user, on: app.db)
+                return model.record(tenants: try await model.tenantIDs(on: app.db))
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+            encoder.dateEncodingStrategy = .iso8601
+            say(String(decoding: try encoder.encode(record), as: UTF8.self))
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Erase the user: preferences, devices, inbox, deliveries, topics, batches and pending events.")
+
+        @OptionGroup var target: Target
+
+        func run() async throws {
+            let user = target.user
+            try await target.run { app in
+                try await UserErasure.erase(user, storage: app.belfry.database, on: app.db)
+            }
+            say("erased \(user)")
+        }
+    }
+}
+
+/// `belfry devices list --user ID`: a user's push devices, active and retired.
+struct DevicesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "devices", abstract: "List a user's push devices.", subcommands: [List.self],
+        defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "A user's devices, newest first: id, platform, authorization, address, state.")
+
+        @ArgumentParser.Option(help: "The user's external id.")
+        var user: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            guard UserID.isValid(user) else {
+                throw ValidationError("\"\(user)\" is not a valid user id (\(UserID.rule))")
+            }
+        }
+
+        func run() async throws {
+            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+            let user = user
+            let devices = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+                do {
+                    let model = try await UserModel.find(externalID: user, on: app.db)
+                    return try await app.belfry.deviceStore.devices(of: try model.requireID(), on: app.db)
+                } catch let error as BelfryError where error.code == .userNotFound {
+                    throw ValidationError(error.message)
+                }
+            }
+            if devices.isEmpty { say("no devices") }
+            for device in devices {
+                // Enough of the address to tell devices apart, not the credential itself: a token's
+                // first characters, a subscription's push service.
+                let address =
+                    device.platform == .apns
+                    ? String(device.address.prefix(8)) + "…" : (URL(string: device.address)?.host ?? "?")
+                let state =
+                    device.retiredAt.map { "retired \($0.ISO8601Format()): \(device.retiredReason ?? "")" } ?? "active"
+                say(
+                    [
+                        device.id.uuidString, device.platform.rawValue, device.authorization.rawValue, address, state,
+                    ].joined(separator: "\t"))
+            }
+        }
+    }
+}
