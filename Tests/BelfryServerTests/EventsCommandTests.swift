@@ -83,3 +83,19 @@ struct EventsCommandTests {
         #expect(try working.entries().count == 1)
     }
 }
+
+@Suite("belfry send: progress")
+struct SendProgressTests {
+    @Test("the progress line shows the bar, the rate and the time left, then the time in all")
+    func progressLine() {
+        #expect(
+            SendCommand.Progress.line(done: 5_000, total: 20_000, events: 1, seconds: 2)
+                == "[#######.......................] 5000/20000 recipients, 1 event, 2500/s, 0:06 left")
+        #expect(
+            SendCommand.Progress.line(done: 20_000, total: 20_000, events: 2, seconds: 75.2)
+                == "[##############################] 20000/20000 recipients, 2 events, 266/s, 1:15 in all")
+        #expect(
+            SendCommand.Progress.line(done: 0, total: 10, events: 0, seconds: 0)
+                == "[..............................] 0/10 recipients, 0 events")
+    }
+}

@@ -114,11 +114,13 @@ struct SendCommand: AsyncParsableCommand {
         return ids.filter { seen.insert($0).inserted }
     }
 
-    /// A progress bar on standard error: redrawn in place on a terminal, a line per batch otherwise.
+    /// A progress bar on standard error, with the rate and the time left: redrawn in place on a
+    /// terminal, a plain line per batch otherwise (a log, a pipe).
     final class Progress {
         let total: Int
         var done = 0
         let interactive = isatty(STDERR_FILENO) == 1
+        let started = ContinuousClock.now
 
         init(total: Int) {
             self.total = total
@@ -126,15 +128,32 @@ struct SendCommand: AsyncParsableCommand {
 
         func advance(by count: Int, events: Int) {
             done += count
-            let width = 30
-            let filled = total == 0 ? width : width * done / total
-            let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-            let line = "[\(bar)] \(done)/\(total) recipients, \(events) event\(events == 1 ? "" : "s")"
+            let elapsed = started.duration(to: .now)
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let line = Self.line(done: done, total: total, events: events, seconds: seconds)
             FileHandle.standardError.write(Data((interactive ? "\r" + line : line + "\n").utf8))
         }
 
         func finish() {
             if interactive { FileHandle.standardError.write(Data("\n".utf8)) }
+        }
+
+        /// `[#####.....] 5000/10000 recipients, 1 event, 2500/s, 0:02 left`.
+        static func line(done: Int, total: Int, events: Int, seconds: Double) -> String {
+            let width = 30
+            let filled = total == 0 ? width : width * done / total
+            let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+            var line = "[\(bar)] \(done)/\(total) recipients, \(events) event\(events == 1 ? "" : "s")"
+            guard seconds > 0, done > 0 else { return line }
+            let rate = Double(done) / seconds
+            line += ", \(Int(rate.rounded()))/s"
+            if done < total {
+                let left = Int((Double(total - done) / rate).rounded(.up))
+                line += ", " + String(format: "%d:%02d", left / 60, left % 60) + " left"
+            } else {
+                line += ", " + String(format: "%d:%02d", Int(seconds) / 60, Int(seconds) % 60) + " in all"
+            }
+            return line
         }
     }
 }
