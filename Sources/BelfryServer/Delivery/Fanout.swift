@@ -188,9 +188,7 @@ struct Fanout: Sendable {
                 try await addToBatches(item, of: category, tenant: tenant, rule: rule, plans: plans, now: now, on: db)
                 batched = plans.count
             } else {
-                if category.throttle != nil {
-                    try await throttle(&plans, category: category, now: now, skips: &skips, on: db)
-                }
+                try await throttle(&plans, category: category, now: now, skips: &skips, on: db)
                 let content = NotificationRows.Content(
                     eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
                     data: data, decodedData: decodedData)

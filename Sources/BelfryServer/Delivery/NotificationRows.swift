@@ -2,6 +2,7 @@ import BelfryCore
 import Fluent
 import Foundation
 import SQLKit
+import Vapor
 
 /// The rows one transaction writes for new notifications: each notification (the inbox's
 /// record), a queued delivery per other channel and device, and what the streams are told
@@ -115,7 +116,7 @@ struct NotificationRows: Sendable {
 extension NotificationBatch {
     /// As the `batch` column of a notification keeps it: the JSON the API sends.
     static func stored(_ batch: NotificationBatch) -> String {
-        String(decoding: (try? Self.encoder.encode(batch)) ?? Data("null".utf8), as: UTF8.self)
+        String(decoding: (try? Response.jsonEncoder.encode(batch)) ?? Data("null".utf8), as: UTF8.self)
     }
 
     /// The `batch` column read back; `nil` for a notification that is not a batch.
@@ -124,13 +125,6 @@ extension NotificationBatch {
         else { return nil }
         self = batch
     }
-
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = .sortedKeys
-        return encoder
-    }()
 
     private static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
