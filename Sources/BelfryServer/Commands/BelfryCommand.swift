@@ -60,6 +60,21 @@ func say(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// Writes a value as the API writes it, indented for people: `events show`, `users show`.
+func sayJSON(_ value: some Encodable) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.dateEncodingStrategy = .iso8601
+    say(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
+extension UserID {
+    /// A command-line user id, checked before anything runs.
+    static func check(_ id: String) throws {
+        guard isValid(id) else { throw ValidationError("\"\(id)\" is not a valid user id (\(rule))") }
+    }
+}
+
 /// Builds and configures an application for a command, then runs `body` and shuts down.
 func withConfiguredApp<T>(
     _ settings: ServerConfiguration,

@@ -80,10 +80,7 @@ struct EventsCommand: AsyncParsableCommand {
             let status = try await target.run { app, event in
                 try await app.belfry.eventIntake.status(of: event, on: app.db)
             }
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            encoder.dateEncodingStrategy = .iso8601
-            say(String(decoding: try encoder.encode(status), as: UTF8.self))
+            try sayJSON(status)
         }
     }
 

@@ -81,8 +81,6 @@ private func check(topic: String, users: [String]) throws {
     guard TopicName.isValid(topic) else {
         throw ValidationError("the topic must be \(TopicName.rule), got \"\(topic)\"")
     }
-    if let bad = users.first(where: { !UserID.isValid($0) }) {
-        throw ValidationError("\"\(bad)\" is not a valid user id (\(UserID.rule))")
-    }
+    for user in users { try UserID.check(user) }
     guard !users.isEmpty else { throw ValidationError("name at least one user") }
 }

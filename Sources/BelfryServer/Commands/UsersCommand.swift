@@ -47,21 +47,10 @@ struct UsersCommand: AsyncParsableCommand {
 
         @OptionGroup var storage: StorageOptions
 
-        func validate() throws {
-            guard UserID.isValid(user) else {
-                throw ValidationError("\"\(user)\" is not a valid user id (\(UserID.rule))")
-            }
-        }
+        func validate() throws { try UserID.check(user) }
 
         func run<T>(_ body: @escaping (Application) async throws -> T) async throws -> T {
-            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                do {
-                    return try await body(app)
-                } catch let error as BelfryError where error.code == .userNotFound {
-                    throw ValidationError(error.message)
-                }
-            }
+            try await withUsers(storage, body)
         }
     }
 
@@ -77,10 +66,7 @@ struct UsersCommand: AsyncParsableCommand {
                 let model = try await UserModel.find(externalID: user, on: app.db)
                 return model.record(tenants: try await model.tenantIDs(on: app.db))
             }
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-            encoder.dateEncodingStrategy = .iso8601
-            say(String(decoding: try encoder.encode(record), as: UTF8.self))
+            try sayJSON(record)
         }
     }
 
@@ -115,22 +101,13 @@ struct DevicesCommand: AsyncParsableCommand {
 
         @OptionGroup var storage: StorageOptions
 
-        func validate() throws {
-            guard UserID.isValid(user) else {
-                throw ValidationError("\"\(user)\" is not a valid user id (\(UserID.rule))")
-            }
-        }
+        func validate() throws { try UserID.check(user) }
 
         func run() async throws {
-            let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let user = user
-            let devices = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                do {
-                    let model = try await UserModel.find(externalID: user, on: app.db)
-                    return try await app.belfry.deviceStore.devices(of: try model.requireID(), on: app.db)
-                } catch let error as BelfryError where error.code == .userNotFound {
-                    throw ValidationError(error.message)
-                }
+            let devices = try await withUsers(storage) { app in
+                let model = try await UserModel.find(externalID: user, on: app.db)
+                return try await app.belfry.deviceStore.devices(of: try model.requireID(), on: app.db)
             }
             if devices.isEmpty { say("no devices") }
             for device in devices {
@@ -146,6 +123,21 @@ struct DevicesCommand: AsyncParsableCommand {
                         device.id.uuidString, device.platform.rawValue, device.authorization.rawValue, address, state,
                     ].joined(separator: "\t"))
             }
+        }
+    }
+}
+
+/// Runs `body` on the configured database; a user it does not find is a usage error, reported
+/// as the API words it.
+private func withUsers<T>(
+    _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
+) async throws -> T {
+    let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+        do {
+            return try await body(app)
+        } catch let error as BelfryError where error.code == .userNotFound {
+            throw ValidationError(error.message)
         }
     }
 }
