@@ -28,6 +28,8 @@ struct BelfryContext: Sendable {
     let deliverySignal: WorkSignal
     /// Live inbox events for the streams open on this process.
     let inboxHub: InboxHub
+    /// What `/metrics` reports.
+    let metrics: BelfryMetrics
     /// The VAPID key that signs Web Push requests; browsers subscribe with its public half.
     let vapidKey: VAPIDKey
     /// This process, among the instances sharing a database.

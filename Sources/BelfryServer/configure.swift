@@ -129,6 +129,7 @@ public func configure(
         fanoutSignal: WorkSignal(),
         deliverySignal: WorkSignal(),
         inboxHub: InboxHub(now: now),
+        metrics: BelfryMetrics(),
         vapidKey: vapidKey,
         logger: app.logger
     )
@@ -142,8 +143,8 @@ public func configure(
     let context = app.belfry
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
-        providers: try deliveryProviders(app, settings, database: db), now: now, jitter: options.jitter,
-        logger: app.logger, lease: TimeInterval(settings.deliveryLease))
+        providers: try deliveryProviders(app, settings, database: db), metrics: context.metrics, now: now,
+        jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease))
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()
@@ -175,6 +176,7 @@ public func configure(
     }
 
     app.middleware = Middlewares()
+    app.middleware.use(MetricsMiddleware(metrics: context.metrics))
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
     app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))

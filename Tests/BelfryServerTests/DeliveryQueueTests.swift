@@ -217,7 +217,8 @@ struct DeliveryQueueTests {
             #expect(try await crashed.claim(limit: 10).count == 2, "claimed, then never attempted")
             let survivor = DeliveryQueue(
                 database: { app.db }, storage: crashed.storage, workspace: crashed.workspace,
-                providers: crashed.providers, now: crashed.now, jitter: crashed.jitter, logger: app.logger)
+                providers: crashed.providers, metrics: crashed.metrics, now: crashed.now, jitter: crashed.jitter,
+                logger: app.logger)
             #expect(try await survivor.runOnce() == 0, "the lease still holds")
             clock.advance(by: 121)
             #expect(try await survivor.runOnce() == 2)

@@ -88,6 +88,7 @@ struct ServerConfigurationTests {
         let env = [
             "BELFRY_CONFIG": "belfry.json", "DATABASE_URL": "mysql://db/belfry", "BELFRY_TOKEN_TTL": "forever",
             "BELFRY_LOG_LEVEL": "loud", "BELFRY_TOKEN_SECRET": "tiny", "BELFRY_LOG_FORMAT": "xml",
+            "BELFRY_METRICS_TOKEN": "short",
         ]
         let error = try #require(throws: ConfigError.self) { try Self.resolve(env: env, file: file) }
         let paths = error.issues.map(\.path)
@@ -95,13 +96,17 @@ struct ServerConfigurationTests {
             Set(paths) == [
                 "server.colour", "server.port", "server.api_keys", "channels[0].kind", "categories", "DATABASE_URL",
                 "BELFRY_TOKEN_TTL", "BELFRY_LOG_LEVEL", "BELFRY_TOKEN_SECRET", "BELFRY_LOG_FORMAT",
+                "BELFRY_METRICS_TOKEN",
             ], "\(error)")
-        #expect(paths.count == 10, "\(error)")
+        #expect(paths.count == 11, "\(error)")
         #expect(
             error.issues.first { $0.path == "DATABASE_URL" }?.message.contains("unsupported database \"mysql://\"")
                 == true)
         #expect(error.issues.first { $0.path == "BELFRY_LOG_LEVEL" }?.message.contains(#"got "loud""#) == true)
         #expect(error.issues.first { $0.path == "BELFRY_LOG_FORMAT" }?.message == #"expected text or json, got "xml""#)
+        #expect(
+            error.issues.first { $0.path == "BELFRY_METRICS_TOKEN" }?.message
+                == "the metrics token must be at least 16 characters long")
     }
 
     @Test("a bad file value is reported even when the environment overrides it")

@@ -52,6 +52,8 @@ public struct ServerConfiguration: Sendable {
     public var email: Email?
     /// The address users reach this server at, for the links in emails.
     public var publicURL: String?
+    /// The bearer token `/metrics` asks for; `nil` leaves it open, for a scraper on a private network.
+    public var metricsToken: String?
 
     public struct Email: Sendable, Hashable {
         public var smtp: SMTPLocation
@@ -116,7 +118,8 @@ public struct ServerConfiguration: Sendable {
         vapidKeyPEM: String? = nil,
         webPushAllowsLoopbackHTTP: Bool = false,
         email: Email? = nil,
-        publicURL: String? = nil
+        publicURL: String? = nil,
+        metricsToken: String? = nil
     ) {
         self.hostname = hostname
         self.port = port
@@ -141,6 +144,7 @@ public struct ServerConfiguration: Sendable {
         self.webPushAllowsLoopbackHTTP = webPushAllowsLoopbackHTTP
         self.email = email
         self.publicURL = publicURL
+        self.metricsToken = metricsToken
     }
 
     /// Values given on the command line; `nil` when a flag was not given.
@@ -404,6 +408,9 @@ public struct ServerConfiguration: Sendable {
             issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
         default: break
         }
+        let metricsToken = pick(env: "BELFRY_METRICS_TOKEN", file: "metrics_token") { text in
+            checkSecrets([text], "the metrics token").map { $0[0] }
+        }
         for (index, category) in workspace.categories.enumerated() {
             for problem in EmailTemplates.problems(in: category) {
                 issues.add("categories[\(index)].email.\(problem.path)", problem.message)
@@ -422,7 +429,7 @@ public struct ServerConfiguration: Sendable {
             retentionDays: retentionDays, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP,
-            email: email, publicURL: publicURL)
+            email: email, publicURL: publicURL, metricsToken: metricsToken)
     }
 
     /// Reads a PEM file and checks it with `parse`.

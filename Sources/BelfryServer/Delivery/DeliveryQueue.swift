@@ -15,6 +15,7 @@ final class DeliveryQueue: Sendable {
     let storage: BelfryDatabase
     let workspace: WorkspaceConfig
     let providers: [ChannelKind: any DeliveryProvider]
+    let metrics: BelfryMetrics
     let now: @Sendable () -> Date
     /// A random number in 0..<1 for backoff jitter.
     let jitter: @Sendable () -> Double
@@ -28,13 +29,14 @@ final class DeliveryQueue: Sendable {
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
-        providers: [ChannelKind: any DeliveryProvider], now: @escaping @Sendable () -> Date,
+        providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120, concurrency: Int = 16
     ) {
         self.database = database
         self.storage = storage
         self.workspace = workspace
         self.providers = providers
+        self.metrics = metrics
         self.now = now
         self.jitter = jitter
         self.logger = logger
@@ -299,6 +301,7 @@ final class DeliveryQueue: Sendable {
             }
             return !updated.isEmpty
         }
+        metrics.delivered(channel: delivery.channel.id, outcome: final == .dead ? "dead" : result.outcome)
         if !recorded {
             logger.warning("a delivery's lease expired during its attempt", metadata: ["belfry.delivery.id": "\(id)"])
         }

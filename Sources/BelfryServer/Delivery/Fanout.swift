@@ -22,6 +22,7 @@ struct Fanout: Sendable {
     let isFollowed: @Sendable (UUID) -> Bool
     /// Wakes the delivery queue once a batch queued deliveries.
     let wakeDeliveries: @Sendable () -> Void
+    let metrics: BelfryMetrics
     static let batchSize = 500
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
@@ -36,20 +37,31 @@ struct Fanout: Sendable {
         let picked = NIOLockedValueBox<UUID?>(nil)
         do {
             let outcome = try await storage.write(db) { tx in try await self.batch(on: tx, picked: picked) }
-            if outcome.rows.queued > 0 { wakeDeliveries() }
-            // Only now, after the commit, may streams hear of the new notifications.
-            await outcome.rows.publish(to: events, on: db)
+            await committed(outcome, on: db)
             return outcome.processed
         } catch {
             guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
-            try await recordFailure(of: eventID, error: error.operatorDescription, on: db)
+            if try await recordFailure(of: eventID, error: error.operatorDescription, on: db) {
+                metrics.event(EventStatus.FanoutState.failed.rawValue)
+            }
             return true
         }
     }
 
-    private func recordFailure(of eventID: UUID, error: String, on db: any Database) async throws {
+    /// What follows a commit, never before it: the queue woken, the streams told of the new
+    /// notifications, the metrics counted.
+    func committed(_ outcome: Outcome, on db: any Database) async {
+        if outcome.rows.queued > 0 { wakeDeliveries() }
+        await outcome.rows.publish(to: events, on: db)
+        outcome.rows.count(into: metrics)
+        metrics.fannedOut(outcome.recipients)
+        if let ended = outcome.ended { metrics.event(ended.rawValue) }
+    }
+
+    /// - Returns: whether the event failed for good.
+    private func recordFailure(of eventID: UUID, error: String, on db: any Database) async throws -> Bool {
         let now = now()
-        try await storage.write(db) { tx in
+        return try await storage.write(db) { tx in
             let failures =
                 try await tx.sql.update("events")
                 .set("failures", to: SQLRaw("failures + 1"))
@@ -64,6 +76,7 @@ struct Fanout: Sendable {
                 update.set("not_before", to: now.addingTimeInterval(5 * pow(2, Double(failures - 1))))
             }
             try await update.run()
+            return failures >= Self.maxFailures
         }
     }
 
@@ -71,6 +84,10 @@ struct Fanout: Sendable {
         var processed: Bool
         /// What was written, and what the streams are to be told.
         var rows = NotificationRows()
+        /// Recipients processed.
+        var recipients = 0
+        /// The event's fan-out ended with this batch: `done` or `failed`.
+        var ended: EventStatus.FanoutState?
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -142,7 +159,7 @@ struct Fanout: Sendable {
                 .set("last_error", to: "category \"\(categoryID)\" is no longer in the workspace config")
                 .where("id", .equal, eventID)
                 .run()
-            return Outcome(processed: true)
+            return Outcome(processed: true, ended: .failed)
         }
         // The content is the same for every recipient: read it once per batch.
         let title = try event.decode(column: "title", as: String.self)
@@ -212,7 +229,7 @@ struct Fanout: Sendable {
             if done { update.set("recipients", to: cursor) }
         }
         try await update.run()
-        return Outcome(processed: true, rows: rows)
+        return Outcome(processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil)
     }
 
     /// What one recipient gets from an event: the user, when, and on which channels and devices.
@@ -396,6 +413,6 @@ extension BelfryContext {
     var fanout: Fanout {
         Fanout(
             storage: database, workspace: workspace, now: now, events: inboxEvents, isFollowed: inboxHub.isFollowed,
-            wakeDeliveries: deliveryWake)
+            wakeDeliveries: deliveryWake, metrics: metrics)
     }
 }

@@ -32,6 +32,8 @@ struct NotificationRows: Sendable {
     private(set) var created: [UUID: [(UUID, InboxNotification)]] = [:]
     /// Every user with a new notification in their inbox now, by event, for other instances.
     private(set) var inboxUsers: [UUID: [UUID]] = [:]
+    /// Inbox notifications available at once, by channel: delivered by being written.
+    private(set) var deliveredInInbox: [String: Int] = [:]
 
     /// Adds one user's notification, due at `due`, on the channels the rule let through.
     /// - Returns: the notification's id; `nil` when no channel delivers.
@@ -67,7 +69,10 @@ struct NotificationRows: Sendable {
             // The inbox delivery is the notification row itself, written in this transaction: a
             // delivery row would only repeat it (and cost the fan-out more than half its writes).
             // One due later is queued, so that the queue tells the streams when its time comes.
-            if channel.kind == .inbox && due <= now { continue }
+            if channel.kind == .inbox && due <= now {
+                deliveredInInbox[channel.id, default: 0] += 1
+                continue
+            }
             // A push channel delivers to each of the user's devices on its platform.
             let targets: [UUID?] =
                 channel.kind.isPush ? devices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
@@ -103,6 +108,13 @@ struct NotificationRows: Sendable {
                 "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
                 "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
             ], rows: deliveries, rowsPerStatement: 300, on: db)
+    }
+
+    /// Counts the inbox notifications written as delivered, after the commit.
+    func count(into metrics: BelfryMetrics) {
+        for (channel, count) in deliveredInInbox {
+            metrics.delivered(channel: channel, outcome: "sent", count: count)
+        }
     }
 
     /// Tells the streams, after the commit.

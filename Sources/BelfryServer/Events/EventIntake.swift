@@ -24,6 +24,7 @@ struct EventIntake: Sendable {
     let now: @Sendable () -> Date
     /// Tells this process's fan-out that an event is waiting.
     let wake: @Sendable () -> Void
+    let metrics: BelfryMetrics
 
     /// What became of an accepted event.
     struct Accepted: Sendable {
@@ -38,6 +39,7 @@ struct EventIntake: Sendable {
     func accept(_ request: EventRequest, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
         let (id, replayed, recipients) = try await store(event, on: db)
+        if !replayed { metrics.event("accepted") }
         wake()
         return Accepted(id: id, replayed: replayed, recipients: recipients)
     }
@@ -394,6 +396,6 @@ extension Array {
 
 extension BelfryContext {
     var eventIntake: EventIntake {
-        EventIntake(storage: database, workspace: workspace, now: now, wake: fanoutWake)
+        EventIntake(storage: database, workspace: workspace, now: now, wake: fanoutWake, metrics: metrics)
     }
 }

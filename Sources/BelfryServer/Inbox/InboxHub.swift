@@ -50,6 +50,11 @@ final class InboxHub: Sendable {
         state.withLockedValue { Array($0.subscribers.keys) }
     }
 
+    /// Streams open on this instance.
+    var openStreams: Int {
+        state.withLockedValue { state in state.subscribers.values.reduce(0) { $0 + $1.count } }
+    }
+
     /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first.
     func subscribe(user: UUID, lastEventID: Int?) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
         let now = self.now()

@@ -1,13 +1,15 @@
 import BelfryCore
+import Crypto
 import Foundation
 import SQLKit
 import Vapor
 
-/// `/healthz`, `/readyz`, `/openapi.yaml` and `GET /v1/config`.
+/// `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml` and `GET /v1/config`.
 struct OperationsController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         routes.get("healthz", use: health)
         routes.get("readyz", use: ready)
+        routes.get("metrics", use: metrics)
         routes.get("openapi.yaml", use: openAPI)
         routes.get("v1", "config", use: config)
     }
@@ -32,6 +34,27 @@ struct OperationsController: RouteCollection {
             throw BelfryError(.notReady, "the \(kind) database does not answer")
         }
         return try Response.json(Status(status: "ready", database: kind))
+    }
+
+    /// Prometheus's text format. Open unless a metrics token is configured: then only that token, as a bearer.
+    @Sendable func metrics(req: Request) async throws -> Response {
+        let context = req.belfry
+        if let token = context.settings.metricsToken {
+            // Digests compare in constant time, so the answer's timing tells nothing of the token.
+            guard let given = req.headers.bearerAuthorization?.token,
+                SHA256.hash(data: Data(given.utf8)) == SHA256.hash(data: Data(token.utf8))
+            else {
+                throw BelfryError(
+                    .unauthorized, "send the metrics token as \"Authorization: Bearer <token>\"",
+                    headers: ["WWW-Authenticate": "Bearer"])
+            }
+        }
+        let text = try await context.metrics.exposition(
+            channels: context.workspace.channels.map(\.id), openStreams: context.inboxHub.openStreams,
+            on: req.db.sql)
+        var headers = HTTPHeaders()
+        headers.replaceOrAdd(name: .contentType, value: "text/plain; version=0.0.4; charset=utf-8")
+        return Response(status: .ok, headers: headers, body: .init(string: text))
     }
 
     @Sendable func openAPI(req: Request) async throws -> Response {

@@ -1,0 +1,104 @@
+import Foundation
+import Prometheus
+import SQLKit
+import Vapor
+
+/// What `/metrics` reports, counted by this process since it started. Each application has its
+/// own registry rather than the process-wide metrics system, so that several applications in
+/// one process (as in the tests) each count their own.
+final class BelfryMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+
+    /// A finished delivery attempt; an inbox notification written at once counts as `sent`.
+    func delivered(channel: String, outcome: String, count: Int = 1) {
+        guard count > 0 else { return }
+        registry.makeCounter(
+            name: "belfry_deliveries_total", labels: [("channel", channel), ("outcome", outcome)],
+            help: "Finished delivery attempts by channel and outcome: sent, retry, failed, skipped or dead. "
+                + "An inbox notification available at once counts as sent."
+        ).increment(by: Int64(count))
+    }
+
+    /// Recipients fan-out has processed, batched or not.
+    func fannedOut(_ recipients: Int) {
+        guard recipients > 0 else { return }
+        registry.makeCounter(
+            name: "belfry_fanout_recipients_total", help: "Recipients processed by fan-out."
+        ).increment(by: Int64(recipients))
+    }
+
+    /// What became of events: `accepted` when stored, then `done` or `failed` when fan-out ends.
+    func event(_ state: String) {
+        registry.makeCounter(
+            name: "belfry_events_total", labels: [("state", state)],
+            help: "Events accepted (state accepted), and events whose fan-out finished (done) or stopped (failed)."
+        ).increment()
+    }
+
+    /// An answered request: its route's pattern (never the ids in its path), method and status.
+    func answered(route: String, method: String, status: Int, after duration: Duration) {
+        registry.makeDurationHistogram(
+            name: "belfry_http_request_duration_seconds",
+            labels: [("route", route), ("method", method), ("status", String(status))],
+            buckets: Self.durationBuckets,
+            help: "Time from a request's arrival to its response head, by route pattern, method and status."
+        ).record(duration)
+    }
+
+    static let durationBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5),
+        .seconds(10),
+    ]
+
+    /// The text exposition, after reading the values that are states rather than counts: the
+    /// outbox per channel (from the database, so it is the same on every instance) and the
+    /// streams open on this one.
+    func exposition(channels: [String], openStreams: Int, on sql: any SQLDatabase) async throws -> String {
+        var pending = Dictionary(uniqueKeysWithValues: channels.map { ($0, 0) })
+        let rows = try await sql.select()
+            .column("channel").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "pending")
+            .from("deliveries")
+            .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
+            .groupBy("channel")
+            .all()
+        for row in rows {
+            pending[try row.decode(column: "channel", as: String.self)] = try row.decode(
+                column: "pending", as: Int.self)
+        }
+        for (channel, count) in pending {
+            registry.makeGauge(
+                name: "belfry_outbox_pending", labels: [("channel", channel)],
+                help: "Deliveries queued or under way, by channel, across every instance sharing the database."
+            ).set(to: Double(count))
+        }
+        registry.makeGauge(name: "belfry_streams_open", help: "Inbox streams open on this instance.")
+            .set(to: Double(openStreams))
+        return registry.emitToString()
+    }
+}
+
+/// Times every request into `belfry_http_request_duration_seconds`. It runs outermost, so it
+/// sees the status the client gets, errors included.
+struct MetricsMiddleware: AsyncMiddleware {
+    let metrics: BelfryMetrics
+
+    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+        let started = ContinuousClock.now
+        // Routing runs before the middleware: a request no route matched has no pattern.
+        let route = request.route.map { "/" + $0.path.map(\.description).joined(separator: "/") } ?? "unmatched"
+        do {
+            let response = try await next.respond(to: request)
+            metrics.answered(
+                route: route, method: request.method.rawValue, status: Int(response.status.code),
+                after: ContinuousClock.now - started)
+            return response
+        } catch {
+            let status = (error as? any AbortError)?.status.code ?? 500
+            metrics.answered(
+                route: route, method: request.method.rawValue, status: Int(status), after: ContinuousClock.now - started
+            )
+            throw error
+        }
+    }
+}

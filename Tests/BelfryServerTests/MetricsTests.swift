@@ -1,0 +1,127 @@
+import AsyncHTTPClient
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// `/metrics`: the counts moving after real deliveries, in process and in a `belfry serve`.
+@Suite("metrics", .serialized)
+struct MetricsTests {
+    /// One sample of an exposition, by its series (name and labels as printed); `nil` when absent.
+    static func sample(_ exposition: String, _ series: String) -> Double? {
+        exposition.split(separator: "\n").first { $0.hasPrefix(series + " ") }
+            .flatMap { Double($0.dropFirst(series.count + 1)) }
+    }
+
+    @Test("a retried webhook, a failed email and the inbox are counted by channel and outcome")
+    func deliveriesInProcess() async throws {
+        let receiver = try await WebhookReceiver(answers: "500,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, jitter: 0.5, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryQueue)
+            _ = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            let queued = try await app.send(.GET, "/metrics").body.string
+            #expect(Self.sample(queued, #"belfry_outbox_pending{channel="webhook"}"#) == 2)
+            #expect(Self.sample(queued, #"belfry_outbox_pending{channel="email"}"#) == 2)
+            #expect(Self.sample(queued, #"belfry_outbox_pending{channel="ios_push"}"#) == 0, "every channel is listed")
+            #expect(Self.sample(queued, #"belfry_deliveries_total{channel="inbox",outcome="sent"}"#) == 2)
+            #expect(Self.sample(queued, "belfry_fanout_recipients_total") == 2)
+            #expect(Self.sample(queued, #"belfry_events_total{state="accepted"}"#) == 1)
+            #expect(Self.sample(queued, #"belfry_events_total{state="done"}"#) == 1)
+
+            // The first webhook attempt gets a 500, the second a 200; email has no relay configured.
+            while try await worker.runOnce() > 0 {}
+            clock.advance(by: 3600)
+            while try await worker.runOnce() > 0 {}
+            let sent = try await app.send(.GET, "/metrics").body.string
+            #expect(Self.sample(sent, #"belfry_deliveries_total{channel="webhook",outcome="retry"}"#) == 1)
+            #expect(Self.sample(sent, #"belfry_deliveries_total{channel="webhook",outcome="sent"}"#) == 2)
+            #expect(Self.sample(sent, #"belfry_deliveries_total{channel="email",outcome="failed"}"#) == 2)
+            #expect(Self.sample(sent, #"belfry_outbox_pending{channel="webhook"}"#) == 0)
+            #expect(Self.sample(sent, #"belfry_outbox_pending{channel="email"}"#) == 0)
+            #expect(sent.contains("# TYPE belfry_deliveries_total counter"))
+            #expect(sent.contains("# HELP belfry_deliveries_total Finished delivery attempts"))
+
+            // Requests are timed by route pattern, never by the ids in their path.
+            let route = #"route="/v1/users/:user_id",method="PUT",status="201""#
+            #expect(Self.sample(sent, "belfry_http_request_duration_seconds_count{\(route)}") == 2, "\(sent)")
+            #expect(sent.contains(#"route="/v1/events",method="POST",status="202""#))
+            #expect(!sent.contains("ada"), "no user id in any label")
+            _ = try await app.send(.GET, "/no/such/page")
+            let unmatched = try await app.send(.GET, "/metrics").body.string
+            #expect(unmatched.contains(#"route="unmatched",method="GET",status="404""#))
+            #expect(unmatched.contains("# TYPE belfry_http_request_duration_seconds histogram"))
+        }
+    }
+
+    @Test("a served instance counts its deliveries and open streams, behind the metrics token")
+    func servedInstance() async throws {
+        let directory = try CommandLineTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let config = directory.appendingPathComponent("workspace.json")
+        try Data(BatchProcessTests.config.utf8).write(to: config)
+        let metricsToken = "scraper-token-0123456789abcdef"
+        let server = try await BelfryServeProcess.start(
+            database: directory.appendingPathComponent("belfry.sqlite").path,
+            environment: [
+                "BELFRY_API_KEY": BatchProcessTests.key, "DATABASE_URL": "", "BELFRY_CONFIG": config.path,
+                "BELFRY_WEBHOOK_URL": receiver.webhook.url, "BELFRY_WEBHOOK_SECRET": receiver.webhook.secret,
+                "BELFRY_METRICS_TOKEN": metricsToken,
+            ])
+        defer { server.process.terminate() }
+        let base = server.base
+
+        for bearer in [nil, BatchProcessTests.key] {
+            let refused = try await CommandLineTests.request("GET", "\(base)/metrics", bearer: bearer)
+            #expect(refused.status == 401, "only the metrics token: \(refused.body)")
+        }
+        func scrape() async throws -> String {
+            let answer = try await CommandLineTests.request("GET", "\(base)/metrics", bearer: metricsToken)
+            #expect(answer.status == 200)
+            return answer.body
+        }
+        #expect(Self.sample(try await scrape(), "belfry_streams_open") == 0)
+
+        let put = try await CommandLineTests.request(
+            "PUT", "\(base)/v1/users/ada", bearer: BatchProcessTests.key, json: "{}")
+        #expect(put.status == 201, "\(put.body)")
+        let minted = try await CommandLineTests.request(
+            "POST", "\(base)/v1/users/ada/tokens", bearer: BatchProcessTests.key, json: "{}")
+        let token = try JSONDecoder.iso8601.decode(TokenGrant.self, from: Data(minted.body.utf8)).token
+        var streamRequest = HTTPClientRequest(url: "\(base)/v1/me/stream")
+        streamRequest.headers.add(name: "Authorization", value: "Bearer \(token)")
+        let stream = EventStreamReader(try await HTTPClient.shared.execute(streamRequest, timeout: .seconds(60)))
+        #expect(try await stream.next()?.name == "counts")
+        #expect(Self.sample(try await scrape(), "belfry_streams_open") == 1)
+
+        let accepted = try await CommandLineTests.request(
+            "POST", "\(base)/v1/events", bearer: BatchProcessTests.key,
+            json:
+                #"{"category": "mention", "recipients": ["ada", "bob", "cy"], "content": {"title": "M", "body": "b"}}"#
+        )
+        #expect(accepted.status == 202, "\(accepted.body)")
+        #expect(try await stream.next(within: 30)?.name == "notification.created")
+        // The webhook deliveries are counted once recorded, just after the receiver answers.
+        let deadline = Date().addingTimeInterval(30)
+        var exposition = try await scrape()
+        while Self.sample(exposition, #"belfry_deliveries_total{channel="webhook",outcome="sent"}"#) != 3,
+            Date() < deadline
+        {
+            try await Task.sleep(for: .milliseconds(100))
+            exposition = try await scrape()
+        }
+        #expect(try receiver.entries().count == 3)
+        #expect(Self.sample(exposition, #"belfry_deliveries_total{channel="webhook",outcome="sent"}"#) == 3)
+        #expect(Self.sample(exposition, #"belfry_deliveries_total{channel="inbox",outcome="sent"}"#) == 3)
+        #expect(Self.sample(exposition, "belfry_fanout_recipients_total") == 3)
+        #expect(Self.sample(exposition, #"belfry_events_total{state="done"}"#) == 1)
+        #expect(Self.sample(exposition, #"belfry_outbox_pending{channel="webhook"}"#) == 0)
+        #expect(Self.sample(exposition, "belfry_streams_open") == 1)
+    }
+}
