@@ -4,7 +4,7 @@ Chromium with chromium-driver and Selenium.
 
 Run with `python3 -m unittest discover -s Tests/browser -v` (scripts/test does, after
 `swift test`). BELFRY_BINARY names the `belfry` executable (default: the debug build).
-BELFRY_SCREENSHOTS=<dir> also writes the README's screenshots there.
+BELFRY_SCREENSHOTS=<dir> also writes the screenshots docs/web-pages.md shows there.
 """
 import json
 import os

@@ -9,7 +9,7 @@ import Vapor
 /// Delivers notifications as signed JSON POSTs to the workspace's webhook URL.
 ///
 /// The signature header is `Belfry-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`
-/// with the webhook secret as key; README.md shows how a receiver checks it.
+/// with the webhook secret as key; docs/delivery.md shows how a receiver checks it.
 struct WebhookChannel: DeliveryProvider {
     let url: String
     let secret: String
