@@ -32,6 +32,8 @@ struct BelfryContext: Sendable {
     let metrics: BelfryMetrics
     /// The VAPID key that signs Web Push requests; browsers subscribe with its public half.
     let vapidKey: VAPIDKey
+    /// Set when the application starts shutting down, for the console's live feed.
+    let shutdown = ShutdownFlag()
     /// This process, among the instances sharing a database.
     let instance = UUID()
     /// A short name for this process in stream event ids.

@@ -133,7 +133,7 @@ public func configure(
         vapidKey: vapidKey,
         logger: app.logger
     )
-    app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub))
+    app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub, flag: app.belfry.shutdown))
     if case .postgres(let url) = settings.database {
         let listener = try InboxRelayListener(url: url)
         app.inboxRelayListener = listener
@@ -150,6 +150,7 @@ public func configure(
         let clock = ServerClock()
         let fanout = context.fanout
         let retention = context.inboxRetention
+        let consoleData = context.consoleData
         let logger = app.logger
         app.lifecycle.use(
             BackgroundServices(services: [
@@ -164,6 +165,11 @@ public func configure(
                     name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
                     beforeStopping: queue.beginStopping
                 ) { try await queue.runOnce() > 0 },
+                // The console's queue-depth chart: a sample a minute, whichever instance takes it.
+                BackgroundService(name: "queue samples", interval: 60, clock: clock, logger: logger) {
+                    try await consoleData.sampleQueueDepth(on: db())
+                    return false
+                },
                 // Hourly; the first purge runs at start.
                 BackgroundService(name: "inbox retention", interval: 3600, clock: clock, logger: logger) {
                     let purged = try await retention.purge(on: db())
@@ -191,6 +197,7 @@ public func configure(
     try app.register(collection: DevicesController())
     try app.register(collection: WebController())
     try app.register(collection: UnsubscribeController())
+    try app.register(collection: ConsoleController())
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
@@ -271,11 +278,13 @@ private func outboundClient(_ app: Application, _ settings: ServerConfiguration)
     return client
 }
 
-/// Ends the open inbox streams at shutdown, so that their responses finish.
+/// Ends the open inbox streams and console feeds at shutdown, so that their responses finish.
 private struct StreamShutdown: LifecycleHandler {
     let hub: InboxHub
+    let flag: ShutdownFlag
 
     func shutdownAsync(_ application: Application) async {
+        flag.set()
         hub.finishAll()
     }
 }

@@ -25,6 +25,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -123,7 +124,7 @@ class Server:
         while True:
             status, event = self.request("GET", f"/v1/events/{answer['event_id']}")
             if event.get("state") == "done":
-                return
+                return answer["event_id"]
             assert time.monotonic() < deadline, f"the event was not fanned out: {event}"
             time.sleep(0.05)
 
@@ -729,6 +730,121 @@ class AccessibilityTests(PagesTestCase):
         read.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
         self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".notification.unread")) == 2)
         self.check_both_schemes("/inbox")
+
+
+class ConsoleTests(PagesTestCase):
+    """The operator console at /admin: signed in with an API key, live over server-sent events."""
+
+    def console_sign_in(self, key=None):
+        self.driver.get(self.server.base + "/admin")
+        field = self.find("#api-key")
+        self.assertEqual(field.get_attribute("type"), "password")
+        field.send_keys(key or self.server.api_key)
+        self.find("form.signin button").click()
+        self.wait(expected_conditions.staleness_of(field), "the sign-in form was not sent")
+
+    def live_updates(self):
+        return int(self.find("body").get_attribute("data-live-updates") or 0)
+
+    def wait_for_live_feed(self):
+        """The feed's first message brings every section; what follows are changes."""
+        self.wait(lambda d: self.live_updates() >= 1, "the live feed did not start")
+
+    def database(self, query, *parameters):
+        import sqlite3
+
+        with sqlite3.connect(self.server.database, timeout=10) as db:
+            rows = db.execute(query, parameters).fetchall()
+        db.close()
+        return rows
+
+    def kill_webhook_deliveries(self, user):
+        """Marks the user's webhook deliveries dead, as if every attempt had failed (that takes hours for real)."""
+        self.database(
+            "UPDATE deliveries SET status = 'dead', attempts = 8, last_error = 'the webhook answered 503' "
+            "WHERE channel = 'webhook' AND user_id = (SELECT id FROM users WHERE external_id = ?)", user)
+
+    def test_sign_in_refuses_a_wrong_key_then_opens_with_the_right_one(self):
+        self.driver.delete_all_cookies()
+        self.console_sign_in("not-a-key-of-this-server")
+        self.assertIn("not one of this server's API keys", self.find(".flash-error").text)
+        self.assertIsNone(self.driver.get_cookie("belfry_console"))
+        self.console_sign_in()
+        self.assertEqual(self.driver.current_url, self.server.base + "/admin")
+        self.assertEqual(self.find("h1").text, "Overview")
+        cookie = self.driver.get_cookie("belfry_console")
+        self.assertTrue(cookie["httpOnly"])
+        self.assertTrue(cookie["secure"])
+        self.assertEqual(cookie["sameSite"], "Strict")
+        # A change without the page's CSRF token is refused, even with the cookie.
+        status = self.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "fetch('/admin/signout', {method: 'POST', credentials: 'same-origin',"
+            " headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: '_csrf=forged'})"
+            ".then(r => done(r.status));")
+        self.assertEqual(status, 403)
+        self.find("form.signout button").click()
+        self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#api-key"), "signing out did not show the sign-in form")
+
+    def test_events_deliveries_and_retrying_the_dead(self):
+        self.server.user("dora")
+        self.server.send("dora", "Failed login attempts", category="login-fail", body="From an unknown device")
+        deadline = time.monotonic() + WAIT
+        while self.database("SELECT COUNT(*) FROM deliveries WHERE status IN ('queued', 'running')")[0][0]:
+            self.assertLess(time.monotonic(), deadline, "deliveries were not attempted")
+            time.sleep(0.1)
+        self.kill_webhook_deliveries("dora")
+        self.console_sign_in()
+        self.wait_for_live_feed()
+        dead = int(self.find("#stat-dead").text)
+        self.assertGreaterEqual(dead, 1)
+        rows = [row for row in self.driver.find_elements(By.CSS_SELECTOR, "#console-dead tbody tr") if "dora" in row.text]
+        self.assertEqual(len(rows), 1)
+        row = rows[0]
+        self.assertIn("webhook", row.text)
+        self.assertIn("dora", row.text)
+        self.assertIn("the webhook answered 503", row.text)
+        # The event's own page: its deliveries, their attempts and last errors.
+        row.find_element(By.CSS_SELECTOR, "a").click()
+        self.assertTrue(self.find("h1").text.startswith("Event "))
+        text = self.find("table.data").text
+        self.assertIn("webhook dora dead 8 the webhook answered 503", text)
+        self.assertIn("failed: no provider for webhook channels is configured", text, "the attempt log")
+        button = self.find('form[action$="/retry"] button')
+        button.click()
+        self.wait(expected_conditions.staleness_of(button), "the retry was not sent")
+        self.assertEqual(self.find(".flash").text, "1 dead delivery queued again.")
+        # Queued again, it is attempted at once: no webhook provider here, so it fails for good.
+        self.wait(lambda d: "failed" in self.find("table.data").text and "dead" not in self.find("table.data").text
+                  or d.refresh(), "the retried delivery was not attempted")
+        self.driver.get(self.server.base + "/admin")
+        self.wait_for_live_feed()
+        self.assertEqual(int(self.find("#stat-dead").text), dead - 1)
+        self.assertNotIn("dora", self.find("#console-dead").text)
+
+    def test_the_overview_updates_live(self):
+        self.console_sign_in()
+        self.wait_for_live_feed()
+        updates = self.live_updates()
+        self.server.user("lively")
+        event = self.server.send("lively", "Linus mentioned you", body="Linus mentioned you on Talk:Belfry.").lower()
+        # No reload: the feed swaps the events table in.
+        self.wait(lambda d: event in self.find("#console-events").text, "the new event did not appear")
+        self.assertGreater(self.live_updates(), updates)
+        charts = self.driver.find_elements(By.CSS_SELECTOR, "#console-charts svg[role=img]")
+        self.assertEqual(len(charts), 2)
+        self.assertIn("sent", self.find("#chart-throughput desc").get_attribute("textContent"))
+
+    def test_console_pages_have_no_axe_violations(self):
+        self.server.user("axa")
+        self.server.send("axa", "Failed login attempts", category="login-fail", body="From an unknown device")
+        self.kill_webhook_deliveries("axa")
+        self.console_sign_in()
+        self.check_both_schemes("/admin", name="console")
+        link = self.find("#console-events tbody a").get_attribute("href")
+        self.check_both_schemes(link.replace(self.server.base, ""), name="console-event")
+        self.driver.delete_cookie("belfry_console")
+        self.check_both_schemes("/admin", name="console-sign-in")
 
 
 class EmailTests(PagesTestCase):

@@ -47,6 +47,16 @@ struct APIKeys: Sendable {
         return matched
     }
 
+    /// A short name for a key that reveals nothing of it: the first 8 bytes of its digest, in hex.
+    static func fingerprint(_ key: String) -> String {
+        digest(key).prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Whether a key with this fingerprint is still configured.
+    func has(fingerprint: String) -> Bool {
+        digests.contains { digest in digest.prefix(8).map { String(format: "%02x", $0) }.joined() == fingerprint }
+    }
+
     /// A new random key, in the form `belfry_` followed by 43 base64url characters.
     static func generate() -> String {
         "belfry_" + randomToken(bytes: 32)

@@ -16,6 +16,7 @@ enum BelfryMigrations {
         CreateTopics(),
         AddDeliveryPolicies(),
         AddBatches(),
+        AddConsoleHistory(),
     ]
 }
 

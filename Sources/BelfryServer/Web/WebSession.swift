@@ -72,14 +72,21 @@ struct WebSigner: Sendable {
 
     /// The CSRF token of a session: a MAC of its nonce, so it needs no storage and changes with each session.
     func csrfToken(for session: WebSession) -> String {
-        Data(HMAC<SHA256>.authenticationCode(for: Data("csrf:\(session.sid)".utf8), using: key))
-            .base64URLEncodedString()
+        csrfToken(nonce: session.sid)
     }
 
     func checkCSRF(_ candidate: String?, for session: WebSession) -> Bool {
+        checkCSRF(candidate, nonce: session.sid)
+    }
+
+    /// The CSRF token of any session, by its nonce.
+    func csrfToken(nonce: String) -> String {
+        Data(HMAC<SHA256>.authenticationCode(for: Data("csrf:\(nonce)".utf8), using: key)).base64URLEncodedString()
+    }
+
+    func checkCSRF(_ candidate: String?, nonce: String) -> Bool {
         guard let candidate, let given = Base64URL.decode(candidate) else { return false }
-        return HMAC<SHA256>.isValidAuthenticationCode(
-            given, authenticating: Data("csrf:\(session.sid)".utf8), using: key)
+        return HMAC<SHA256>.isValidAuthenticationCode(given, authenticating: Data("csrf:\(nonce)".utf8), using: key)
     }
 
     func newSession(userID: UUID, externalID: String, now: Date) -> WebSession {

@@ -1,0 +1,216 @@
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import Vapor
+
+/// An operator signed in to the console with an API key. Kept whole in a signed cookie, like
+/// the user pages' sessions, so that every instance sharing the database can read it.
+struct ConsoleSession: Codable, Sendable {
+    var kind = "console"
+    var sid: String
+    /// The start of the key's digest: removing the key from the configuration ends its sessions.
+    var key: String
+    /// Expiry, seconds since 1970.
+    var exp: Int
+
+    static let cookieName = "belfry_console"
+    static let lifetime = 8 * 3600
+}
+
+/// `/admin`: the operator console. Recent events with their fan-out and outcomes, an event's
+/// deliveries with every attempt, dead deliveries with a retry button, the last hour's queue
+/// depth and throughput as charts, and a live feed that keeps the overview current.
+struct ConsoleController: RouteCollection {
+    func boot(routes: any RoutesBuilder) throws {
+        let console = routes.grouped("admin").grouped(WebErrorMiddleware())
+        console.get(use: overview)
+        console.post("session", use: signIn)
+        console.post("signout", use: signOut)
+        console.get("events", ":event_id", use: event)
+        console.post("events", ":event_id", "retry", use: retry)
+        console.get("live", use: live)
+    }
+
+    /// Seconds between the live feed's reads.
+    static let liveInterval: Duration = .seconds(2)
+
+    // MARK: Signing in
+
+    @Sendable func signIn(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        guard let key = form["api_key"], !key.isEmpty, req.belfry.apiKeys.accepts(key) else {
+            req.logger.warning("console sign-in refused")
+            return WebResponse.html(
+                ConsolePages.signIn(message: "That is not one of this server's API keys."), status: .unauthorized)
+        }
+        let now = Int(req.belfry.now().timeIntervalSince1970)
+        let session = ConsoleSession(
+            sid: randomToken(bytes: 16), key: APIKeys.fingerprint(key), exp: now + ConsoleSession.lifetime)
+        let response = req.redirect(to: "/admin", redirectType: .normal)
+        WebResponse.secure(response)
+        response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
+            string: try req.webSigner.sign(session), maxAge: ConsoleSession.lifetime, path: "/admin",
+            isSecure: true, isHTTPOnly: true, sameSite: .strict)
+        req.logger.info("console session started")
+        return response
+    }
+
+    @Sendable func signOut(req: Request) async throws -> Response {
+        _ = try requireSessionForChange(req, form: try WebForm.parse(req))
+        let response = req.redirect(to: "/admin", redirectType: .normal)
+        WebResponse.secure(response)
+        response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
+            string: "", expires: Date(timeIntervalSince1970: 0), maxAge: 0, path: "/admin", isSecure: true,
+            isHTTPOnly: true, sameSite: .strict)
+        return response
+    }
+
+    /// The signed-in session, if the cookie is valid, unexpired and its key still configured.
+    private func session(_ req: Request) -> ConsoleSession? {
+        guard let cookie = req.cookies[ConsoleSession.cookieName]?.string,
+            let session = req.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
+            session.exp > Int(req.belfry.now().timeIntervalSince1970), req.belfry.apiKeys.has(fingerprint: session.key)
+        else { return nil }
+        return session
+    }
+
+    private func requireSession(_ req: Request) throws -> ConsoleSession {
+        guard let session = session(req) else {
+            throw BelfryError(.notSignedIn, "Sign in to the console at /admin with an API key.")
+        }
+        return session
+    }
+
+    private func requireSessionForChange(_ req: Request, form: [String: String]) throws -> ConsoleSession {
+        let session = try requireSession(req)
+        guard req.webSigner.checkCSRF(form["_csrf"], nonce: session.csrfNonce) else {
+            throw BelfryError(
+                .csrfFailed, "This form has expired or did not come from this site. Reload the page and try again.")
+        }
+        return session
+    }
+
+    // MARK: Pages
+
+    @Sendable func overview(req: Request) async throws -> Response {
+        guard let session = session(req) else {
+            return WebResponse.html(ConsolePages.signIn(message: nil))
+        }
+        let context = req.belfry
+        let data = try await context.consoleData.overview(on: req.db)
+        let flash = req.query[Int.self, at: "retried"].map(Self.retried)
+        return WebResponse.html(
+            ConsolePages.overview(
+                data, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
+                openStreams: context.inboxHub.openStreams,
+                flash: flash))
+    }
+
+    @Sendable func event(req: Request) async throws -> Response {
+        let session = try requireSession(req)
+        let id = try Self.eventID(req)
+        guard let detail = try await req.belfry.consoleData.event(id, on: req.db) else {
+            throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
+        }
+        let flash = req.query[Int.self, at: "retried"].map(Self.retried)
+        return WebResponse.html(
+            ConsolePages.event(detail, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce), flash: flash))
+    }
+
+    /// Queues the event's dead deliveries again, then goes back where the button was.
+    @Sendable func retry(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        _ = try requireSessionForChange(req, form: form)
+        let id = try Self.eventID(req)
+        let context = req.belfry
+        guard try await context.eventIntake.status(of: id, on: req.db) != nil else {
+            throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
+        }
+        let queued = try await context.deadLetters.retry(event: id, on: req.db)
+        if queued > 0 { context.deliveryWake() }
+        req.logger.info(
+            "dead deliveries queued again",
+            metadata: ["belfry.event": "\(id)", "belfry.queued": "\(queued)", "belfry.via": "console"])
+        let back = form["return"] == "event" ? "/admin/events/\(id.uuidString.lowercased())" : "/admin"
+        let response = req.redirect(to: "\(back)?retried=\(queued)", redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    private static func retried(_ count: Int) -> String {
+        count == 1 ? "1 dead delivery queued again." : "\(count) dead deliveries queued again."
+    }
+
+    private static func eventID(_ req: Request) throws -> UUID {
+        let text = req.parameters.get("event_id") ?? ""
+        guard let id = UUID(uuidString: text) else {
+            throw BelfryError(.eventNotFound, "\"\(text)\" is not an event id.")
+        }
+        return id
+    }
+
+    // MARK: The live feed
+
+    /// `GET /admin/live`: server-sent events. Every two seconds the overview is read again, and
+    /// an `overview` event carries the sections that changed, as HTML by element id.
+    @Sendable func live(req: Request) async throws -> Response {
+        let session = try requireSession(req)
+        let context = req.belfry
+        let csrf = req.webSigner.csrfToken(nonce: session.csrfNonce)
+        let db = req.db
+        var headers = HTTPHeaders()
+        headers.replaceOrAdd(name: .contentType, value: "text/event-stream")
+        headers.replaceOrAdd(name: .cacheControl, value: "no-cache")
+        headers.replaceOrAdd(name: "X-Accel-Buffering", value: "no")
+        let body = Response.Body(asyncStream: { writer in
+            var sent: [String: String] = [:]
+            var quiet = Duration.zero
+            try? await writer.writeBuffer(ByteBuffer(string: "retry: 3000\n\n"))
+            // Ends when the client goes (a write fails), the server shuts down, or the session expires.
+            while !context.shutdown.isShuttingDown,
+                session.exp > Int(context.now().timeIntervalSince1970)
+            {
+                do {
+                    let data = try await context.consoleData.overview(on: db)
+                    var changed: [String: String] = [:]
+                    for (id, html) in ConsolePages.sections(data, csrf: csrf, openStreams: context.inboxHub.openStreams)
+                    {
+                        let text = html.rendered
+                        if sent[id] != text { changed[id] = text }
+                    }
+                    if !changed.isEmpty {
+                        let json = String(decoding: try JSONEncoder().encode(changed), as: UTF8.self)
+                        try await writer.writeBuffer(ByteBuffer(string: "event: overview\ndata: \(json)\n\n"))
+                        sent.merge(changed) { _, new in new }
+                        quiet = .zero
+                    } else if quiet >= .seconds(14) {
+                        try await writer.writeBuffer(ByteBuffer(string: ": heartbeat\n\n"))
+                        quiet = .zero
+                    }
+                } catch {
+                    break
+                }
+                try? await Task.sleep(for: Self.liveInterval)
+                quiet += Self.liveInterval
+            }
+            try? await writer.write(.end)
+        })
+        return Response(status: .ok, headers: headers, body: body)
+    }
+}
+
+extension ConsoleSession {
+    /// What the session's CSRF token derives from; never the same as a user page's.
+    var csrfNonce: String { "console:\(sid)" }
+}
+
+/// Set once the application starts shutting down, for responses that would otherwise run on.
+final class ShutdownFlag: Sendable {
+    private let flag = NIOLockedValueBox(false)
+
+    var isShuttingDown: Bool { flag.withLockedValue { $0 } }
+
+    func set() {
+        flag.withLockedValue { $0 = true }
+    }
+}

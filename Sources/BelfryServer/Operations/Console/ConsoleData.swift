@@ -1,0 +1,239 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// What the operator console shows, read from the database, so that every instance sharing it
+/// shows the same.
+struct ConsoleData: Sendable {
+    let storage: BelfryDatabase
+    let intake: EventIntake
+    let now: @Sendable () -> Date
+
+    static let recentEvents = 15
+    static let deadShown = 50
+    /// The charts' span, in minutes.
+    static let chartMinutes = 60
+
+    struct Overview: Sendable {
+        var events: [EventStatus]
+        var dead: [DeadDelivery]
+        var deadTotal: Int
+        /// Deliveries queued or under way, by channel.
+        var pending: [String: Int]
+        /// The first minute of the charts.
+        var since: Date
+        /// Queue depth at the end of each minute (`nil` where no sample was taken), the last one now.
+        var depth: [Int?]
+        /// Attempts finished in each minute: sent, and those that were not (retry, failed, dead).
+        var sent: [Int]
+        var unsent: [Int]
+    }
+
+    struct DeadDelivery: Sendable {
+        var id: UUID
+        var eventID: UUID
+        var channel: String
+        var user: String
+        var attempts: Int
+        var lastError: String?
+        var updatedAt: Date
+    }
+
+    struct DeliveryRow: Sendable {
+        var id: UUID
+        var channel: String
+        var user: String
+        var device: UUID?
+        var status: String
+        var attempts: Int
+        var lastError: String?
+        var lastStatus: Int?
+        var nextAttemptAt: Date
+        var attemptLog: [Attempt] = []
+    }
+
+    struct Attempt: Sendable {
+        var number: Int
+        var startedAt: Date
+        var finishedAt: Date
+        var outcome: String
+        var statusCode: Int?
+        var error: String?
+    }
+
+    struct EventDetail: Sendable {
+        var status: EventStatus
+        var deliveries: [DeliveryRow]
+        /// Deliveries beyond the ones listed.
+        var more: Int
+    }
+
+    func overview(on db: any Database) async throws -> Overview {
+        let sql = db.sql
+        var events: [EventStatus] = []
+        for summary in try await intake.recent(state: nil, limit: Self.recentEvents, on: db) {
+            if let status = try await intake.status(of: summary.id, on: db) { events.append(status) }
+        }
+        let dead = try await sql.select()
+            .columns(
+                SQLColumn("id", table: "deliveries"), SQLColumn("event_id"), SQLColumn("channel"),
+                SQLColumn("external_id"), SQLColumn("attempts"), SQLColumn("last_error"),
+                SQLColumn("updated_at", table: "deliveries")
+            )
+            .from("deliveries").join(
+                "users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users")
+            )
+            .where("status", .equal, DeliveryStatus.dead.rawValue)
+            .orderBy(
+                SQLOrderBy(expression: SQLColumn("updated_at", table: "deliveries"), direction: SQLDirection.descending)
+            )
+            .limit(Self.deadShown)
+            .all()
+            .map { row in
+                DeadDelivery(
+                    id: try row.decode(column: "id", as: UUID.self),
+                    eventID: try row.decode(column: "event_id", as: UUID.self),
+                    channel: try row.decode(column: "channel", as: String.self),
+                    user: try row.decode(column: "external_id", as: String.self),
+                    attempts: try row.decode(column: "attempts", as: Int.self),
+                    lastError: try row.decode(column: "last_error", as: String?.self),
+                    updatedAt: try row.decode(column: "updated_at", as: Date.self))
+            }
+        var pending: [String: Int] = [:]
+        var deadTotal = 0
+        for row in try await sql.select()
+            .columns("channel", "status").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from("deliveries")
+            .where(
+                "status", .in,
+                [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue, DeliveryStatus.dead.rawValue]
+            )
+            .groupBy("channel").groupBy("status").all()
+        {
+            let count = try row.decode(column: "n", as: Int.self)
+            if try row.decode(column: "status", as: String.self) == DeliveryStatus.dead.rawValue {
+                deadTotal += count
+            } else {
+                pending[try row.decode(column: "channel", as: String.self), default: 0] += count
+            }
+        }
+
+        // Whole minutes, the last one the current minute.
+        let nowMinute = Int64(now().timeIntervalSince1970 / 60)
+        let first = nowMinute - Int64(Self.chartMinutes) + 1
+        var depth = [Int?](repeating: nil, count: Self.chartMinutes)
+        for row in try await sql.select().columns("minute", "depth").from("queue_samples")
+            .where("minute", .greaterThanOrEqual, first).all()
+        {
+            let index = Int(try row.decode(column: "minute", as: Int64.self) - first)
+            if depth.indices.contains(index) { depth[index] = try row.decode(column: "depth", as: Int.self) }
+        }
+        depth[Self.chartMinutes - 1] = pending.values.reduce(0, +)
+        var sent = [Int](repeating: 0, count: Self.chartMinutes)
+        var unsent = sent
+        let since = Date(timeIntervalSince1970: TimeInterval(first * 60))
+        for row in try await sql.select()
+            .column(minuteIndex(of: "finished_at", since: since), as: "bucket").column("outcome")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from("delivery_attempts").where("finished_at", .greaterThanOrEqual, since)
+            .groupBy(SQLColumn("bucket")).groupBy("outcome").all()
+        {
+            let index = try row.decode(column: "bucket", as: Int.self)
+            guard sent.indices.contains(index) else { continue }
+            let count = try row.decode(column: "n", as: Int.self)
+            switch try row.decode(column: "outcome", as: String.self) {
+            case "sent": sent[index] += count
+            case "skipped": break
+            default: unsent[index] += count
+            }
+        }
+        return Overview(
+            events: events, dead: dead, deadTotal: deadTotal, pending: pending, since: since, depth: depth, sent: sent,
+            unsent: unsent)
+    }
+
+    /// The minute of `column` counted from `since`, in the database's own date arithmetic.
+    private func minuteIndex(of column: String, since: Date) -> any SQLExpression {
+        let start = since.timeIntervalSince1970
+        return switch storage.kind {
+        case .sqlite: SQLRaw("CAST((\(column) - \(start)) / 60 AS INTEGER)")
+        case .postgres: SQLRaw("CAST(FLOOR((EXTRACT(EPOCH FROM \(column)) - \(start)) / 60) AS INTEGER)")
+        }
+    }
+
+    static let deliveriesShown = 200
+
+    /// An event's status, and its deliveries with every attempt.
+    func event(_ id: UUID, on db: any Database) async throws -> EventDetail? {
+        guard let status = try await intake.status(of: id, on: db) else { return nil }
+        let sql = db.sql
+        var rows = try await sql.select()
+            .columns(
+                SQLColumn("id", table: "deliveries"), SQLColumn("channel"), SQLColumn("external_id"),
+                SQLColumn("device_id"), SQLColumn("status"), SQLColumn("attempts"), SQLColumn("last_error"),
+                SQLColumn("last_status"), SQLColumn("next_attempt_at")
+            )
+            .from("deliveries").join(
+                "users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users")
+            )
+            .where(SQLColumn("event_id", table: "deliveries"), .equal, SQLBind(id))
+            .orderBy(SQLColumn("created_at", table: "deliveries")).orderBy(SQLColumn("id", table: "deliveries"))
+            .limit(Self.deliveriesShown)
+            .all()
+            .map { row in
+                DeliveryRow(
+                    id: try row.decode(column: "id", as: UUID.self),
+                    channel: try row.decode(column: "channel", as: String.self),
+                    user: try row.decode(column: "external_id", as: String.self),
+                    device: try row.decode(column: "device_id", as: UUID?.self),
+                    status: try row.decode(column: "status", as: String.self),
+                    attempts: try row.decode(column: "attempts", as: Int.self),
+                    lastError: try row.decode(column: "last_error", as: String?.self),
+                    lastStatus: try row.decode(column: "last_status", as: Int?.self),
+                    nextAttemptAt: try row.decode(column: "next_attempt_at", as: Date.self))
+            }
+        let total =
+            try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
+            .where("event_id", .equal, id).first()?.decode(column: "n", as: Int.self) ?? 0
+        if !rows.isEmpty {
+            var log: [UUID: [Attempt]] = [:]
+            for row in try await sql.select()
+                .columns("delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
+                .from("delivery_attempts").where("delivery_id", .in, rows.map(\.id))
+                .orderBy("started_at").all()
+            {
+                log[try row.decode(column: "delivery_id", as: UUID.self), default: []].append(
+                    Attempt(
+                        number: try row.decode(column: "attempt", as: Int.self),
+                        startedAt: try row.decode(column: "started_at", as: Date.self),
+                        finishedAt: try row.decode(column: "finished_at", as: Date.self),
+                        outcome: try row.decode(column: "outcome", as: String.self),
+                        statusCode: try row.decode(column: "status_code", as: Int?.self),
+                        error: try row.decode(column: "error", as: String?.self)))
+            }
+            for index in rows.indices { rows[index].attemptLog = log[rows[index].id] ?? [] }
+        }
+        return EventDetail(status: status, deliveries: rows, more: max(0, total - rows.count))
+    }
+
+    /// Records the queue's depth for the current minute, once whichever instance gets there
+    /// first, and forgets samples older than a day.
+    func sampleQueueDepth(on db: any Database) async throws {
+        let now = now()
+        let minute = Int64(now.timeIntervalSince1970 / 60)
+        let depth =
+            try await db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
+            .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
+            .first()?.decode(column: "n", as: Int.self) ?? 0
+        try await storage.write(db) { tx in
+            try await tx.sql.insert(into: "queue_samples").columns("minute", "depth").values(minute, depth)
+                .ignoringConflicts(with: ["minute"]).run()
+            try await tx.sql.delete(from: "queue_samples").where("minute", .lessThan, minute - 24 * 60).run()
+        }
+    }
+}
+
+extension BelfryContext {
+    var consoleData: ConsoleData { ConsoleData(storage: database, intake: eventIntake, now: now) }
+}

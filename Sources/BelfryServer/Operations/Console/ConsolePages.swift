@@ -1,0 +1,426 @@
+import BelfryCore
+import Foundation
+
+/// The operator console's pages, rendered on the server; `console.js` only swaps in the
+/// sections the live feed sends.
+enum ConsolePages {
+    /// The frame of every console page: no user, no bell; a sign-out button when signed in.
+    static func document(title: String, csrf: String?, live: Bool = false, @HTMLBuilder main: () -> [HTML]) -> HTML {
+        el("html", .init("lang", "en")) {
+            el("head") {
+                void("meta", .init("charset", "utf-8"))
+                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
+                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                el("title") { "\(title) · Belfry console" }
+                void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
+                void("link", .init("rel", "icon"), .href("data:,"))
+                if live {
+                    el("script", .init("src", WebAssets.path("console.js")), .flag("defer"))
+                }
+            }
+            el("body", .class("page-console")) {
+                el("a", .class("skip-link"), .href("#main")) { "Skip to content" }
+                el("header", .class("topbar")) {
+                    el("div", .class("topbar-inner")) {
+                        el("span", .class("brand")) { "Belfry console" }
+                        if let csrf {
+                            el("nav", .aria("aria-label", "Console")) {
+                                el("ul") { el("li") { el("a", .href("/admin")) { "Overview" } } }
+                            }
+                            el("form", .init("method", "post"), .init("action", "/admin/signout"), .class("signout")) {
+                                void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+                                el("button", .type("submit"), .class("button-secondary")) { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                el("main", .id("main"), .init("tabindex", "-1"), .class("console")) { main() }
+            }
+        }
+    }
+
+    static func signIn(message: String?) -> HTML {
+        document(title: "Sign in", csrf: nil) {
+            el("h1") { "Sign in to the console" }
+            if let message {
+                el("p", .class("flash flash-error"), .role("alert")) { message }
+            }
+            el("form", .init("method", "post"), .init("action", "/admin/session"), .class("signin")) {
+                el("label", .for("api-key")) { "API key" }
+                void(
+                    "input", .type("password"), .id("api-key"), .name("api_key"),
+                    .init("autocomplete", "current-password"),
+                    .flag("required"))
+                el("p", .class("hint")) { "One of the server's API keys (BELFRY_API_KEY)." }
+                el("button", .type("submit")) { "Sign in" }
+            }
+        }
+    }
+
+    // MARK: Overview
+
+    static func overview(_ data: ConsoleData.Overview, csrf: String, openStreams: Int, flash: String?) -> HTML {
+        document(title: "Overview", csrf: csrf, live: true) {
+            el("h1") { "Overview" }
+            if let flash {
+                el("p", .class("flash"), .role("status")) { flash }
+            }
+            for (id, section) in sections(data, csrf: csrf, openStreams: openStreams) {
+                el("div", .id(id), .class("live-section")) { section }
+            }
+        }
+    }
+
+    /// The parts of the overview that change, by element id: the live feed sends them again.
+    static func sections(_ data: ConsoleData.Overview, csrf: String, openStreams: Int) -> [(String, HTML)] {
+        [
+            ("console-summary", summary(data, openStreams: openStreams)),
+            ("console-charts", charts(data)),
+            ("console-events", events(data.events)),
+            ("console-dead", dead(data, csrf: csrf)),
+        ]
+    }
+
+    private static func summary(_ data: ConsoleData.Overview, openStreams: Int) -> HTML {
+        let pending = data.pending.values.reduce(0, +)
+        let byChannel = data.pending.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        return el("section", .aria("aria-labelledby", "summary-heading")) {
+            el("h2", .id("summary-heading"), .class("visually-hidden")) { "Summary" }
+            el("dl", .class("stats")) {
+                el("div") {
+                    el("dt") { "Queued deliveries" }
+                    el("dd", .id("stat-pending")) { "\(pending)" }
+                    if !byChannel.isEmpty { el("dd", .class("stat-detail")) { byChannel } }
+                }
+                el("div") {
+                    el("dt") { "Dead deliveries" }
+                    el("dd", .id("stat-dead"), .class(data.deadTotal > 0 ? "stat-alarm" : nil)) { "\(data.deadTotal)" }
+                }
+                el("div") {
+                    el("dt") { "Sent in the last hour" }
+                    el("dd", .id("stat-sent")) { "\(data.sent.reduce(0, +))" }
+                }
+                el("div") {
+                    el("dt") { "Streams open here" }
+                    el("dd", .id("stat-streams")) { "\(openStreams)" }
+                }
+            }
+        }
+    }
+
+    private static func charts(_ data: ConsoleData.Overview) -> HTML {
+        el("section", .class("charts"), .aria("aria-labelledby", "charts-heading")) {
+            el("h2", .id("charts-heading")) { "The last hour" }
+            el("figure", .class("chart")) {
+                lineChart(
+                    id: "chart-depth", title: "Queue depth",
+                    summary:
+                        "Deliveries queued or under way at the end of each minute; now \(data.depth.last.flatMap { $0 } ?? 0).",
+                    series: [("depth", data.depth)])
+                el("figcaption") { "Queue depth, sampled each minute" }
+            }
+            el("figure", .class("chart")) {
+                lineChart(
+                    id: "chart-throughput", title: "Delivery attempts per minute",
+                    summary:
+                        "\(data.sent.reduce(0, +)) sent and \(data.unsent.reduce(0, +)) not sent (to be retried, failed or dead) in the last hour.",
+                    series: [("sent", data.sent.map(Optional.some)), ("unsent", data.unsent.map(Optional.some))])
+                el("figcaption") {
+                    el("span", .class("key key-sent")) { "sent" }
+                    " "
+                    el("span", .class("key key-unsent")) { "not sent" }
+                    " per minute; inbox notifications available at once are written, not attempted"
+                }
+            }
+        }
+    }
+
+    /// A line chart of per-minute values, oldest on the left; a gap where a value is missing.
+    static func lineChart(id: String, title: String, summary: String, series: [(String, [Int?])]) -> HTML {
+        let (width, height, left, bottom) = (600.0, 160.0, 40.0, 20.0)
+        let top = 8.0
+        let peak = max(1, series.flatMap { $0.1.compactMap { $0 } }.max() ?? 1)
+        let count = max(2, series.first?.1.count ?? 2)
+        func x(_ index: Int) -> Double { left + (width - left - 8) * Double(index) / Double(count - 1) }
+        func y(_ value: Int) -> Double { top + (height - bottom - top) * (1 - Double(value) / Double(peak)) }
+        func format(_ value: Double) -> String { String(format: "%.1f", value) }
+        return el(
+            "svg", .id(id), .class("chart-svg"), .init("viewBox", "0 0 \(Int(width)) \(Int(height))"), .role("img"),
+            .aria("aria-labelledby", "\(id)-title \(id)-desc")
+        ) {
+            el("title", .id("\(id)-title")) { title }
+            el("desc", .id("\(id)-desc")) { summary }
+            el(
+                "line", .class("axis"), .init("x1", format(left)), .init("y1", format(height - bottom)),
+                .init("x2", format(width - 8)), .init("y2", format(height - bottom)))
+            el(
+                "line", .class("grid"), .init("x1", format(left)), .init("y1", format(top)),
+                .init("x2", format(width - 8)),
+                .init("y2", format(top)))
+            el(
+                "text", .class("label"), .init("x", format(left - 6)), .init("y", format(top + 4)),
+                .init("text-anchor", "end")
+            ) {
+                "\(peak)"
+            }
+            el(
+                "text", .class("label"), .init("x", format(left - 6)), .init("y", format(height - bottom + 4)),
+                .init("text-anchor", "end")
+            ) { "0" }
+            el("text", .class("label"), .init("x", format(left)), .init("y", format(height - 4))) { "60 min ago" }
+            el(
+                "text", .class("label"), .init("x", format(width - 8)), .init("y", format(height - 4)),
+                .init("text-anchor", "end")
+            ) {
+                "now"
+            }
+            for (name, values) in series {
+                // Runs of known values, each its own line.
+                for run in runs(values) {
+                    if run.count == 1, let only = run.first {
+                        el(
+                            "circle", .class("point point-\(name)"), .init("cx", format(x(only.0))),
+                            .init("cy", format(y(only.1))), .init("r", "2.5"))
+                    } else {
+                        el(
+                            "polyline", .class("line line-\(name)"),
+                            .init("points", run.map { "\(format(x($0.0))),\(format(y($0.1)))" }.joined(separator: " ")))
+                    }
+                }
+            }
+        }
+    }
+
+    private static func runs(_ values: [Int?]) -> [[(Int, Int)]] {
+        var runs: [[(Int, Int)]] = []
+        var current: [(Int, Int)] = []
+        for (index, value) in values.enumerated() {
+            if let value {
+                current.append((index, value))
+            } else if !current.isEmpty {
+                runs.append(current)
+                current = []
+            }
+        }
+        if !current.isEmpty { runs.append(current) }
+        return runs
+    }
+
+    private static func events(_ events: [EventStatus]) -> HTML {
+        el("section", .aria("aria-labelledby", "events-heading")) {
+            el("h2", .id("events-heading")) { "Recent events" }
+            if events.isEmpty {
+                el("p", .class("empty")) { "No events yet." }
+            } else {
+                el("table", .class("data")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Accepted", "Event", "Category", "State", "Fan-out", "Deliveries"] {
+                                el("th", .init("scope", "col")) { heading }
+                            }
+                        }
+                    }
+                    el("tbody") {
+                        for event in events {
+                            el("tr") {
+                                el("td") { timestamp(event.createdAt) }
+                                el("td") {
+                                    el("a", .href("/admin/events/\(event.id.uuidString.lowercased())"), .class("mono"))
+                                    {
+                                        event.id.uuidString.lowercased()
+                                    }
+                                }
+                                el("td") { "\(event.category) · \(event.tenant)" }
+                                el("td") {
+                                    el("span", .class("state state-\(event.state.rawValue)")) { event.state.rawValue }
+                                }
+                                el("td") { progress(event) }
+                                el("td") { outcomes(event) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private static func progress(_ event: EventStatus) -> HTML {
+        let total = max(event.recipients, event.processed)
+        return el("span", .class("progress")) {
+            el(
+                "progress", .init("max", "\(max(total, 1))"), .init("value", "\(total == 0 ? 1 : event.processed)"),
+                .aria("aria-label", "Fan-out of event \(event.id.uuidString.lowercased())"))
+            " \(event.processed)/\(total)"
+        }
+    }
+
+    /// "webhook 1 dead, 2 sent", a line per channel.
+    private static func outcomeLines(_ event: EventStatus) -> [String] {
+        event.deliveries.sorted { $0.key < $1.key }.map { channel, counts in
+            channel + " " + counts.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+        }
+    }
+
+    private static func outcomes(_ event: EventStatus) -> HTML {
+        let parts = outcomeLines(event)
+        return el("ul", .class("outcomes")) {
+            for part in parts { el("li") { part } }
+            if parts.isEmpty { el("li", .class("muted")) { "none" } }
+        }
+    }
+
+    private static func dead(_ data: ConsoleData.Overview, csrf: String) -> HTML {
+        el("section", .aria("aria-labelledby", "dead-heading")) {
+            el("h2", .id("dead-heading")) { "Dead deliveries" }
+            if data.dead.isEmpty {
+                el("p", .class("empty")) { "None: every delivery was sent or is still being tried." }
+            } else {
+                if data.deadTotal > data.dead.count {
+                    el("p", .class("muted")) { "The newest \(data.dead.count) of \(data.deadTotal)." }
+                }
+                el("table", .class("data")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Last attempt", "Event", "Channel", "User", "Attempts", "Last error", ""] {
+                                if heading.isEmpty {
+                                    el("td") {}
+                                } else {
+                                    el("th", .init("scope", "col")) { heading }
+                                }
+                            }
+                        }
+                    }
+                    el("tbody") {
+                        for delivery in data.dead {
+                            let event = delivery.eventID.uuidString.lowercased()
+                            el("tr") {
+                                el("td") { timestamp(delivery.updatedAt) }
+                                el("td") { el("a", .href("/admin/events/\(event)"), .class("mono")) { event } }
+                                el("td") { delivery.channel }
+                                el("td") { delivery.user }
+                                el("td") { "\(delivery.attempts)" }
+                                el("td", .class("error-text")) { delivery.lastError ?? "" }
+                                el("td") { retryForm(event: event, csrf: csrf, label: "Retry", returnTo: "overview") }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues an event's dead deliveries again.
+    private static func retryForm(event: String, csrf: String, label: String, returnTo: String) -> HTML {
+        el("form", .init("method", "post"), .init("action", "/admin/events/\(event)/retry"), .class("inline")) {
+            void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+            void("input", .type("hidden"), .name("return"), .value(returnTo))
+            el("button", .type("submit"), .aria("aria-label", "\(label): the dead deliveries of event \(event)")) {
+                label
+            }
+        }
+    }
+
+    // MARK: An event
+
+    static func event(_ detail: ConsoleData.EventDetail, csrf: String, flash: String?) -> HTML {
+        let status = detail.status
+        let id = status.id.uuidString.lowercased()
+        let dead = detail.deliveries.contains { $0.status == DeliveryStatus.dead.rawValue }
+        return document(title: "Event \(id)", csrf: csrf) {
+            el("h1") {
+                "Event "
+                el("span", .class("mono")) { id }
+            }
+            if let flash {
+                el("p", .class("flash"), .role("status")) { flash }
+            }
+            el("dl", .class("facts")) {
+                fact("Category", "\(status.category) in \(status.tenant)")
+                fact("State", status.state.rawValue)
+                fact("Accepted", timestamp(status.createdAt))
+                fact(
+                    "Fan-out",
+                    "\(status.processed) of \(status.recipients) recipients, \(status.notifications) notifications")
+                if !status.deliveries.isEmpty {
+                    fact("Outcomes", outcomeLines(status).joined(separator: "; "))
+                }
+                if status.batched > 0 { fact("In digests", "\(status.batched)") }
+                if let error = status.error { fact("Error", error) }
+                let skipped = status.skipped.sorted { $0.key < $1.key }.map { channel, reasons in
+                    channel + ": "
+                        + reasons.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
+                }
+                if !skipped.isEmpty { fact("Skipped", skipped.joined(separator: "; ")) }
+            }
+            if dead {
+                retryForm(event: id, csrf: csrf, label: "Retry dead deliveries", returnTo: "event")
+            }
+            el("h2") { "Deliveries" }
+            if detail.deliveries.isEmpty {
+                el("p", .class("empty")) {
+                    "No delivery rows: inbox notifications available at once are written at fan-out and need none."
+                }
+            } else {
+                el("table", .class("data")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Channel", "User", "Status", "Attempts", "Last error", "Attempt log"] {
+                                el("th", .init("scope", "col")) { heading }
+                            }
+                        }
+                    }
+                    el("tbody") {
+                        for delivery in detail.deliveries {
+                            el("tr") {
+                                el("td") {
+                                    delivery.channel
+                                    if let device = delivery.device {
+                                        el("span", .class("muted mono")) { " device \(device.uuidString.lowercased())" }
+                                    }
+                                }
+                                el("td") { delivery.user }
+                                el("td") {
+                                    el("span", .class("state state-\(delivery.status)")) { delivery.status }
+                                    if delivery.status == DeliveryStatus.queued.rawValue {
+                                        el("span", .class("muted")) { " next \(timestamp(delivery.nextAttemptAt))" }
+                                    }
+                                }
+                                el("td") { "\(delivery.attempts)" }
+                                el("td", .class("error-text")) {
+                                    [delivery.lastStatus.map { "HTTP \($0)" }, delivery.lastError].compactMap { $0 }
+                                        .joined(separator: ": ")
+                                }
+                                el("td") {
+                                    el("ol", .class("attempts")) {
+                                        for attempt in delivery.attemptLog {
+                                            el("li") {
+                                                "\(timestamp(attempt.finishedAt)) \(attempt.outcome)"
+                                                    + (attempt.statusCode.map { " (\($0))" } ?? "")
+                                                    + (attempt.error.map { ": \($0)" } ?? "")
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if detail.more > 0 {
+                    el("p", .class("muted")) { "\(detail.more) more deliveries are not listed." }
+                }
+            }
+        }
+    }
+
+    private static func fact(_ name: String, _ value: String) -> HTML {
+        el("div") {
+            el("dt") { name }
+            el("dd") { value }
+        }
+    }
+
+    /// `2026-11-24 09:41:07Z`: UTC, to the second, the same for every operator.
+    static func timestamp(_ date: Date) -> String {
+        Date.ISO8601FormatStyle(dateSeparator: .dash, dateTimeSeparator: .space, timeZone: .gmt).format(date)
+    }
+}

@@ -1,0 +1,111 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// The operator console's reads on both databases, and its sign-in, CSRF and retry over HTTP.
+/// The pages themselves are tested in Chromium (Tests/browser).
+@Suite("operator console")
+struct ConsoleTests {
+    static let form: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
+
+    static func form(_ session: HTTPHeaders) -> HTTPHeaders {
+        var headers = session
+        headers.add(contentsOf: form)
+        return headers
+    }
+
+    @Test(
+        "the charts count attempts per minute and sampled depth; an event lists its attempts",
+        arguments: TestDatabase.allCases)
+    func charts(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "500,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock, jitter: 0.5, webhook: receiver.webhook) { app in
+            let worker = try #require(app.deliveryQueue)
+            let console = app.belfry.consoleData
+            let event = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            try await console.sampleQueueDepth(on: app.db)
+            let queued = try await console.overview(on: app.db)
+            #expect(queued.pending == ["webhook": 2, "email": 2])
+            #expect(queued.depth.last == 4, "the current minute is read live")
+            #expect(queued.events.map(\.id) == [event])
+
+            while try await worker.runOnce() > 0 {}
+            clock.advance(by: 120)
+            try await console.sampleQueueDepth(on: app.db)
+            while try await worker.runOnce() > 0 {}
+            let done = try await console.overview(on: app.db)
+            #expect(done.pending.isEmpty)
+            #expect(done.depth.suffix(3) == [4, nil, 0], "a sample two minutes ago, none since, none queued now")
+            let minutes = ConsoleData.chartMinutes
+            // The first attempts two minutes ago: the receiver answers 500 once, then 200; email has no relay.
+            #expect(done.unsent[minutes - 3] == 3 && done.sent[minutes - 3] == 1)
+            #expect(done.sent[minutes - 1] == 1, "the retry, now")
+            #expect(done.sent.reduce(0, +) == 2 && done.unsent.reduce(0, +) == 3)
+
+            let detail = try #require(try await console.event(event, on: app.db))
+            let webhooks = detail.deliveries.filter { $0.channel == "webhook" }
+            #expect(webhooks.count == 2 && webhooks.allSatisfy { $0.status == "sent" })
+            #expect(Set(webhooks.map { $0.attemptLog.map(\.outcome) }) == [["retry", "sent"], ["sent"]])
+            #expect(Set(webhooks.map { $0.attemptLog.map(\.statusCode) }) == [[500, 200], [200]])
+            #expect(detail.deliveries.filter { $0.channel == "email" }.allSatisfy { $0.lastError != nil })
+            #expect(try await console.event(UUID(), on: app.db) == nil)
+        }
+    }
+
+    @Test("sign-in takes an API key; changes need the session's CSRF token; retry queues the dead")
+    func signInAndRetry() async throws {
+        try await withBelfry(.sqlite) { app in
+            let signInPage = try await app.send(.GET, "/admin")
+            #expect(signInPage.status == .ok && signInPage.body.string.contains(#"type="password""#))
+            let refused = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=wrong-key-0123456789", headers: Self.form)
+            #expect(refused.status == .unauthorized)
+            #expect(refused.headers.setCookie?[ConsoleSession.cookieName] == nil)
+            let userToken = try await app.userToken("ada")
+            let notAUserToken = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=\(userToken)", headers: Self.form)
+            #expect(notAUserToken.status == .unauthorized, "a user token is not an API key")
+
+            let signedIn = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=\(testAPIKey)", headers: Self.form)
+            #expect(signedIn.status == .seeOther)
+            let cookie = try #require(signedIn.headers.setCookie?[ConsoleSession.cookieName])
+            #expect(cookie.isHTTPOnly && cookie.isSecure && cookie.sameSite == .strict && cookie.path == "/admin")
+            let session: HTTPHeaders = ["Cookie": "\(ConsoleSession.cookieName)=\(cookie.string)"]
+
+            // A delivery that died, and its event's page.
+            let event = try await DeliveryQueueTests.trigger(app)
+            try await app.db.sql.update("deliveries").set("status", to: DeliveryStatus.dead.rawValue)
+                .where("channel", .equal, "webhook").run()
+            let overview = try await app.send(.GET, "/admin", headers: session)
+            let page = overview.body.string
+            #expect(page.contains(#"<dd id="stat-dead" class="stat-alarm">1</dd>"#), "\(page)")
+            let csrf = try #require(page.firstMatch(of: /name="_csrf" value="([^"]+)"/)?.output.1)
+            let retryPath = "/admin/events/\(event.uuidString.lowercased())/retry"
+            let forged = try await app.send(
+                .POST, retryPath, rawBody: "_csrf=forged", headers: Self.form(session))
+            #expect(forged.status == .forbidden)
+            let noSession = try await app.send(
+                .POST, retryPath, rawBody: "_csrf=\(csrf)", headers: Self.form)
+            #expect(noSession.status == .unauthorized)
+            let retried = try await app.send(
+                .POST, retryPath, rawBody: "_csrf=\(csrf)&return=event", headers: Self.form(session))
+            #expect(retried.status == .seeOther)
+            #expect(
+                retried.headers.first(name: .location) == "/admin/events/\(event.uuidString.lowercased())?retried=1")
+            let status = try await app.send(.GET, "/v1/events/\(event)", bearer: testAPIKey).decode(EventStatus.self)
+            #expect(status.deliveries["webhook"] == ["queued": 1])
+
+            let missing = try await app.send(.GET, "/admin/events/\(UUID())", headers: session)
+            #expect(missing.status == .notFound)
+            #expect(try await app.send(.GET, "/admin/events/\(event)").status == .unauthorized)
+            #expect(try await app.send(.GET, "/admin/live").status == .unauthorized)
+        }
+    }
+}
