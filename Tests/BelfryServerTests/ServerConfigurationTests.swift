@@ -75,6 +75,39 @@ struct ServerConfigurationTests {
         #expect(fromFlags.workspaceSource == "belfry.json")
     }
 
+    @Test("docs/configuration.md's table is the one list of settings, printed")
+    func guideTable() throws {
+        let guide = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/configuration.md")
+        let text = try String(contentsOf: guide, encoding: .utf8)
+        let table = try #require(
+            text.firstMatch(of: /<!-- settings:begin -->\n(?<table>[\s\S]*?)<!-- settings:end -->/)?.table)
+        #expect(
+            String(table) == ServerSetting.markdownTable,
+            "docs/configuration.md is out of date: put the output of `belfry config table` between its markers")
+        let variables = ServerSetting.all.map(\.environment)
+        #expect(Set(variables).count == variables.count, "each variable names one setting")
+    }
+
+    @Test("every setting's key is accepted in the file's server object")
+    func fileKeys() throws {
+        let values = ServerSetting.all.compactMap(\.file).map { "\"\($0)\": \"?\"" }.joined(separator: ", ")
+        let file =
+            #"{"server": {"# + values
+            + #", "colour": "red"}, "channels": [{"id": "inbox", "kind": "inbox"}], "categories": [{"id": "a", "name": "A", "channels": ["inbox"]}], "tenants": [{"id": "t"}]}"#
+        let error = try #require(throws: ConfigError.self) {
+            try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: file)
+        }
+        #expect(error.issues.map(\.path).contains("server.colour"), "\(error)")
+        #expect(!error.issues.contains { $0.message.contains("unknown") && $0.path != "server.colour" }, "\(error)")
+        let token = try Self.resolve(
+            env: ["BELFRY_CONFIG": "belfry.json"],
+            file:
+                #"{"server": {"metrics_token": "scrape-0123456789abcdef"}, "channels": [{"id": "inbox", "kind": "inbox"}], "categories": [{"id": "a", "name": "A", "channels": ["inbox"]}], "tenants": [{"id": "t"}]}"#
+        )
+        #expect(token.metricsToken == "scrape-0123456789abcdef")
+    }
+
     @Test("every bad value is reported at once, with where it came from")
     func everyProblem() throws {
         let file = """

@@ -207,7 +207,16 @@ struct TokenCommand: AsyncParsableCommand {
 
 struct ConfigCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "config", abstract: "Work with the configuration.", subcommands: [Check.self])
+        commandName: "config", abstract: "Work with the configuration.", subcommands: [Check.self, Table.self])
+
+    struct Table: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print every server setting as the Markdown table of docs/configuration.md.")
+
+        func run() {
+            say(String(ServerSetting.markdownTable.dropLast()))
+        }
+    }
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

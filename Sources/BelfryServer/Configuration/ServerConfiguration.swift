@@ -164,14 +164,7 @@ public struct ServerConfiguration: Sendable {
 
     /// Shortest secret accepted for API keys and the token secret.
     static let minimumSecretLength = 16
-    static let serverKeys: Set<String> = [
-        "hostname", "port", "database", "api_keys", "token_secret", "token_ttl_seconds", "log_level", "log_format",
-        "max_body_bytes", "request_timeout_seconds", "idle_timeout_seconds", "delivery_lease_seconds", "webhook_url",
-        "webhook_secret",
-        "retention_days", "apns_key_path", "apns_key_id",
-        "apns_team_id", "apns_topic", "apns_url", "extra_ca_file", "vapid_subject", "vapid_private_key_path",
-        "webpush_allow_http_loopback", "smtp_url", "email_from", "public_url",
-    ]
+    static var serverKeys: Set<String> { ServerSetting.fileKeys }
 
     /// Resolves the configuration.
     ///
@@ -188,7 +181,7 @@ public struct ServerConfiguration: Sendable {
         var workspace = WorkspaceConfig.demo
         var source = "built-in demo"
         var server = ConfigNode(root: .object([:]), issues: issues)["server"]
-        if let path = flags.config ?? env["BELFRY_CONFIG"] {
+        if let path = flags.config ?? env[ServerSetting.config.environment] {
             source = path
             do {
                 let root = try WorkspaceConfig.parseRoot(try readFile(path))
@@ -201,7 +194,7 @@ public struct ServerConfiguration: Sendable {
                 error.issues.forEach { issues.add($0.path, $0.message) }
             } catch {
                 issues.add(
-                    flags.config != nil ? "--config" : "BELFRY_CONFIG",
+                    flags.config != nil ? "--config" : ServerSetting.config.environment,
                     "cannot read \(path): \(error.localizedDescription)")
             }
         }
@@ -209,11 +202,11 @@ public struct ServerConfiguration: Sendable {
         /// A setting's value: the flag, else the environment variable, else the file. The file's
         /// value is checked even when overridden, so that every bad value is reported.
         func pick<Value>(
-            flag: (name: String, text: String?)? = nil, env name: String, file key: String,
-            parse: (String) -> Result<Value, ConfigurationProblem>
+            _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
         ) -> Value? {
+            let name = setting.environment
             var fromFile: Value?
-            if let text = Self.text(of: server[key]) {
+            if let key = setting.file, let text = Self.text(of: server[key]) {
                 switch parse(text) {
                 case .success(let value): fromFile = value
                 case .failure(let problem): server[key].fail(problem.message)
@@ -226,11 +219,11 @@ public struct ServerConfiguration: Sendable {
                 case .failure(let problem): issues.add(name, problem.message)
                 }
             }
-            if let flag, let text = flag.text {
+            if let text = flag {
                 switch parse(text) {
                 case .success(let value): return value
                 case .failure(let problem):
-                    issues.add(flag.name, problem.message)
+                    issues.add(setting.flagName ?? name, problem.message)
                     return nil
                 }
             }
@@ -238,30 +231,30 @@ public struct ServerConfiguration: Sendable {
         }
 
         let hostname =
-            pick(flag: ("--hostname", flags.hostname), env: "BELFRY_HOSTNAME", file: "hostname") { text in
+            pick(.hostname, flag: flags.hostname) { text in
                 text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
             } ?? "127.0.0.1"
         let port =
-            pick(flag: ("--port", flags.port.map(String.init)), env: "BELFRY_PORT", file: "port") {
+            pick(.port, flag: flags.port.map(String.init)) {
                 parseInt($0, in: 0...65_535)
             }
             ?? 8080
         let database =
             pick(
-                flag: ("--database", flags.database), env: "DATABASE_URL", file: "database",
+                .database, flag: flags.database,
                 parse: DatabaseLocation.parse)
             ?? .sqlite(path: "belfry.sqlite")
         let apiKeys =
-            pick(env: "BELFRY_API_KEY", file: "api_keys") { text in
+            pick(.apiKeys) { text in
                 checkSecrets(text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, "each API key")
             } ?? []
-        let tokenSecret = pick(env: "BELFRY_TOKEN_SECRET", file: "token_secret") { text in
+        let tokenSecret = pick(.tokenSecret) { text in
             checkSecrets([text], "the token secret").map { $0[0] }
         }
         let tokenLifetime =
-            pick(env: "BELFRY_TOKEN_TTL", file: "token_ttl_seconds") { parseInt($0, in: 60...2_592_000) } ?? 3600
+            pick(.tokenLifetime) { parseInt($0, in: 60...2_592_000) } ?? 3600
         let logLevel =
-            pick(env: "BELFRY_LOG_LEVEL", file: "log_level") { text in
+            pick(.logLevel) { text in
                 Logger.Level(rawValue: text.lowercased()).map { .success($0) }
                     ?? .failure(
                         .init(
@@ -269,30 +262,30 @@ public struct ServerConfiguration: Sendable {
                         ))
             } ?? .info
         let logFormat =
-            pick(env: "BELFRY_LOG_FORMAT", file: "log_format") { text in
+            pick(.logFormat) { text in
                 LogFormat(rawValue: text.lowercased()).map { .success($0) }
                     ?? .failure(.init("expected text or json, got \"\(text)\""))
             } ?? .text
         let maxBodySize =
-            pick(env: "BELFRY_MAX_BODY_BYTES", file: "max_body_bytes") { parseInt($0, in: 1024...16 * 1024 * 1024) }
+            pick(.maxBodySize) { parseInt($0, in: 1024...16 * 1024 * 1024) }
             ?? 256 * 1024
         let requestTimeout =
-            pick(env: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds") { parseInt($0, in: 1...3600) } ?? 30
+            pick(.requestTimeout) { parseInt($0, in: 1...3600) } ?? 30
         let idleTimeout =
-            pick(env: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds") { parseInt($0, in: 20...86_400) } ?? 60
+            pick(.idleTimeout) { parseInt($0, in: 20...86_400) } ?? 60
         let deliveryLease =
-            pick(env: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds") { parseInt($0, in: 2...3600) } ?? 120
+            pick(.deliveryLease) { parseInt($0, in: 2...3600) } ?? 120
 
         let retentionDays =
-            pick(env: "BELFRY_RETENTION_DAYS", file: "retention_days") { parseInt($0, in: 1...3650) } ?? 90
-        let webhookURL = pick(env: "BELFRY_WEBHOOK_URL", file: "webhook_url") {
+            pick(.retentionDays) { parseInt($0, in: 1...3650) } ?? 90
+        let webhookURL = pick(.webhookURL) {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
                 return .failure(.init("expected an http or https URL, got \"\(text)\""))
             }
             return .success(text)
         }
-        let webhookSecret = pick(env: "BELFRY_WEBHOOK_SECRET", file: "webhook_secret") { text in
+        let webhookSecret = pick(.webhookSecret) { text in
             checkSecrets([text], "the webhook secret").map { $0[0] }
         }
         var webhook: Webhook?
@@ -303,19 +296,19 @@ public struct ServerConfiguration: Sendable {
         case (nil, nil): break
         }
 
-        let apnsKey = pick(env: "BELFRY_APNS_KEY_PATH", file: "apns_key_path") { path in
+        let apnsKey = pick(.apnsKey) { path in
             readPEM(path, readFile: readFile) { pem in
                 _ = try P256.Signing.PrivateKey(pemRepresentation: pem)
             }.mapError { .init("expected an APNs token signing key (.p8, PEM), but \($0.message)") }
         }
-        let apnsKeyID = pick(env: "BELFRY_APNS_KEY_ID", file: "apns_key_id") { identifier($0, length: 10) }
-        let apnsTeamID = pick(env: "BELFRY_APNS_TEAM_ID", file: "apns_team_id") { identifier($0, length: 10) }
-        let apnsTopic = pick(env: "BELFRY_APNS_TOPIC", file: "apns_topic") {
+        let apnsKeyID = pick(.apnsKeyID) { identifier($0, length: 10) }
+        let apnsTeamID = pick(.apnsTeamID) { identifier($0, length: 10) }
+        let apnsTopic = pick(.apnsTopic) {
             text -> Result<String, ConfigurationProblem> in
             text.isEmpty || text.count > 255
                 ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
         }
-        let apnsURL = pick(env: "BELFRY_APNS_URL", file: "apns_url") { text -> Result<String, ConfigurationProblem> in
+        let apnsURL = pick(.apnsURL) { text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), url.scheme == "https", url.host != nil else {
                 return .failure(.init("expected an https URL, got \"\(text)\""))
             }
@@ -338,7 +331,7 @@ public struct ServerConfiguration: Sendable {
                 issues.add(name, "APNs needs a signing key, its key id and the team id together")
             }
         }
-        let extraCertificates = pick(env: "BELFRY_EXTRA_CA_FILE", file: "extra_ca_file") { path in
+        let extraCertificates = pick(.extraCertificates) { path in
             readPEM(path, readFile: readFile) { pem in
                 guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
                     throw ConfigurationProblem("it holds no certificate")
@@ -346,19 +339,19 @@ public struct ServerConfiguration: Sendable {
             }.mapError { .init("expected PEM certificates, but \($0.message)") }
         }
 
-        let vapidSubject = pick(env: "BELFRY_VAPID_SUBJECT", file: "vapid_subject") {
+        let vapidSubject = pick(.vapidSubject) {
             text -> Result<String, ConfigurationProblem> in
             VAPIDKey.isValidSubject(text)
                 ? .success(text)
                 : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
         }
-        let vapidKey = pick(env: "BELFRY_VAPID_PRIVATE_KEY_PATH", file: "vapid_private_key_path") { path in
+        let vapidKey = pick(.vapidKey) { path in
             readPEM(path, readFile: readFile) { pem in
                 _ = try VAPIDKey(pemRepresentation: pem)
             }.mapError { .init("expected a P-256 private key (PEM), but \($0.message)") }
         }
         let allowLoopbackHTTP =
-            pick(env: "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK", file: "webpush_allow_http_loopback") {
+            pick(.webPushLoopbackHTTP) {
                 text -> Result<Bool, ConfigurationProblem> in
                 switch text.lowercased() {
                 case "true", "1", "yes": .success(true)
@@ -367,8 +360,8 @@ public struct ServerConfiguration: Sendable {
                 }
             } ?? false
 
-        let smtp = pick(env: "BELFRY_SMTP_URL", file: "smtp_url", parse: SMTPLocation.parse)
-        let emailFrom = pick(env: "BELFRY_EMAIL_FROM", file: "email_from") {
+        let smtp = pick(.smtpURL, parse: SMTPLocation.parse)
+        let emailFrom = pick(.emailFrom) {
             text -> Result<String, ConfigurationProblem> in
             do {
                 _ = try MailAddress(parsing: text)
@@ -377,7 +370,7 @@ public struct ServerConfiguration: Sendable {
                 return .failure(.init("expected a sender such as \"Belfry <notify@example.org>\": \(error)"))
             }
         }
-        let publicURL = pick(env: "BELFRY_PUBLIC_URL", file: "public_url") {
+        let publicURL = pick(.publicURL) {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URLComponents(string: text), ["http", "https"].contains(url.scheme ?? ""),
                 let host = url.host, !host.isEmpty, url.query == nil, url.fragment == nil,
@@ -408,7 +401,7 @@ public struct ServerConfiguration: Sendable {
             issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
         default: break
         }
-        let metricsToken = pick(env: "BELFRY_METRICS_TOKEN", file: "metrics_token") { text in
+        let metricsToken = pick(.metricsToken) { text in
             checkSecrets([text], "the metrics token").map { $0[0] }
         }
         for (index, category) in workspace.categories.enumerated() {

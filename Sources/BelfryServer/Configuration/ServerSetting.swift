@@ -1,0 +1,138 @@
+/// One server setting: where it is read from, its default, and what the configuration guide
+/// says of it. `ServerSetting.all` is the one list of settings: `ServerConfiguration.resolve`
+/// reads settings through it only, the file's `server` object accepts its keys only, and
+/// `belfry config table` prints docs/configuration.md's table from it (a test compares the two).
+public struct ServerSetting: Sendable {
+    /// What the setting is, for the guide's first column.
+    public var summary: String
+    /// The command-line flag with its placeholder, such as `--port P`.
+    public var flag: String?
+    public var environment: String
+    /// The key in the config file's `server` object.
+    public var file: String?
+    /// The default, as the guide shows it (Markdown).
+    public var defaultValue: String
+
+    /// The flag's name alone: `--port`.
+    var flagName: String? { flag.map { String($0.prefix { $0 != " " }) } }
+
+    /// The guide's table: a row per setting.
+    public static var markdownTable: String {
+        var lines = [
+            "| setting | flag | environment | file (`server.`) | default |",
+            "|---|---|---|---|---|",
+        ]
+        for setting in all {
+            let cells = [
+                setting.summary, setting.flag.map { "`\($0)`" } ?? "", "`\(setting.environment)`",
+                setting.file.map { "`\($0)`" } ?? "", setting.defaultValue,
+            ]
+            lines.append("| " + cells.joined(separator: " | ") + " |")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    static let config = Self(
+        summary: "config file", flag: "--config FILE", environment: "BELFRY_CONFIG", file: nil,
+        defaultValue: "the built-in demo workspace")
+    static let hostname = Self(
+        summary: "listen address", flag: "--hostname H", environment: "BELFRY_HOSTNAME", file: "hostname",
+        defaultValue: "`127.0.0.1`")
+    static let port = Self(
+        summary: "port (0 picks a free one)", flag: "--port P", environment: "BELFRY_PORT", file: "port",
+        defaultValue: "`8080`")
+    static let database = Self(
+        summary: "database: file path, `sqlite://PATH` or `postgres://user:pass@host:port/db`", flag: "--database",
+        environment: "DATABASE_URL", file: "database", defaultValue: "`belfry.sqlite`")
+    static let apiKeys = Self(
+        summary: "API keys (comma-separated in the environment; 16+ characters each)", environment: "BELFRY_API_KEY",
+        file: "api_keys", defaultValue: "a development key, created and printed once")
+    static let tokenSecret = Self(
+        summary: "user-token signing secret (16+ characters)", environment: "BELFRY_TOKEN_SECRET", file: "token_secret",
+        defaultValue: "created once and kept in the database")
+    static let tokenLifetime = Self(
+        summary: "user-token lifetime, seconds (60 to 2592000)", environment: "BELFRY_TOKEN_TTL",
+        file: "token_ttl_seconds", defaultValue: "`3600`")
+    static let logLevel = Self(
+        summary: "log level (`trace` … `critical`)", environment: "BELFRY_LOG_LEVEL", file: "log_level",
+        defaultValue: "`info`")
+    static let logFormat = Self(
+        summary:
+            "log format: `text` lines, or `json` (one object a line: time, level, label, message, request id, metadata)",
+        environment: "BELFRY_LOG_FORMAT", file: "log_format", defaultValue: "`text`")
+    static let maxBodySize = Self(
+        summary: "largest request body, bytes (`POST /v1/events` takes up to 2 MB)",
+        environment: "BELFRY_MAX_BODY_BYTES",
+        file: "max_body_bytes", defaultValue: "`262144`")
+    static let requestTimeout = Self(
+        summary: "seconds for a request to arrive and be answered, else 408 (1 to 3600)",
+        environment: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds", defaultValue: "`30`")
+    static let idleTimeout = Self(
+        summary: "seconds a connection may stay silent before it is closed (20 to 86400)",
+        environment: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds", defaultValue: "`60`")
+    static let deliveryLease = Self(
+        summary:
+            "seconds a worker holds claimed deliveries; a dead worker's are claimed again after it (2 to 3600)",
+        environment: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds", defaultValue: "`120`")
+    static let retentionDays = Self(
+        summary: "days after which read or archived inbox notifications are purged (1 to 3650)",
+        environment: "BELFRY_RETENTION_DAYS", file: "retention_days", defaultValue: "`90`")
+    static let webhookURL = Self(
+        summary: "webhook channel URL (http or https)", environment: "BELFRY_WEBHOOK_URL", file: "webhook_url",
+        defaultValue: "off")
+    static let webhookSecret = Self(
+        summary: "webhook signing secret (16+ characters)", environment: "BELFRY_WEBHOOK_SECRET",
+        file: "webhook_secret", defaultValue: "off")
+    static let apnsKey = Self(
+        summary: "APNs token signing key (`.p8`, PEM)", environment: "BELFRY_APNS_KEY_PATH", file: "apns_key_path",
+        defaultValue: "off")
+    static let apnsKeyID = Self(
+        summary: "APNs key id (10 characters)", environment: "BELFRY_APNS_KEY_ID", file: "apns_key_id",
+        defaultValue: "off")
+    static let apnsTeamID = Self(
+        summary: "APNs team id (10 characters)", environment: "BELFRY_APNS_TEAM_ID", file: "apns_team_id",
+        defaultValue: "off")
+    static let apnsTopic = Self(
+        summary: "APNs topic (the app's bundle id; a device may give its own)", environment: "BELFRY_APNS_TOPIC",
+        file: "apns_topic", defaultValue: "none")
+    static let apnsURL = Self(
+        summary: "APNs host instead of Apple's (`https://…`)", environment: "BELFRY_APNS_URL", file: "apns_url",
+        defaultValue: "`api.push.apple.com` / `api.sandbox.push.apple.com` by device")
+    static let extraCertificates = Self(
+        summary: "extra trusted certificates for outbound TLS (PEM file)", environment: "BELFRY_EXTRA_CA_FILE",
+        file: "extra_ca_file", defaultValue: "none")
+    static let vapidSubject = Self(
+        summary: "Web Push contact (`mailto:` or `https:`); turns Web Push on", environment: "BELFRY_VAPID_SUBJECT",
+        file: "vapid_subject", defaultValue: "off")
+    static let vapidKey = Self(
+        summary: "VAPID private key (PEM)", environment: "BELFRY_VAPID_PRIVATE_KEY_PATH",
+        file: "vapid_private_key_path",
+        defaultValue: "created once and kept in the database")
+    static let webPushLoopbackHTTP = Self(
+        summary: "accept `http://` push endpoints on loopback", environment: "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK",
+        file: "webpush_allow_http_loopback", defaultValue: "`false`")
+    static let smtpURL = Self(
+        summary:
+            "SMTP relay for email (`smtp://user:password@host:port`, `smtps://…`, `smtp://127.0.0.1:port?tls=none`)",
+        environment: "BELFRY_SMTP_URL", file: "smtp_url", defaultValue: "off")
+    static let emailFrom = Self(
+        summary: "email sender (`Name <address>`)", environment: "BELFRY_EMAIL_FROM", file: "email_from",
+        defaultValue: "off")
+    static let publicURL = Self(
+        summary: "the address users reach Belfry at, for links in emails", environment: "BELFRY_PUBLIC_URL",
+        file: "public_url", defaultValue: "`http://HOST:PORT` when listening on loopback")
+    static let metricsToken = Self(
+        summary: "bearer token `GET /metrics` asks for (16+ characters)", environment: "BELFRY_METRICS_TOKEN",
+        file: "metrics_token", defaultValue: "none: `/metrics` is open")
+
+    /// Every setting, in the guide's order.
+    public static let all: [ServerSetting] = [
+        config, hostname, port, database, apiKeys, tokenSecret, tokenLifetime, logLevel, logFormat, maxBodySize,
+        requestTimeout, idleTimeout, deliveryLease, retentionDays, webhookURL, webhookSecret, apnsKey, apnsKeyID,
+        apnsTeamID, apnsTopic, apnsURL, extraCertificates, vapidSubject, vapidKey, webPushLoopbackHTTP, smtpURL,
+        emailFrom, publicURL, metricsToken,
+    ]
+
+    /// The keys the config file's `server` object may hold.
+    static let fileKeys = Set(all.compactMap(\.file))
+}
