@@ -125,44 +125,46 @@ extension InboxController {
             guard parts.count == 2, parts[0] == context.instanceTag else { return nil }
             return Int(parts[1])
         }
-        let (events, close) = context.inboxHub.subscribe(user: userID, lastEventID: lastEventID)
-        let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
-        let first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
+        let (items, close) = context.inboxHub.subscribe(
+            user: userID, lastEventID: lastEventID, expiresAt: expiresAt)
+        let first: String
+        do {
+            let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
+            first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
+        } catch {
+            close()
+            throw error
+        }
         var headers = HTTPHeaders()
         headers.replaceOrAdd(name: .contentType, value: "text/event-stream")
         headers.replaceOrAdd(name: .cacheControl, value: "no-cache")
         headers.replaceOrAdd(name: "X-Accel-Buffering", value: "no")
+        let tag = context.instanceTag
+        // One task per stream, waiting on the hub: events published together are written in one
+        // go; the hub's heartbeat finds a client that went away (the write fails), and a stream
+        // lives no longer than the token that opened it (it says so and ends, and the client
+        // reconnects with a new token). The hub's items end at shutdown.
         let body = Response.Body(asyncStream: { writer in
             defer { close() }
             try await writer.writeBuffer(ByteBuffer(string: "retry: 3000\nevent: counts\ndata: \(first)\n\n"))
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    for await event in events {
-                        try await writer.writeBuffer(
-                            ByteBuffer(
-                                string:
-                                    "id: \(context.instanceTag)-\(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"
-                            ))
+            for await item in items {
+                var text = ""
+                switch item {
+                case .events(let events):
+                    for event in events {
+                        text += "id: \(tag)-\(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"
                     }
+                case .heartbeat:
+                    text = ": heartbeat\n\n"
+                case .tokenExpired(let at):
+                    let expired = String(decoding: try Response.jsonEncoder.encode(["expired_at": at]), as: UTF8.self)
+                    text = "event: token_expired\ndata: \(expired)\n\n"
                 }
-                group.addTask {
-                    while !Task.isCancelled {
-                        try await Task.sleep(for: .seconds(15))
-                        try await writer.writeBuffer(ByteBuffer(string: ": heartbeat\n\n"))
-                    }
+                do {
+                    try await writer.writeBuffer(ByteBuffer(string: text))
+                } catch {
+                    break
                 }
-                // A stream lives no longer than the token that opened it: it says so and ends,
-                // and the client reconnects with a new token.
-                group.addTask {
-                    try await Task.sleep(for: .seconds(max(0, expiresAt.timeIntervalSince(context.now()))))
-                    let expired = String(
-                        decoding: try Response.jsonEncoder.encode(["expired_at": expiresAt]), as: UTF8.self)
-                    try await writer.writeBuffer(ByteBuffer(string: "event: token_expired\ndata: \(expired)\n\n"))
-                }
-                // Ends when the client goes (a write fails), the server shuts down (the events
-                // end) or the token expires.
-                _ = try? await group.next()
-                group.cancelAll()
             }
             try? await writer.write(.end)
         })

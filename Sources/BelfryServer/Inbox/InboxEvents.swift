@@ -108,9 +108,12 @@ struct InboxEvents: Sendable {
 
     /// Each new notification, then its user's counts, to the streams here.
     private func publishCreated(_ items: [(UUID, InboxNotification)], counts: [UUID: InboxCounts]) {
-        for (user, item) in items {
-            publish(to: user, "notification.created", item)
-            if let counts = counts[user] { publish(to: user, "counts", counts) }
+        for (user, item) in items where hub.isFollowed(user) {
+            // Together, so that each stream writes both at once.
+            let events = [
+                Self.encoded("notification.created", item), counts[user].flatMap { Self.encoded("counts", $0) },
+            ]
+            hub.publish(to: user, events.compactMap { $0 })
         }
     }
 
@@ -131,8 +134,12 @@ struct InboxEvents: Sendable {
 
     /// Sends an event to `user`'s open streams here, if they have any. Call it after the change committed.
     func publish(to user: UUID, _ name: String, _ value: some Encodable) {
-        guard hub.isFollowed(user), let data = try? Response.jsonEncoder.encode(value) else { return }
-        hub.publish(to: user, name: name, data: String(decoding: data, as: UTF8.self))
+        guard hub.isFollowed(user), let event = Self.encoded(name, value) else { return }
+        hub.publish(to: user, [event])
+    }
+
+    private static func encoded(_ name: String, _ value: some Encodable) -> (name: String, data: String)? {
+        (try? Response.jsonEncoder.encode(value)).map { (name, String(decoding: $0, as: UTF8.self)) }
     }
 
     /// Sends `user`'s current bell counts to their open streams here, if they have any.

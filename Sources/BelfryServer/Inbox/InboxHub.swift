@@ -15,18 +15,35 @@ final class InboxHub: Sendable {
         var data: String
     }
 
+    /// What a stream is handed: events published together (written in one go), a heartbeat,
+    /// or the end of its token's life.
+    enum Item: Sendable, Equatable {
+        case events([Event])
+        case heartbeat
+        case tokenExpired(Date)
+    }
+
+    private struct Subscriber {
+        var continuation: AsyncStream<Item>.Continuation
+        var expiresAt: Date
+    }
+
     private struct State {
         var nextID = 1
-        var subscribers: [UUID: [UUID: AsyncStream<Event>.Continuation]] = [:]
+        var subscribers: [UUID: [UUID: Subscriber]] = [:]
         var recent: [UUID: [(event: Event, at: Date)]] = [:]
         /// When each user's last stream closed, to keep their recent events a while longer.
         var lastClosed: [UUID: Date] = [:]
         var finished = false
+        var tickerStarted = false
     }
 
     static let replayWindow: TimeInterval = 300
     static let replayLimit = 200
     static let bufferPerStream = 256
+    /// Every open stream gets a comment this often, so that proxies keep it open and a client
+    /// that went away is noticed.
+    static let heartbeatSeconds = 15
 
     private let state = NIOLockedValueBox(State())
     /// The server's clock.
@@ -55,24 +72,29 @@ final class InboxHub: Sendable {
         state.withLockedValue { state in state.subscribers.values.reduce(0) { $0 + $1.count } }
     }
 
-    /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first.
-    func subscribe(user: UUID, lastEventID: Int?) -> (events: AsyncStream<Event>, close: @Sendable () -> Void) {
+    /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first. The
+    /// stream gets a heartbeat every 15 seconds, and `tokenExpired` once `expiresAt` has passed.
+    func subscribe(
+        user: UUID, lastEventID: Int?, expiresAt: Date = .distantFuture
+    ) -> (items: AsyncStream<Item>, close: @Sendable () -> Void) {
         let now = self.now()
         let key = UUID()
-        let (stream, continuation) = AsyncStream<Event>.makeStream(
+        let (stream, continuation) = AsyncStream<Item>.makeStream(
             bufferingPolicy: .bufferingNewest(Self.bufferPerStream))
-        let finished = state.withLockedValue { state -> Bool in
+        let (finished, startTicker) = state.withLockedValue { state -> (Bool, Bool) in
             if let lastEventID {
-                for (event, at) in state.recent[user] ?? []
-                where event.id > lastEventID && now.timeIntervalSince(at) < Self.replayWindow {
-                    continuation.yield(event)
+                let missed = (state.recent[user] ?? []).filter {
+                    $0.event.id > lastEventID && now.timeIntervalSince($0.at) < Self.replayWindow
                 }
+                if !missed.isEmpty { continuation.yield(.events(missed.map(\.event))) }
             }
-            guard !state.finished else { return true }
-            state.subscribers[user, default: [:]][key] = continuation
-            return false
+            guard !state.finished else { return (true, false) }
+            state.subscribers[user, default: [:]][key] = Subscriber(continuation: continuation, expiresAt: expiresAt)
+            defer { state.tickerStarted = true }
+            return (false, !state.tickerStarted)
         }
         if finished { continuation.finish() }
+        if startTicker { startTicking() }
         let close: @Sendable () -> Void = { [weak self] in
             guard let self else { return }
             let now = self.now()
@@ -94,23 +116,74 @@ final class InboxHub: Sendable {
     }
 
     func publish(to user: UUID, name: String, data: String) {
+        publish(to: user, [(name, data)])
+    }
+
+    /// Sends events to `user`'s streams together: each stream writes them in one go.
+    func publish(to user: UUID, _ events: [(name: String, data: String)]) {
+        guard !events.isEmpty else { return }
         let now = self.now()
-        let (event, targets) = state.withLockedValue { state -> (Event, [AsyncStream<Event>.Continuation]) in
-            let event = Event(id: state.nextID, name: name, data: data)
-            state.nextID += 1
+        let (batch, targets) = state.withLockedValue { state -> ([Event], [AsyncStream<Item>.Continuation]) in
+            let batch = events.map { name, data in
+                defer { state.nextID += 1 }
+                return Event(id: state.nextID, name: name, data: data)
+            }
             var recent = (state.recent[user] ?? []).filter { now.timeIntervalSince($0.at) < Self.replayWindow }
-            recent.append((event, now))
+            recent.append(contentsOf: batch.map { ($0, now) })
             state.recent[user] = Array(recent.suffix(Self.replayLimit))
-            return (event, Array((state.subscribers[user] ?? [:]).values))
+            return (batch, (state.subscribers[user] ?? [:]).values.map(\.continuation))
         }
-        for continuation in targets { continuation.yield(event) }
+        for continuation in targets { continuation.yield(.events(batch)) }
+    }
+
+    /// One task for every stream's timers: a second's tick ends the streams whose token expired,
+    /// and every 15th sends all of them a heartbeat. (A task or two per stream cost more memory
+    /// than the stream itself.)
+    private func startTicking() {
+        Task { [weak self] in
+            var tick = 0
+            while true {
+                try? await Task.sleep(for: .seconds(1))
+                guard let self, self.tick(heartbeat: tick % Self.heartbeatSeconds == Self.heartbeatSeconds - 1) else {
+                    return
+                }
+                tick += 1
+            }
+        }
+    }
+
+    /// - Returns: whether to go on ticking.
+    private func tick(heartbeat: Bool) -> Bool {
+        let now = self.now()
+        let (running, expired, beating) = state.withLockedValue {
+            state -> (Bool, [(AsyncStream<Item>.Continuation, Date)], [AsyncStream<Item>.Continuation]) in
+            guard !state.finished else { return (false, [], []) }
+            var expired: [(AsyncStream<Item>.Continuation, Date)] = []
+            var beating: [AsyncStream<Item>.Continuation] = []
+            for streams in state.subscribers.values {
+                for subscriber in streams.values {
+                    if subscriber.expiresAt <= now {
+                        expired.append((subscriber.continuation, subscriber.expiresAt))
+                    } else if heartbeat {
+                        beating.append(subscriber.continuation)
+                    }
+                }
+            }
+            return (true, expired, beating)
+        }
+        for (continuation, at) in expired {
+            continuation.yield(.tokenExpired(at))
+            continuation.finish()
+        }
+        for continuation in beating { continuation.yield(.heartbeat) }
+        return running
     }
 
     /// Ends every stream, at shutdown.
     func finishAll() {
-        let all = state.withLockedValue { state -> [AsyncStream<Event>.Continuation] in
+        let all = state.withLockedValue { state -> [AsyncStream<Item>.Continuation] in
             state.finished = true
-            return state.subscribers.values.flatMap { Array($0.values) }
+            return state.subscribers.values.flatMap { $0.values.map(\.continuation) }
         }
         all.forEach { $0.finish() }
     }
