@@ -114,9 +114,15 @@ struct HostileInputTests {
                 let answer = try await app.send(.GET, path, bearer: token)
                 #expect(answer.status == .badRequest, "\(path): \(answer.status) \(answer.body.string.prefix(200))")
             }
-            let page = try await app.send(.GET, "/preferences?tenant=%FF")
-            #expect(page.status == .badRequest)
-            #expect(page.headers.contentType == .html)
+            for path in ["/preferences?tenant=%FF", "/admin?x=%FF", "/unsubscribe/abc?x=%FF"] {
+                let page = try await app.send(.GET, path)
+                #expect(page.status == .badRequest && page.headers.contentType == .html, "\(path)")
+            }
+            // Outside the pages, the answer is the API's JSON error.
+            for path in ["/healthz?x=%FF", "/metrics?x=%FF", "/openapi.yaml?x=%FF", "/web/belfry.css?v=%FF"] {
+                let answer = try await app.send(.GET, path)
+                #expect(answer.status == .badRequest && answer.errorCode == "bad_request", "\(path)")
+            }
             #expect(try await app.send(.GET, "/v1/me/notifications?status=unread", bearer: token).status == .ok)
         }
     }

@@ -9,13 +9,19 @@ struct QueryCheckMiddleware: AsyncMiddleware {
                 _ = try URLEncoded.pairs(Substring(query))
             } catch {
                 let message = "The query string has \"\(error.part)\", which is not percent-encoded UTF-8."
-                // The JSON API answers in JSON; the pages a browser opens answer with a page.
-                guard request.url.path.hasPrefix("/v1/") else {
+                // The pages a browser opens answer with a page; everything else in JSON.
+                if Self.isPage(request.url.path) {
                     return WebResponse.error(status: .badRequest, message: message)
                 }
                 throw BelfryError.badRequest(message)
             }
         }
         return try await next.respond(to: request)
+    }
+
+    static func isPage(_ path: String) -> Bool {
+        ["/preferences", "/inbox", "/unsubscribe", "/admin"].contains { page in
+            path == page || path.hasPrefix(page + "/")
+        }
     }
 }
