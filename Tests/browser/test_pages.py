@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
@@ -185,8 +185,11 @@ class PagesTestCase(unittest.TestCase):
             cls.server.stop()
 
     def wait(self, condition, message=""):
-        return WebDriverWait(self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
-            condition, message)
+        # While a page is being replaced, Chromium may also answer that a node "does not belong
+        # to the document": a transient error like a stale element, and the wait goes on.
+        return WebDriverWait(
+            self.driver, WAIT, ignored_exceptions=[StaleElementReferenceException, WebDriverException]
+        ).until(condition, message)
 
     def sign_in(self, page, token, driver=None):
         driver = driver or self.driver
