@@ -56,15 +56,7 @@ final class BelfryMetrics: Sendable {
     /// streams open on this one.
     func exposition(channels: [String], openStreams: Int, on sql: any SQLDatabase) async throws -> String {
         var pending = Dictionary(uniqueKeysWithValues: channels.map { ($0, 0) })
-        let rows = try await sql.select()
-            .column("channel").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "pending")
-            .from("deliveries")
-            .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
-            .groupBy("channel")
-            .all()
-        for row in rows {
-            pending[try row.decode(column: "channel", as: String.self)] = try row.decode(
-                column: "pending", as: Int.self)
+        pending.merge(Outbox.pending(in: try await Outbox.counts(Outbox.pendingStatuses, on: sql))) { _, count in count
         }
         for (channel, count) in pending {
             registry.makeGauge(

@@ -100,24 +100,9 @@ struct ConsoleData: Sendable {
                     lastError: try row.decode(column: "last_error", as: String?.self),
                     updatedAt: try row.decode(column: "updated_at", as: Date.self))
             }
-        var pending: [String: Int] = [:]
-        var deadTotal = 0
-        for row in try await sql.select()
-            .columns("channel", "status").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("deliveries")
-            .where(
-                "status", .in,
-                [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue, DeliveryStatus.dead.rawValue]
-            )
-            .groupBy("channel").groupBy("status").all()
-        {
-            let count = try row.decode(column: "n", as: Int.self)
-            if try row.decode(column: "status", as: String.self) == DeliveryStatus.dead.rawValue {
-                deadTotal += count
-            } else {
-                pending[try row.decode(column: "channel", as: String.self), default: 0] += count
-            }
-        }
+        let outbox = try await Outbox.counts(Outbox.pendingStatuses + [.dead], on: sql)
+        let pending = Outbox.pending(in: outbox)
+        let deadTotal = outbox[.dead, default: [:]].values.reduce(0, +)
 
         // Whole minutes, the last one the current minute.
         let nowMinute = Int64(now().timeIntervalSince1970 / 60)
@@ -222,10 +207,7 @@ struct ConsoleData: Sendable {
     func sampleQueueDepth(on db: any Database) async throws {
         let now = now()
         let minute = Int64(now.timeIntervalSince1970 / 60)
-        let depth =
-            try await db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
-            .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
-            .first()?.decode(column: "n", as: Int.self) ?? 0
+        let depth = Outbox.pending(in: try await Outbox.counts(Outbox.pendingStatuses, on: db.sql)).values.reduce(0, +)
         try await storage.write(db) { tx in
             try await tx.sql.insert(into: "queue_samples").columns("minute", "depth").values(minute, depth)
                 .ignoringConflicts(with: ["minute"]).run()
