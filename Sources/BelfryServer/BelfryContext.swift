@@ -54,7 +54,7 @@ struct BelfryContext: Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let data = try encoder.encode(workspace)
-        return SHA256.hash(data: data).prefix(6).map { String(format: "%02x", $0) }.joined()
+        return SHA256.hash(data: data).prefix(6).hexEncoded
     }
 }
 

@@ -81,7 +81,7 @@ public func configure(
         ) {
             let key = APIKeys.generate()
             generated = key
-            return APIKeys.digest(key).map { String(format: "%02x", $0) }.joined()
+            return APIKeys.digest(key).hexEncoded
         }
         if stored.created { createdKey = generated }
         guard let digest = APIKeys.parseDigest(stored.value) else {

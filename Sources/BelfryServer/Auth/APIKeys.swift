@@ -49,12 +49,12 @@ struct APIKeys: Sendable {
 
     /// A short name for a key that reveals nothing of it: the first 8 bytes of its digest, in hex.
     static func fingerprint(_ key: String) -> String {
-        digest(key).prefix(8).map { String(format: "%02x", $0) }.joined()
+        digest(key).prefix(8).hexEncoded
     }
 
     /// Whether a key with this fingerprint is still configured.
     func has(fingerprint: String) -> Bool {
-        digests.contains { digest in digest.prefix(8).map { String(format: "%02x", $0) }.joined() == fingerprint }
+        digests.contains { $0.prefix(8).hexEncoded == fingerprint }
     }
 
     /// A new random key, in the form `belfry_` followed by 43 base64url characters.
@@ -72,4 +72,9 @@ func randomToken(bytes: Int) -> String {
 
 extension Data {
     func base64URLEncodedString() -> String { Base64URL.encode(self) }
+}
+
+extension Sequence<UInt8> {
+    /// Lowercase hex, two digits a byte: how digests and signatures are shown and stored.
+    var hexEncoded: String { map { String(format: "%02x", $0) }.joined() }
 }

@@ -46,7 +46,7 @@ extension Fanout {
         guard !plans.isEmpty else { return }
         var randomness = IDRandomness()
         // The key's value may be long: the open key holds its digest.
-        let keyDigest = SHA256.hash(data: Data(item.key.utf8)).map { String(format: "%02x", $0) }.joined()
+        let keyDigest = SHA256.hash(data: Data(item.key.utf8)).hexEncoded
         var batches: [[BulkValue]] = []
         var due: [UUID: Date] = [:]
         for plan in plans {

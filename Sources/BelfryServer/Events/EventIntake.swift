@@ -136,7 +136,7 @@ struct EventIntake: Sendable {
         if let topic = event.topic { text += ["topic:" + topic] }
         if !event.exclude.isEmpty { text += ["exclude:"] + event.exclude }
         let data = Data(text.joined(separator: "\u{0}").utf8)
-        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        return SHA256.hash(data: data).hexEncoded
     }
 
     /// A checked event, ready to store.

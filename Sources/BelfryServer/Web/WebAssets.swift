@@ -43,7 +43,7 @@ struct WebAssets {
             guard let body = try? String(contentsOf: directory.appendingPathComponent(name), encoding: .utf8) else {
                 continue
             }
-            let digest = SHA256.hash(data: Data(body.utf8)).prefix(8).map { String(format: "%02x", $0) }.joined()
+            let digest = SHA256.hash(data: Data(body.utf8)).prefix(8).hexEncoded
             files[name] = File(body: body, contentType: type, etag: "\"\(digest)\"")
         }
         return files

@@ -56,7 +56,7 @@ struct WebhookChannel: DeliveryProvider {
     static func signature(secret: String, timestamp: Int, body: Data) -> String {
         let message = Data("\(timestamp).".utf8) + body
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: Data(secret.utf8)))
-        return "t=\(timestamp),v1=" + mac.map { String(format: "%02x", $0) }.joined()
+        return "t=\(timestamp),v1=" + mac.hexEncoded
     }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
