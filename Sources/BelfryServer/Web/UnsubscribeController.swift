@@ -108,9 +108,7 @@ struct UnsubscribeController: RouteCollection {
     private func page(title: String, @HTMLBuilder content: () -> [HTML]) -> Response {
         let document = el("html", .init("lang", "en")) {
             el("head") {
-                void("meta", .init("charset", "utf-8"))
-                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
-                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                WebResponse.headBasics
                 void("meta", .name("robots"), .init("content", "noindex"))
                 el("title") { "\(title) · Belfry" }
                 void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))

@@ -24,9 +24,7 @@ struct WebLayout {
     func render(@HTMLBuilder main: () -> [HTML]) -> HTML {
         el("html", .init("lang", "en")) {
             el("head") {
-                void("meta", .init("charset", "utf-8"))
-                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
-                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                WebResponse.headBasics
                 void("meta", .name("belfry-csrf"), .init("content", csrf))
                 void("meta", .name("belfry-token"), .init("content", apiToken))
                 el("title", .id("page-title"), .data("data-title", title)) { documentTitle }

@@ -8,6 +8,14 @@ enum WebResponse {
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         + "worker-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
+    /// What every page's head starts with: its character set, a viewport for phones, and both
+    /// color schemes.
+    static let headBasics: [HTML] = [
+        void("meta", .init("charset", "utf-8")),
+        void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1")),
+        void("meta", .name("color-scheme"), .init("content", "light dark")),
+    ]
+
     static func html(_ html: HTML, status: HTTPStatus = .ok) -> Response {
         let response = Response(status: status, body: .init(string: html.document))
         response.headers.contentType = .html
@@ -30,9 +38,7 @@ enum WebResponse {
         let title = status.code == 401 ? "Sign-in needed" : status.code == 404 ? "Not found" : "Something went wrong"
         let page = el("html", .init("lang", "en")) {
             el("head") {
-                void("meta", .init("charset", "utf-8"))
-                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
-                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                WebResponse.headBasics
                 el("title") { "\(title) · Belfry" }
                 void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
             }

@@ -8,9 +8,7 @@ enum ConsolePages {
     static func document(title: String, csrf: String?, live: Bool = false, @HTMLBuilder main: () -> [HTML]) -> HTML {
         el("html", .init("lang", "en")) {
             el("head") {
-                void("meta", .init("charset", "utf-8"))
-                void("meta", .name("viewport"), .init("content", "width=device-width, initial-scale=1"))
-                void("meta", .name("color-scheme"), .init("content", "light dark"))
+                WebResponse.headBasics
                 el("title") { "\(title) · Belfry console" }
                 void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
                 void("link", .init("rel", "icon"), .href("data:,"))
