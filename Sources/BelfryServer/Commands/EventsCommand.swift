@@ -62,7 +62,7 @@ struct EventsCommand: AsyncParsableCommand {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let event = UUID(uuidString: id)!  // checked in validate()
             return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                guard try await app.belfry.eventIntake.status(of: event, on: app.db) != nil else {
+                guard try await app.belfry.eventIntake.exists(event, on: app.db) else {
                     throw ValidationError("no event \(id)")
                 }
                 return try await body(app, event)

@@ -312,6 +312,11 @@ struct EventIntake: Sendable {
         return problems
     }
 
+    /// Whether the event is stored: one indexed read, where `status(of:)` counts everything.
+    func exists(_ id: UUID, on db: any Database) async throws -> Bool {
+        try await db.sql.select().column("id").from("events").where("id", .equal, id).limit(1).first() != nil
+    }
+
     func status(of id: UUID, on db: any Database) async throws -> EventStatus? {
         let sql = db.sql
         guard

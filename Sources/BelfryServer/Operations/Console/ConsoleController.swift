@@ -123,7 +123,7 @@ struct ConsoleController: RouteCollection {
         _ = try requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
         let context = req.belfry
-        guard try await context.eventIntake.status(of: id, on: req.db) != nil else {
+        guard try await context.eventIntake.exists(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
         }
         let queued = try await context.deadLetters.retry(event: id, on: req.db)
