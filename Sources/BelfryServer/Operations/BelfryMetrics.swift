@@ -9,13 +9,16 @@ import Vapor
 final class BelfryMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
 
+    static let deliveriesHelp =
+        "Finished delivery attempts by channel and outcome: sent, retry, failed, skipped or dead. "
+        + "An inbox notification available at once counts as sent."
+
     /// A finished delivery attempt; an inbox notification written at once counts as `sent`.
     func delivered(channel: String, outcome: String, count: Int = 1) {
         guard count > 0 else { return }
         registry.makeCounter(
             name: "belfry_deliveries_total", labels: [("channel", channel), ("outcome", outcome)],
-            help: "Finished delivery attempts by channel and outcome: sent, retry, failed, skipped or dead. "
-                + "An inbox notification available at once counts as sent."
+            help: Self.deliveriesHelp
         ).increment(by: Int64(count))
     }
 
