@@ -115,10 +115,6 @@ final class InboxHub: Sendable {
         return (stream, close)
     }
 
-    func publish(to user: UUID, name: String, data: String) {
-        publish(to: user, [(name, data)])
-    }
-
     /// Sends events to `user`'s streams together: each stream writes them in one go.
     func publish(to user: UUID, _ events: [(name: String, data: String)]) {
         guard !events.isEmpty else { return }
