@@ -43,6 +43,8 @@ public struct WebPushSubscriberKeys: @unchecked Sendable {
     /// `p256dh` as the 65 bytes the key derivation hashes: encoded once per subscription, not
     /// once per message.
     let userAgentPublicKey: Data
+    /// `auth` as the key of the first HMAC of every message, its pads hashed once.
+    let authKey: HMACSHA256Key
 
     /// Validates the base64url `keys.p256dh` and `keys.auth` values of a subscription.
     public init(p256dh: String, auth: String) throws(WebPushKeyError) {
@@ -79,6 +81,7 @@ public struct WebPushSubscriberKeys: @unchecked Sendable {
         self.p256dh = p256dh
         self.auth = auth
         userAgentPublicKey = p256dh.x963Representation
+        authKey = HMACSHA256Key(auth)
     }
 }
 
@@ -136,10 +139,11 @@ public enum WebPushEncryption {
         headerSize + recordLength(plaintextLength: plaintextLength, padding: padding)
     }
 
-    /// A fresh random 16-byte salt (from the cryptographic library's generator: one call, not a
-    /// system call per byte).
+    /// A fresh random 16-byte salt.
     public static func randomSalt() -> Data {
-        SymmetricKey(size: .bits128).withUnsafeBytes { Data($0) }
+        var salt = Data(count: saltSize)
+        salt.withUnsafeMutableBytes { RandomBytes.fill($0) }
+        return salt
     }
 
     /// A new key pair for one message, as RFC 8291 requires: a random scalar and its public point.
@@ -150,9 +154,13 @@ public enum WebPushEncryption {
     /// encryption's time. A scalar at or above the group order (a chance of about 2⁻³²) is
     /// refused by the library and drawn again.
     public static func ephemeralKey() -> P256.KeyAgreement.PrivateKey {
-        while true {
-            if let key = try? P256.KeyAgreement.PrivateKey(rawRepresentation: SymmetricKey(size: .bits256)) {
-                return key
+        withUnsafeTemporaryAllocation(byteCount: 32, alignment: 1) { scalar in
+            defer { scalar.initializeMemory(as: UInt8.self, repeating: 0) }
+            while true {
+                RandomBytes.fill(scalar)
+                if let key = try? P256.KeyAgreement.PrivateKey(rawRepresentation: UnsafeRawBufferPointer(scalar)) {
+                    return key
+                }
             }
         }
     }
@@ -187,23 +195,25 @@ public enum WebPushEncryption {
         let serverPublicKey = ephemeralKey.publicKey.x963Representation
         let ikm = inputKeyingMaterial(
             sharedSecret: try ephemeralKey.sharedSecretFromKeyAgreement(with: keys.p256dh),
-            authSecret: keys.auth,
+            authKey: keys.authKey,
             userAgentPublicKey: keys.userAgentPublicKey,
             applicationServerPublicKey: serverPublicKey
         )
         let (key, nonce) = try contentKeys(inputKeyingMaterial: ikm, salt: salt)
 
-        var record = plaintext
+        var record = Data(capacity: length - tagSize)
+        record.append(plaintext)
         record.append(0x02)
-        record.append(Data(count: padding))
+        if padding > 0 { record.append(Data(count: padding)) }
         let sealed = try AES.GCM.seal(record, using: key, nonce: nonce)
 
-        var message = Data(salt)
+        var message = Data(capacity: headerSize + length)
+        message.append(salt)
         withUnsafeBytes(of: UInt32(recordSize).bigEndian) { message.append(contentsOf: $0) }
         message.append(UInt8(publicKeySize))
         message.append(serverPublicKey)
-        message.append(sealed.ciphertext)
-        message.append(sealed.tag)
+        // The sealed box holds nonce, ciphertext and tag together; its 12-byte nonce is not sent.
+        message.append(sealed.combined?.dropFirst(12) ?? sealed.ciphertext + sealed.tag)
         return message
     }
 
@@ -230,7 +240,7 @@ public enum WebPushEncryption {
 
         let ikm = inputKeyingMaterial(
             sharedSecret: try privateKey.sharedSecretFromKeyAgreement(with: serverPublicKey),
-            authSecret: authSecret,
+            authKey: HMACSHA256Key(authSecret),
             userAgentPublicKey: privateKey.publicKey.x963Representation,
             applicationServerPublicKey: serverPublicKey.x963Representation
         )
@@ -261,33 +271,33 @@ public enum WebPushEncryption {
     /// generic HKDF layers, which cost as much as the hashing.
     static func inputKeyingMaterial(
         sharedSecret: SharedSecret,
-        authSecret: Data,
+        authKey: HMACSHA256Key,
         userAgentPublicKey: Data,
         applicationServerPublicKey: Data
-    ) -> SymmetricKey {
-        let prk = sharedSecret.withUnsafeBytes { secret in
-            HMAC<SHA256>.authenticationCode(for: secret, using: SymmetricKey(data: authSecret))
+    ) -> SHA256Digest {
+        let prk = sharedSecret.withUnsafeBytes { authKey.code($0) }
+        return prk.withUnsafeBytes { prk in
+            HMACSHA256Key.code(key: prk) { info in
+                info.update(infoPrefix)
+                info.update(userAgentPublicKey)
+                info.update(applicationServerPublicKey)
+                info.update(firstBlock)
+            }
         }
-        var expand = HMAC<SHA256>(key: SymmetricKey(data: prk))
-        expand.update(data: infoPrefix)
-        expand.update(data: userAgentPublicKey)
-        expand.update(data: applicationServerPublicKey)
-        expand.update(data: firstBlock)
-        return SymmetricKey(data: expand.finalize())
     }
 
     /// Content-encryption key and nonce for the first (only) record (RFC 8291 §3.4, RFC 8188 §2.2–2.3).
     static func contentKeys(
-        inputKeyingMaterial ikm: SymmetricKey,
+        inputKeyingMaterial: SHA256Digest,
         salt: Data
     ) throws -> (key: SymmetricKey, nonce: AES.GCM.Nonce) {
-        let prk = ikm.withUnsafeBytes { HMAC<SHA256>.authenticationCode(for: $0, using: SymmetricKey(data: salt)) }
-        let prkKey = SymmetricKey(data: prk)
-        let key = HMAC<SHA256>.authenticationCode(for: keyInfo, using: prkKey)
-        let nonce = HMAC<SHA256>.authenticationCode(for: nonceInfo, using: prkKey)
+        let prk = HMACSHA256Key(
+            salt.withUnsafeBytes { salt in HMACSHA256Key.code(key: salt) { $0.update(inputKeyingMaterial) } })
+        let key = keyInfo.withUnsafeBytes { prk.code($0) }
+        let nonce = nonceInfo.withUnsafeBytes { prk.code($0) }
         return (
-            SymmetricKey(data: key.withUnsafeBytes { Data($0.prefix(16)) }),
-            try AES.GCM.Nonce(data: nonce.withUnsafeBytes { Data($0.prefix(12)) })
+            key.withUnsafeBytes { SymmetricKey(data: $0.prefix(16)) },
+            try nonce.withUnsafeBytes { try AES.GCM.Nonce(data: $0.prefix(12)) }
         )
     }
 

@@ -29,7 +29,7 @@ private func bytes(_ base64URL: String) throws -> Data {
     try #require(Base64URL.decode(base64URL))
 }
 
-private func bytes(of key: SymmetricKey) -> Data {
+private func bytes(of key: some ContiguousBytes) -> Data {
     key.withUnsafeBytes { Data($0) }
 }
 
@@ -58,7 +58,7 @@ private func bytes(of key: SymmetricKey) -> Data {
 
         let ikm = WebPushEncryption.inputKeyingMaterial(
             sharedSecret: sharedSecret,
-            authSecret: keys.auth,
+            authKey: HMACSHA256Key(keys.auth),
             userAgentPublicKey: keys.p256dh.x963Representation,
             applicationServerPublicKey: serverKey.publicKey.x963Representation
         )
