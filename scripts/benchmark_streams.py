@@ -5,6 +5,9 @@ opens N server-sent-event streams (`GET /v1/me/stream`), then triggers one event
 users and measures, for each stream, the time from the trigger's 202 until its
 `notification.created` arrives. Prints p50, p99 and the last arrival, and the server's
 memory per open stream (resident memory with the streams open, minus before, divided by N).
+Then the floor: N keep-alive connections that made one request each (`GET /healthz`) and stay
+open, on a new server, and their memory per connection: what any open HTTP/1.1 connection
+costs this server, under each stream.
 
 Usage: python3 scripts/benchmark_streams.py --binary .build/release/belfry --database PATH [--streams N]
 """
@@ -58,6 +61,57 @@ async def open_stream(port, token, ready, arrivals, key):
     await loop.create_connection(
         lambda: StreamClient(request, ready, arrivals, key, done), "127.0.0.1", port)
     await done
+
+
+class IdleConnection(asyncio.Protocol):
+    """One keep-alive connection that makes one request (`GET /healthz`) and then stays open:
+    what the server holds for any open HTTP/1.1 connection, the floor under a stream."""
+
+    def __init__(self, answered):
+        self.answered = answered
+        self.buffer = b""
+
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+    def data_received(self, data):
+        self.buffer += data
+        if b"\r\n\r\n" in self.buffer and not self.answered.done():
+            self.answered.set_result(None)
+
+
+async def open_idle(port, count):
+    loop = asyncio.get_running_loop()
+    connections = []
+    for start in range(0, count, 200):
+        answers = []
+        for _ in range(start, min(count, start + 200)):
+            answered = loop.create_future()
+            transport, _ = await loop.create_connection(lambda: IdleConnection(answered), "127.0.0.1", port)
+            connections.append(transport)
+            answers.append(answered)
+        await asyncio.wait_for(asyncio.gather(*answers), timeout=120)
+    return connections
+
+
+def idle_connection_floor(binary, database, count):
+    """KiB per idle keep-alive connection, on a server of its own (memory freed by closed
+    connections would otherwise be reused by the streams and hide their cost)."""
+    server, _, port = start_server(binary, database)
+    try:
+        before = memory_mib(server.pid, "VmRSS")
+        loop = asyncio.new_event_loop()
+        connections = loop.run_until_complete(open_idle(port, count))
+        time.sleep(1)
+        after = memory_mib(server.pid, "VmRSS")
+        for transport in connections:
+            transport.close()
+        loop.close()
+        return (after - before) * 1024 / count
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 async def run(base, port, tokens):
@@ -120,11 +174,16 @@ def main():
         print(f"streams:            {args.streams} open on one instance (event {accepted['event_id']})")
         print(f"time to arrive:     p50 {statistics.median(latencies) * 1000:.0f} ms, "
               f"p99 {p99 * 1000:.0f} ms, last {latencies[-1] * 1000:.0f} ms after the 202")
+        per_stream = (with_streams - before) * 1024 / args.streams
         print(f"server memory:      {before:.0f} MiB before, {with_streams:.0f} MiB with the streams open, "
-              f"{(with_streams - before) * 1024 / args.streams:.0f} KiB per stream")
+              f"{per_stream:.0f} KiB per stream")
     finally:
         server.terminate()
         server.wait(timeout=30)
+    floor = idle_connection_floor(args.binary, args.database + "-idle", args.streams)
+    print(f"floor:              {floor:.0f} KiB per idle keep-alive connection after one request "
+          f"({args.streams} on a server of their own); streams at {per_stream / floor:.2f} of it "
+          f"(target: at most 16 KiB per stream)")
 
 
 if __name__ == "__main__":
