@@ -181,4 +181,48 @@ struct InboxStreamTests {
             }
         }
     }
+
+    @Test("a client that stops reading loses its stream, not the server's memory; the others go on")
+    func slowReaderEnds() async throws {
+        try await withBelfry(.sqlite) { app in
+            try await Self.serving(app) { port, client in
+                let ada = try await app.userToken("ada")
+                let bob = try await app.userToken("bob")
+                let (_, stalled) = try await Self.open(port, token: ada, client: client)
+                let (_, reading) = try await Self.open(port, token: bob, client: client)
+                #expect(try await stalled.next()?.name == "counts")
+                #expect(try await reading.next()?.name == "counts")
+                let hub = app.belfry.inboxHub
+                let users = try await UserModel.query(on: app.db).all()
+                let adaID = try #require(users.first { $0.externalID == "ada" }?.id)
+                let bobID = try #require(users.first { $0.externalID == "bob" }?.id)
+                #expect(hub.openStreams == 2)
+
+                // Ada's client reads nothing more: 64 KiB events pile up in the sockets until
+                // the stream has more writes waiting than its bound, and ends.
+                let big = String(repeating: "x", count: 64 * 1024)
+                var published = 0
+                while hub.openStreams == 2 && published < 4 * InboxHub.bufferPerStream {
+                    hub.publish(to: adaID, [(name: "notification.created", data: "\"\(big)\"")])
+                    published += 1
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+                try await waitUntil { hub.openStreams == 1 }
+                #expect(published > InboxHub.bufferPerStream, "the socket took some before writes waited")
+                #expect(published < 4 * InboxHub.bufferPerStream)
+
+                // Bob's stream is untouched.
+                hub.publish(to: bobID, [(name: "notification.created", data: "{}")])
+                #expect(try await reading.next()?.name == "notification.created")
+            }
+        }
+    }
+
+    /// Polls `condition` every 50 ms for up to 10 s.
+    private func waitUntil(_ condition: () -> Bool) async throws {
+        for _ in 0..<200 where !condition() {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(condition())
+    }
 }

@@ -125,50 +125,27 @@ extension InboxController {
             guard parts.count == 2, parts[0] == context.instanceTag else { return nil }
             return Int(parts[1])
         }
-        let (items, close) = context.inboxHub.subscribe(
-            user: userID, lastEventID: lastEventID, expiresAt: expiresAt)
+        // Subscribed before the counts are read, so that nothing published meanwhile is missed:
+        // it waits in the stream until the response starts.
+        let stream = InboxStreamWriter(eventLoop: req.eventLoop, instanceTag: context.instanceTag)
+        context.inboxHub.subscribe(user: userID, lastEventID: lastEventID, expiresAt: expiresAt, stream: stream)
         let first: String
         do {
             let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
             first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
         } catch {
-            close()
+            stream.finish()
             throw error
         }
         var headers = HTTPHeaders()
         headers.replaceOrAdd(name: .contentType, value: "text/event-stream")
         headers.replaceOrAdd(name: .cacheControl, value: "no-cache")
         headers.replaceOrAdd(name: "X-Accel-Buffering", value: "no")
-        let tag = context.instanceTag
-        // One task per stream, waiting on the hub: events published together are written in one
-        // go; the hub's heartbeat finds a client that went away (the write fails), and a stream
-        // lives no longer than the token that opened it (it says so and ends, and the client
-        // reconnects with a new token). The hub's items end at shutdown.
-        let body = Response.Body(asyncStream: { writer in
-            defer { close() }
-            try await writer.writeBuffer(ByteBuffer(string: "retry: 3000\nevent: counts\ndata: \(first)\n\n"))
-            for await item in items {
-                var text = ""
-                switch item {
-                case .events(let events):
-                    for event in events {
-                        text += "id: \(tag)-\(event.id)\nevent: \(event.name)\ndata: \(event.data)\n\n"
-                    }
-                case .heartbeat:
-                    text = ": heartbeat\n\n"
-                case .tokenExpired(let at):
-                    let expired = String(decoding: try Response.jsonEncoder.encode(["expired_at": at]), as: UTF8.self)
-                    text = "event: token_expired\ndata: \(expired)\n\n"
-                }
-                do {
-                    try await writer.writeBuffer(ByteBuffer(string: text))
-                } catch {
-                    break
-                }
-            }
-            try? await writer.write(.end)
-        })
-        return Response(status: .ok, headers: headers, body: body)
+        // The hub's items are written as they come: events published together in one go; the
+        // hub's heartbeat finds a client that went away (the write fails), and a stream lives no
+        // longer than the token that opened it (it says so and ends, and the client reconnects
+        // with a new token). The hub ends every stream at shutdown.
+        return Response(status: .ok, headers: headers, body: stream.body(firstCounts: first))
     }
 }
 

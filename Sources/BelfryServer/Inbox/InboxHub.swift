@@ -3,8 +3,9 @@ import NIOConcurrencyHelpers
 
 /// Live inbox events for the streams open on this process, by user.
 ///
-/// Each stream has a bounded buffer (the newest events win), so a slow client never holds up
-/// publishers or other streams. Recent events of users with an open stream (or one closed in the
+/// Publishing hands each stream its items and returns: a stream writes on its own connection's
+/// event loop, and one that stops reading ends (``InboxStreamWriter``), so a slow client never
+/// holds up publishers or other streams. Recent events of users with an open stream (or one closed in the
 /// last few minutes) are kept for a short window, so a reconnecting client sends `Last-Event-ID`
 /// and gets what it missed. Event ids are per process.
 final class InboxHub: Sendable {
@@ -24,7 +25,7 @@ final class InboxHub: Sendable {
     }
 
     private struct Subscriber {
-        var continuation: AsyncStream<Item>.Continuation
+        var stream: InboxStreamWriter
         var expiresAt: Date
     }
 
@@ -40,6 +41,8 @@ final class InboxHub: Sendable {
 
     static let replayWindow: TimeInterval = 300
     static let replayLimit = 200
+    /// Writes a stream may have waiting for its socket (or items waiting for its response to
+    /// start) before it ends.
     static let bufferPerStream = 256
     /// Every open stream gets a comment this often, so that proxies keep it open and a client
     /// that went away is noticed.
@@ -72,54 +75,51 @@ final class InboxHub: Sendable {
         state.withLockedValue { state in state.subscribers.values.reduce(0) { $0 + $1.count } }
     }
 
-    /// Opens a stream of `user`'s events, with what they missed since `lastEventID` first. The
-    /// stream gets a heartbeat every 15 seconds, and `tokenExpired` once `expiresAt` has passed.
-    func subscribe(
-        user: UUID, lastEventID: Int?, expiresAt: Date = .distantFuture
-    ) -> (items: AsyncStream<Item>, close: @Sendable () -> Void) {
+    /// Adds `stream` to `user`'s streams, with what they missed since `lastEventID` first. The
+    /// stream gets a heartbeat every 15 seconds, and `tokenExpired` once `expiresAt` has passed;
+    /// when it ends, for whatever reason, it leaves the hub.
+    func subscribe(user: UUID, lastEventID: Int?, expiresAt: Date = .distantFuture, stream: InboxStreamWriter) {
         let now = self.now()
         let key = UUID()
-        let (stream, continuation) = AsyncStream<Item>.makeStream(
-            bufferingPolicy: .bufferingNewest(Self.bufferPerStream))
         let (finished, startTicker) = state.withLockedValue { state -> (Bool, Bool) in
             if let lastEventID {
                 let missed = (state.recent[user] ?? []).filter {
                     $0.event.id > lastEventID && now.timeIntervalSince($0.at) < Self.replayWindow
                 }
-                if !missed.isEmpty { continuation.yield(.events(missed.map(\.event))) }
+                // Under the lock, so that no event published meanwhile is written before these.
+                // (The stream cannot call back into the hub yet: `onEnd` comes below.)
+                if !missed.isEmpty { stream.send(.events(missed.map(\.event))) }
             }
             guard !state.finished else { return (true, false) }
-            state.subscribers[user, default: [:]][key] = Subscriber(continuation: continuation, expiresAt: expiresAt)
+            state.subscribers[user, default: [:]][key] = Subscriber(stream: stream, expiresAt: expiresAt)
             defer { state.tickerStarted = true }
             return (false, !state.tickerStarted)
         }
-        if finished { continuation.finish() }
+        stream.onEnd { [weak self] in self?.remove(key, of: user) }
+        if finished { stream.finish() }
         if startTicker { startTicking() }
-        let close: @Sendable () -> Void = { [weak self] in
-            guard let self else { return }
-            let now = self.now()
-            self.state.withLockedValue { state in
-                state.subscribers[user]?[key] = nil
-                if state.subscribers[user]?.isEmpty ?? false { state.subscribers[user] = nil }
-                state.lastClosed[user] = now
-                // Forget users whose replay window has passed and who have no stream open.
-                for (other, closed) in state.lastClosed
-                where now.timeIntervalSince(closed) >= Self.replayWindow && state.subscribers[other] == nil {
-                    state.lastClosed[other] = nil
-                    state.recent[other] = nil
-                }
+    }
+
+    private func remove(_ key: UUID, of user: UUID) {
+        let now = self.now()
+        state.withLockedValue { state in
+            state.subscribers[user]?[key] = nil
+            if state.subscribers[user]?.isEmpty ?? false { state.subscribers[user] = nil }
+            state.lastClosed[user] = now
+            // Forget users whose replay window has passed and who have no stream open.
+            for (other, closed) in state.lastClosed
+            where now.timeIntervalSince(closed) >= Self.replayWindow && state.subscribers[other] == nil {
+                state.lastClosed[other] = nil
+                state.recent[other] = nil
             }
-            continuation.finish()
         }
-        continuation.onTermination = { _ in close() }
-        return (stream, close)
     }
 
     /// Sends events to `user`'s streams together: each stream writes them in one go.
     func publish(to user: UUID, _ events: [(name: String, data: String)]) {
         guard !events.isEmpty else { return }
         let now = self.now()
-        let (batch, targets) = state.withLockedValue { state -> ([Event], [AsyncStream<Item>.Continuation]) in
+        let (batch, targets) = state.withLockedValue { state -> ([Event], [InboxStreamWriter]) in
             let batch = events.map { name, data in
                 defer { state.nextID += 1 }
                 return Event(id: state.nextID, name: name, data: data)
@@ -127,9 +127,9 @@ final class InboxHub: Sendable {
             var recent = (state.recent[user] ?? []).filter { now.timeIntervalSince($0.at) < Self.replayWindow }
             recent.append(contentsOf: batch.map { ($0, now) })
             state.recent[user] = Array(recent.suffix(Self.replayLimit))
-            return (batch, (state.subscribers[user] ?? [:]).values.map(\.continuation))
+            return (batch, (state.subscribers[user] ?? [:]).values.map(\.stream))
         }
-        for continuation in targets { continuation.yield(.events(batch)) }
+        for stream in targets { stream.send(.events(batch)) }
     }
 
     /// One task for every stream's timers: a second's tick ends the streams whose token expired,
@@ -152,34 +152,31 @@ final class InboxHub: Sendable {
     private func tick(heartbeat: Bool) -> Bool {
         let now = self.now()
         let (running, expired, beating) = state.withLockedValue {
-            state -> (Bool, [(AsyncStream<Item>.Continuation, Date)], [AsyncStream<Item>.Continuation]) in
+            state -> (Bool, [(InboxStreamWriter, Date)], [InboxStreamWriter]) in
             guard !state.finished else { return (false, [], []) }
-            var expired: [(AsyncStream<Item>.Continuation, Date)] = []
-            var beating: [AsyncStream<Item>.Continuation] = []
+            var expired: [(InboxStreamWriter, Date)] = []
+            var beating: [InboxStreamWriter] = []
             for streams in state.subscribers.values {
                 for subscriber in streams.values {
                     if subscriber.expiresAt <= now {
-                        expired.append((subscriber.continuation, subscriber.expiresAt))
+                        expired.append((subscriber.stream, subscriber.expiresAt))
                     } else if heartbeat {
-                        beating.append(subscriber.continuation)
+                        beating.append(subscriber.stream)
                     }
                 }
             }
             return (true, expired, beating)
         }
-        for (continuation, at) in expired {
-            continuation.yield(.tokenExpired(at))
-            continuation.finish()
-        }
-        for continuation in beating { continuation.yield(.heartbeat) }
+        for (stream, at) in expired { stream.send(.tokenExpired(at)) }
+        for stream in beating { stream.send(.heartbeat) }
         return running
     }
 
     /// Ends every stream, at shutdown.
     func finishAll() {
-        let all = state.withLockedValue { state -> [AsyncStream<Item>.Continuation] in
+        let all = state.withLockedValue { state -> [InboxStreamWriter] in
             state.finished = true
-            return state.subscribers.values.flatMap { $0.values.map(\.continuation) }
+            return state.subscribers.values.flatMap { $0.values.map(\.stream) }
         }
         all.forEach { $0.finish() }
     }
