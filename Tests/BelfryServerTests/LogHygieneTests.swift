@@ -209,7 +209,7 @@ struct LogHygieneTests {
             ("GET /v1/events/01A2 answered 200", "GET /v1/events/01A2 answered 200"),
         ]
         for (line, redacted) in cases {
-            #expect(RedactingLogHandler.redact(line) == redacted)
+            #expect(LogRedaction.redact(line) == redacted)
         }
     }
 }

@@ -43,15 +43,19 @@ extension ServerConfiguration {
 /// Logging to standard error at the configured level and format, with credentials redacted.
 /// Each process runs one command, so this runs once.
 private func bootstrapLogging(_ level: Logger.Level, format: LogFormat) {
-    LoggingSystem.bootstrap { label in
-        let base: any LogHandler =
-            switch format {
-            case .text: StreamLogHandler.standardError(label: label)
-            case .json: JSONLogHandler(label: label)
-            }
-        var handler = RedactingLogHandler(base: base)
-        handler.logLevel = level
-        return handler
+    LoggingSystem.bootstrap { label -> any LogHandler in
+        // The level is set before the handler is wrapped: setting it through the wrapper would
+        // copy the handler.
+        switch format {
+        case .text:
+            var base = StreamLogHandler.standardError(label: label)
+            base.logLevel = level
+            return RedactingLogHandler(base: base)
+        case .json:
+            var base = JSONLogHandler(label: label)
+            base.logLevel = level
+            return RedactingLogHandler(base: base)
+        }
     }
 }
 

@@ -3,8 +3,11 @@ import Logging
 /// Writes log lines through `base` with credentials blanked out, whoever logged them. Belfry's
 /// own messages never carry one, but a framework logging at trace level may: Vapor writes each
 /// request head, `Authorization` header and query string included.
-struct RedactingLogHandler: LogHandler {
-    var base: any LogHandler
+///
+/// Generic over the handler it wraps, so that a logger holds one box, not a box in a box: Vapor
+/// makes a logger for every request, and an open stream keeps its request's.
+struct RedactingLogHandler<Base: LogHandler>: LogHandler {
+    var base: Base
 
     var logLevel: Logger.Level {
         get { base.logLevel }
@@ -23,12 +26,15 @@ struct RedactingLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         var event = event
-        event.message = Logger.Message(stringLiteral: Self.redact(event.message.description))
-        event.metadata = event.metadata?.mapValues { Self.redact($0) }
+        event.message = Logger.Message(stringLiteral: LogRedaction.redact(event.message.description))
+        event.metadata = event.metadata?.mapValues { LogRedaction.redact($0) }
         base.log(event: event)
     }
+}
 
-    private static func redact(_ value: Logger.Metadata.Value) -> Logger.Metadata.Value {
+/// What ``RedactingLogHandler`` blanks out.
+enum LogRedaction {
+    static func redact(_ value: Logger.Metadata.Value) -> Logger.Metadata.Value {
         switch value {
         case .string(let text): .string(redact(text))
         case .stringConvertible(let convertible): .string(redact(convertible.description))
