@@ -224,8 +224,10 @@ private func deliveryProviders(
         providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
     }
     if let apns = settings.apns {
+        let http2 = try HTTP2Client(group: app.eventLoopGroup, extraCertificatesPEM: settings.extraCertificatesPEM)
+        app.lifecycle.use(HTTP2ClientShutdown(client: http2))
         providers[.apns] = APNsChannel(
-            provider: try APNsProvider(configuration: apns, client: client, now: context.now))
+            provider: try APNsProvider(configuration: apns, client: http2, now: context.now))
     }
     if let subject = settings.vapidSubject {
         providers[.webPush] = WebPushChannel(client: client, key: context.vapidKey, subject: subject, now: context.now)
@@ -298,6 +300,15 @@ private struct HTTPClientShutdown: LifecycleHandler {
 
     func shutdownAsync(_ application: Application) async {
         try? await client.shutdown()
+    }
+}
+
+/// Closes the APNs connections with the application.
+private struct HTTP2ClientShutdown: LifecycleHandler {
+    let client: HTTP2Client
+
+    func shutdownAsync(_ application: Application) async {
+        await client.shutdown()
     }
 }
 

@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
 
 /// A local stand-in for Apple's provider API: HTTP/2 only, over TLS with a certificate from a
 /// test authority. It checks each request as APNs does (method, path, topic and push type
@@ -54,12 +56,16 @@ public final class APNsTestServer: Sendable {
     /// Starts a server on a free loopback port.
     /// - Parameters:
     ///   - now: the clock against which provider tokens' `iat` is checked (older than an hour: `ExpiredProviderToken`).
-    public init(records: Bool = true, now: @escaping @Sendable () -> Date = { Date() }) async throws {
+    ///   - group: where its connections run.
+    public init(
+        records: Bool = true, now: @escaping @Sendable () -> Date = { Date() },
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws {
         let key = P256.Signing.PrivateKey()
         let state = NIOLockedValueBox(State())
         let checker = RequestChecker(
             publicKey: key.publicKey, keyID: keyID, teamID: teamID, now: now, state: state, records: records)
-        server = try await HTTP2TestServer { request in
+        server = try await HTTP2TestServer(group: group) { request in
             let (status, reason) = checker.answer(request)
             var headers = [("apns-id", request.headers["apns-id"] ?? UUID().uuidString)]
             guard let reason else { return .init(status: status, headers: headers) }

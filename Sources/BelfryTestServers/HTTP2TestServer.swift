@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOHTTP2
@@ -20,17 +21,21 @@ public final class HTTP2TestServer: Sendable {
         public var status: Int
         public var headers: [(String, String)]
         public var body: Data
+        /// How long the server waits before it answers.
+        public var delay: TimeAmount?
 
-        public init(status: Int, headers: [(String, String)] = [], body: Data = Data()) {
+        public init(status: Int, headers: [(String, String)] = [], body: Data = Data(), delay: TimeAmount? = nil) {
             self.status = status
             self.headers = headers
             self.body = body
+            self.delay = delay
         }
     }
 
     public let port: Int
     public let authority: TestCertificateAuthority
     private let channel: any Channel
+    private let connections: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
 
     public init(
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -38,11 +43,15 @@ public final class HTTP2TestServer: Sendable {
     ) async throws {
         let authority = try TestCertificateAuthority()
         let sslContext = try NIOSSLContext(configuration: authority.serverConfiguration(protocols: ["h2"]))
+        let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
         channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                let id = ObjectIdentifier(channel)
+                connections.withLockedValue { $0[id] = channel }
+                channel.closeFuture.whenComplete { _ in connections.withLockedValue { $0[id] = nil } }
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                 }.flatMap {
                     channel.configureHTTP2Pipeline(
@@ -60,6 +69,19 @@ public final class HTTP2TestServer: Sendable {
             .bind(host: "127.0.0.1", port: 0).get()
         port = channel.localAddress?.port ?? 0
         self.authority = authority
+        self.connections = connections
+    }
+
+    /// Connections open now.
+    public var connectionCount: Int {
+        connections.withLockedValue { $0.count }
+    }
+
+    /// Closes every open connection, as a server going away does.
+    public func dropConnections() async {
+        for connection in connections.withLockedValue({ Array($0.values) }) {
+            try? await connection.close()
+        }
     }
 
     /// `https://127.0.0.1:<port>`.
@@ -98,18 +120,30 @@ private final class StreamHandler: ChannelInboundHandler {
                     head.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first }),
                 body: Data(body.readableBytesView))
             let response = respond(request)
-            var headers = HTTPHeaders(response.headers)
-            headers.replaceOrAdd(name: "content-length", value: "\(response.body.count)")
-            context.write(
-                wrapOutboundOut(
-                    .head(
-                        HTTPResponseHead(
-                            version: head.version, status: .init(statusCode: response.status), headers: headers))
-                ), promise: nil)
-            if !response.body.isEmpty {
-                context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
+            if let delay = response.delay {
+                let context = NIOLoopBound(context, eventLoop: context.eventLoop)
+                context.value.eventLoop.scheduleTask(in: delay) { [self] in
+                    answer(response, to: head, context: context.value)
+                }
+            } else {
+                answer(response, to: head, context: context)
             }
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         }
+    }
+
+    private func answer(_ response: HTTP2TestServer.Response, to head: HTTPRequestHead, context: ChannelHandlerContext)
+    {
+        var headers = HTTPHeaders(response.headers)
+        headers.replaceOrAdd(name: "content-length", value: "\(response.body.count)")
+        context.write(
+            wrapOutboundOut(
+                .head(
+                    HTTPResponseHead(
+                        version: head.version, status: .init(statusCode: response.status), headers: headers))
+            ), promise: nil)
+        if !response.body.isEmpty {
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
+        }
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
     }
 }

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import BelfryAPNs
 import BelfryCore
 import Foundation
@@ -22,8 +21,8 @@ package enum APNsBenchmark {
         count: Int, concurrency: Int, apns: ServerConfiguration.APNs, extraCertificatesPEM: String,
         eventLoopGroup: any EventLoopGroup
     ) async throws -> Result {
-        let client = try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: extraCertificatesPEM)
-        defer { _ = client.shutdown() }
+        let client = try HTTP2Client(group: eventLoopGroup, extraCertificatesPEM: extraCertificatesPEM)
+        defer { Task { await client.shutdown() } }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
         let device = APNsDevice(
             token: String(repeating: "ab12", count: 16), environment: .production, authorization: .authorized)

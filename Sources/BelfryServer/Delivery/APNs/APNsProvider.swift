@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import BelfryAPNs
 import BelfryCore
 import Crypto
@@ -6,8 +5,8 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 
-/// Sends to Apple's provider API: HTTP/2 over TLS on one long-lived client (its connections
-/// are kept and carry many concurrent streams), with token authentication.
+/// Sends to Apple's provider API: HTTP/2 over TLS on one long-lived connection per origin
+/// (``HTTP2Client``: every request a stream on it), with token authentication.
 final class APNsProvider: Sendable {
     struct Answer: Sendable, Equatable {
         var status: Int
@@ -17,11 +16,11 @@ final class APNsProvider: Sendable {
     }
 
     let configuration: ServerConfiguration.APNs
-    private let client: HTTPClient
+    private let client: HTTP2Client
     private let tokens: APNsProviderTokens
     private let now: @Sendable () -> Date
 
-    init(configuration: ServerConfiguration.APNs, client: HTTPClient, now: @escaping @Sendable () -> Date) throws {
+    init(configuration: ServerConfiguration.APNs, client: HTTP2Client, now: @escaping @Sendable () -> Date) throws {
         self.configuration = configuration
         self.client = client
         self.now = now
@@ -49,19 +48,17 @@ final class APNsProvider: Sendable {
     }
 
     private func post(_ request: APNsRequest, token: String) async throws -> Answer {
-        var http = HTTPClientRequest(url: baseURL(for: request.environment) + request.path)
-        http.method = .POST
-        http.headers.add(name: "authorization", value: "bearer \(token)")
-        http.headers.add(name: "content-type", value: "application/json")
-        for (name, value) in request.headers { http.headers.add(name: name, value: value) }
-        http.body = .bytes(ByteBuffer(bytes: request.payload))
-        let response = try await client.execute(http, timeout: .seconds(30))
-        let body = try await response.body.collect(upTo: 64 * 1024)
+        var headers = [("authorization", "bearer \(token)"), ("content-type", "application/json")]
+        headers += request.headers
+        let response = try await client.post(
+            baseURL(for: request.environment) + request.path, headers: headers,
+            body: ByteBuffer(bytes: request.payload), timeout: .seconds(30))
+        let body = Data(buffer: response.body)
         struct Failure: Decodable { var reason: String? }
         let reason =
-            response.status == .ok ? nil : (try? JSONDecoder().decode(Failure.self, from: body))?.reason
+            response.status == 200 ? nil : (try? JSONDecoder().decode(Failure.self, from: body))?.reason
         return Answer(
-            status: Int(response.status.code), reason: reason.map(APNsReason.init),
+            status: response.status, reason: reason.map(APNsReason.init),
             retryAfter: RetryAfter.seconds(response.headers.first(name: "retry-after"), now: now()))
     }
 }

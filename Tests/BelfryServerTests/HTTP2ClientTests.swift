@@ -1,0 +1,141 @@
+import BelfryTestServers
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import BelfryServer
+
+@Suite("HTTP/2 client (APNs)", .serialized)
+struct HTTP2ClientTests {
+    /// A server that answers each request with its path and body echoed, and the client for it.
+    private static func withServer(
+        respond: (@Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response)? = nil,
+        _ body: (HTTP2TestServer, HTTP2Client) async throws -> Void
+    ) async throws {
+        let server = try await HTTP2TestServer(
+            respond: respond ?? { request in
+                HTTP2TestServer.Response(
+                    status: 200, headers: [("x-path", request.path), ("x-method", request.method)], body: request.body)
+            })
+        let client = try HTTP2Client(
+            group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: server.authority.certificatePEM)
+        do {
+            try await body(server, client)
+        } catch {
+            await client.shutdown()
+            await server.shutdown()
+            throw error
+        }
+        await client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("200 concurrent requests are streams on one connection; each gets its own answer")
+    func multiplexes() async throws {
+        try await Self.withServer { server, client in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<200 {
+                    group.addTask {
+                        let response = try await client.post(
+                            "\(server.url)/3/device/\(index)?q=1", headers: [("apns-topic", "org.example")],
+                            body: ByteBuffer(string: "push \(index)"), timeout: .seconds(10))
+                        #expect(response.status == 200)
+                        #expect(response.headers.first(name: "x-path") == "/3/device/\(index)?q=1")
+                        #expect(response.headers.first(name: "x-method") == "POST")
+                        #expect(String(buffer: response.body) == "push \(index)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(server.connectionCount == 1)
+        }
+    }
+
+    @Test("headers reach the server as sent, and an error status comes back with its body")
+    func headersAndErrors() async throws {
+        let seen = NIOLockedValueBox<[String: String]>([:])
+        try await Self.withServer(respond: { request in
+            seen.withLockedValue { $0 = request.headers }
+            return HTTP2TestServer.Response(
+                status: 400, headers: [("apns-id", "abc")], body: Data(#"{"reason":"BadDeviceToken"}"#.utf8))
+        }) { server, client in
+            let response = try await client.post(
+                "\(server.url)/3/device/x",
+                headers: [("authorization", "bearer t0k3n"), ("apns-push-type", "alert")],
+                body: ByteBuffer(string: "{}"), timeout: .seconds(10))
+            #expect(response.status == 400)
+            #expect(response.headers.first(name: "apns-id") == "abc")
+            #expect(String(buffer: response.body) == #"{"reason":"BadDeviceToken"}"#)
+            let headers = seen.withLockedValue { $0 }
+            #expect(headers["authorization"] == "bearer t0k3n")
+            #expect(headers["apns-push-type"] == "alert")
+            #expect(headers["content-length"] == "2")
+        }
+    }
+
+    @Test("a connection the server closed is replaced by a new one")
+    func reconnects() async throws {
+        try await Self.withServer { server, client in
+            _ = try await client.post("\(server.url)/a", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            #expect(server.connectionCount == 1)
+            await server.dropConnections()
+            // The client learns of the close when it arrives; a request in that moment fails,
+            // and the delivery queue tries it again, as this loop does.
+            var answered = false
+            for _ in 0..<50 where !answered {
+                answered =
+                    (try? await client.post("\(server.url)/b", headers: [], body: ByteBuffer(), timeout: .seconds(10)))?
+                    .status == 200
+                if !answered { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(answered)
+            #expect(server.connectionCount == 1)
+        }
+    }
+
+    @Test("a request with no answer in time fails; the connection goes on serving others")
+    func timesOut() async throws {
+        try await Self.withServer(respond: { request in
+            HTTP2TestServer.Response(status: 200, delay: request.path == "/slow" ? .seconds(5) : nil)
+        }) { server, client in
+            let started = ContinuousClock.now
+            await #expect(throws: HTTP2Client.Failure.self) {
+                _ = try await client.post(
+                    "\(server.url)/slow", headers: [], body: ByteBuffer(), timeout: .milliseconds(300))
+            }
+            #expect(ContinuousClock.now - started < .seconds(3))
+            let quick = try await client.post(
+                "\(server.url)/quick", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            #expect(quick.status == 200)
+            #expect(server.connectionCount == 1)
+        }
+    }
+
+    @Test("a server whose certificate is not trusted is refused")
+    func verifiesCertificates() async throws {
+        let server = try await HTTP2TestServer { _ in HTTP2TestServer.Response(status: 200) }
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        await #expect(throws: (any Error).self) {
+            _ = try await client.post("\(server.url)/a", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+        }
+        await client.shutdown()
+        await server.shutdown()
+    }
+
+    @Test("only https URLs are taken; nothing answers a port with no server")
+    func refusesBadTargets() async throws {
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        await #expect(throws: HTTP2Client.Failure.self) {
+            _ = try await client.post("http://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
+        }
+        await #expect(throws: (any Error).self) {
+            _ = try await client.post("https://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
+        }
+        await client.shutdown()
+        await #expect(throws: HTTP2Client.Failure.self) {
+            _ = try await client.post("https://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
+        }
+    }
+}
