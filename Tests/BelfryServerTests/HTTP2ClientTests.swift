@@ -39,7 +39,8 @@ struct HTTP2ClientTests {
                 for index in 0..<200 {
                     group.addTask {
                         let response = try await client.post(
-                            "\(server.url)/3/device/\(index)?q=1", headers: [("apns-topic", "org.example")],
+                            "/3/device/\(index)?q=1", at: try .init(server.url),
+                            headers: [("apns-topic", "org.example")],
                             body: ByteBuffer(string: "push \(index)"), timeout: .seconds(10))
                         #expect(response.status == 200)
                         #expect(response.headers.first(name: "x-path") == "/3/device/\(index)?q=1")
@@ -62,7 +63,7 @@ struct HTTP2ClientTests {
                 status: 400, headers: [("apns-id", "abc")], body: Data(#"{"reason":"BadDeviceToken"}"#.utf8))
         }) { server, client in
             let response = try await client.post(
-                "\(server.url)/3/device/x",
+                "/3/device/x", at: try .init(server.url),
                 headers: [("authorization", "bearer t0k3n"), ("apns-push-type", "alert")],
                 body: ByteBuffer(string: "{}"), timeout: .seconds(10))
             #expect(response.status == 400)
@@ -78,7 +79,8 @@ struct HTTP2ClientTests {
     @Test("a connection the server closed is replaced by a new one")
     func reconnects() async throws {
         try await Self.withServer { server, client in
-            _ = try await client.post("\(server.url)/a", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            _ = try await client.post(
+                "/a", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10))
             #expect(server.connectionCount == 1)
             await server.dropConnections()
             // The client learns of the close when it arrives; a request in that moment fails,
@@ -86,7 +88,8 @@ struct HTTP2ClientTests {
             var answered = false
             for _ in 0..<50 where !answered {
                 answered =
-                    (try? await client.post("\(server.url)/b", headers: [], body: ByteBuffer(), timeout: .seconds(10)))?
+                    (try? await client.post(
+                        "/b", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10)))?
                     .status == 200
                 if !answered { try await Task.sleep(for: .milliseconds(20)) }
             }
@@ -103,11 +106,11 @@ struct HTTP2ClientTests {
             let started = ContinuousClock.now
             await #expect(throws: HTTP2Client.Failure.self) {
                 _ = try await client.post(
-                    "\(server.url)/slow", headers: [], body: ByteBuffer(), timeout: .milliseconds(300))
+                    "/slow", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .milliseconds(300))
             }
             #expect(ContinuousClock.now - started < .seconds(3))
             let quick = try await client.post(
-                "\(server.url)/quick", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+                "/quick", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10))
             #expect(quick.status == 200)
             #expect(server.connectionCount == 1)
         }
@@ -118,24 +121,27 @@ struct HTTP2ClientTests {
         let server = try await HTTP2TestServer { _ in HTTP2TestServer.Response(status: 200) }
         let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
         await #expect(throws: (any Error).self) {
-            _ = try await client.post("\(server.url)/a", headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            _ = try await client.post(
+                "/a", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10))
         }
         await client.shutdown()
         await server.shutdown()
     }
 
-    @Test("only https URLs are taken; nothing answers a port with no server")
+    @Test("only https origins are taken; nothing answers a port with no server")
     func refusesBadTargets() async throws {
+        #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("http://127.0.0.1:1") }
+        #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("https://127.0.0.1/a/path") }
+        #expect(try HTTP2Client.Origin("https://api.push.apple.com").authority == "api.push.apple.com")
+        #expect(try HTTP2Client.Origin("https://127.0.0.1:8443").port == 8443)
         let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
-        await #expect(throws: HTTP2Client.Failure.self) {
-            _ = try await client.post("http://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
-        }
+        let nowhere = try HTTP2Client.Origin("https://127.0.0.1:1")
         await #expect(throws: (any Error).self) {
-            _ = try await client.post("https://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
+            _ = try await client.post("/a", at: nowhere, headers: [], body: ByteBuffer(), timeout: .seconds(1))
         }
         await client.shutdown()
         await #expect(throws: HTTP2Client.Failure.self) {
-            _ = try await client.post("https://127.0.0.1:1/a", headers: [], body: ByteBuffer(), timeout: .seconds(1))
+            _ = try await client.post("/a", at: nowhere, headers: [], body: ByteBuffer(), timeout: .seconds(1))
         }
     }
 }

@@ -309,8 +309,8 @@ public struct ServerConfiguration: Sendable {
                 ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
         }
         let apnsURL = pick(.apnsURL) { text -> Result<String, ConfigurationProblem> in
-            guard let url = URL(string: text), url.scheme == "https", url.host != nil else {
-                return .failure(.init("expected an https URL, got \"\(text)\""))
+            guard (try? HTTP2Client.Origin(text)) != nil else {
+                return .failure(.init("expected https://host or https://host:port, got \"\(text)\""))
             }
             return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
         }

@@ -19,19 +19,19 @@ final class APNsProvider: Sendable {
     private let client: HTTP2Client
     private let tokens: APNsProviderTokens
     private let now: @Sendable () -> Date
+    private let production: HTTP2Client.Origin
+    private let sandbox: HTTP2Client.Origin
 
     init(configuration: ServerConfiguration.APNs, client: HTTP2Client, now: @escaping @Sendable () -> Date) throws {
         self.configuration = configuration
         self.client = client
         self.now = now
+        // A configured URL (a test server) takes both environments' requests.
+        production = try HTTP2Client.Origin(configuration.url ?? "https://api.push.apple.com")
+        sandbox = try HTTP2Client.Origin(configuration.url ?? "https://api.sandbox.push.apple.com")
         tokens = APNsProviderTokens(
             key: try P256.Signing.PrivateKey(pemRepresentation: configuration.keyPEM), keyID: configuration.keyID,
             teamID: configuration.teamID, now: now)
-    }
-
-    func baseURL(for environment: APNsDevice.Environment) -> String {
-        configuration.url
-            ?? (environment == .sandbox ? "https://api.sandbox.push.apple.com" : "https://api.push.apple.com")
     }
 
     /// The provider token requests carry now.
@@ -51,7 +51,7 @@ final class APNsProvider: Sendable {
         var headers = [("authorization", "bearer \(token)"), ("content-type", "application/json")]
         headers += request.headers
         let response = try await client.post(
-            baseURL(for: request.environment) + request.path, headers: headers,
+            request.path, at: request.environment == .sandbox ? sandbox : production, headers: headers,
             body: ByteBuffer(bytes: request.payload), timeout: .seconds(30))
         let body = Data(buffer: response.body)
         struct Failure: Decodable { var reason: String? }

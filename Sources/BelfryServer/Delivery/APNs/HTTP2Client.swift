@@ -29,7 +29,7 @@ final class HTTP2Client: Sendable {
 
         var description: String {
             switch self {
-            case .invalidURL(let url): "not an https URL: \(url)"
+            case .invalidURL(let url): "not an https origin (https://host[:port]): \(url)"
             case .timedOut: "no answer in time"
             case .streamClosed: "the connection closed before the answer came"
             case .malformedResponse: "the answer has no valid :status"
@@ -38,9 +38,22 @@ final class HTTP2Client: Sendable {
         }
     }
 
-    private struct Origin: Hashable {
+    /// Where requests go: `https://host[:port]`, parsed once, not per request.
+    struct Origin: Hashable, Sendable {
         var host: String
         var port: Int
+        /// The `:authority` pseudo-header.
+        var authority: String
+
+        init(_ url: String) throws(Failure) {
+            guard let components = URLComponents(string: url), components.scheme == "https",
+                let host = components.host, !host.isEmpty,
+                components.percentEncodedPath.isEmpty || components.path == "/"
+            else { throw Failure.invalidURL(url) }
+            self.host = host
+            port = components.port ?? 443
+            authority = components.port.map { "\(host):\($0)" } ?? host
+        }
     }
 
     private let group: any EventLoopGroup
@@ -64,21 +77,16 @@ final class HTTP2Client: Sendable {
         self.connectTimeout = connectTimeout
     }
 
-    /// POSTs `body` to `url` (`https://host[:port]/path`) with `headers` (lower-case names).
+    /// POSTs `body` to `path` (with its query, if any) at `origin`, with `headers` (lower-case
+    /// names).
     func post(
-        _ url: String, headers: [(String, String)], body: ByteBuffer, timeout: TimeAmount
+        _ path: String, at origin: Origin, headers: [(String, String)], body: ByteBuffer, timeout: TimeAmount
     ) async throws -> Response {
-        guard let components = URLComponents(string: url), components.scheme == "https",
-            let host = components.host, !host.isEmpty
-        else { throw Failure.invalidURL(url) }
-        let origin = Origin(host: host, port: components.port ?? 443)
-        var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
-        if let query = components.percentEncodedQuery { path += "?\(query)" }
         var fields = HPACKHeaders()
         fields.reserveCapacity(5 + headers.count)
         fields.add(name: ":method", value: "POST")
         fields.add(name: ":scheme", value: "https")
-        fields.add(name: ":authority", value: components.port.map { "\(host):\($0)" } ?? host)
+        fields.add(name: ":authority", value: origin.authority)
         fields.add(name: ":path", value: path)
         for (name, value) in headers { fields.add(name: name, value: value) }
         fields.add(name: "content-length", value: String(body.readableBytes))
