@@ -167,7 +167,9 @@ final class HTTP2Client: Sendable {
 
         func send(_ headers: HPACKHeaders, body: ByteBuffer, timeout: TimeAmount) async throws -> Response {
             let answer = channel.eventLoop.makePromise(of: Response.self)
-            multiplexer.createStreamChannel(promise: nil) { stream in
+            let created = channel.eventLoop.makePromise(of: (any Channel).self)
+            created.futureResult.whenFailure { answer.fail($0) }
+            multiplexer.createStreamChannel(promise: created) { stream in
                 stream.eventLoop.makeCompletedFuture {
                     try stream.pipeline.syncOperations.addHandler(
                         ExchangeHandler(headers: headers, body: body, answer: answer, timeout: timeout))
@@ -191,6 +193,7 @@ private final class ExchangeHandler: ChannelInboundHandler {
     private var responseHeaders = HPACKHeaders()
     private var responseBody: ByteBuffer?
     private var deadline: Scheduled<Void>?
+    private var started = false
     private var done = false
 
     init(
@@ -203,7 +206,19 @@ private final class ExchangeHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        // The deadline runs from now, whether or not the stream ever opens (a connection whose
+        // TLS handshake fails never opens it).
+        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) { [self] in
+            finish(.failure(HTTP2Client.Failure.timedOut))
+            loopBound.value.close(promise: nil)
+        }
         if context.channel.isActive { start(context) }
+    }
+
+    /// A stream torn down before its answer came: its connection closed, or it never opened.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        finish(.failure(HTTP2Client.Failure.streamClosed))
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -212,12 +227,8 @@ private final class ExchangeHandler: ChannelInboundHandler {
     }
 
     private func start(_ context: ChannelHandlerContext) {
-        guard deadline == nil, !done else { return }
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        deadline = context.eventLoop.scheduleTask(in: timeout) { [self] in
-            finish(.failure(HTTP2Client.Failure.timedOut))
-            loopBound.value.close(promise: nil)
-        }
+        guard !started, !done else { return }
+        started = true
         let hasBody = body.readableBytes > 0
         context.write(
             wrapOutboundOut(.headers(.init(headers: headers, endStream: !hasBody))), promise: nil)
