@@ -62,8 +62,21 @@ final class HTTP2Client: Sendable {
     private let state = NIOLockedValueBox(State())
 
     private struct State {
-        var connections: [Origin: EventLoopFuture<Connection>] = [:]
+        var connections: [Origin: Slot] = [:]
         var shutDown = false
+    }
+
+    /// A connection being opened, or open: an open one is taken without waiting on a future,
+    /// which would hop to its event loop and back for every request.
+    private enum Slot {
+        case opening(EventLoopFuture<Connection>)
+        case open(Connection, opened: EventLoopFuture<Connection>)
+
+        var future: EventLoopFuture<Connection> {
+            switch self {
+            case .opening(let future), .open(_, let future): future
+            }
+        }
     }
 
     init(group: any EventLoopGroup, extraCertificatesPEM: String?, connectTimeout: TimeAmount = .seconds(5)) throws {
@@ -99,7 +112,7 @@ final class HTTP2Client: Sendable {
         let connections = state.withLockedValue { state in
             state.shutDown = true
             defer { state.connections = [:] }
-            return Array(state.connections.values)
+            return state.connections.values.map(\.future)
         }
         for connection in connections {
             try? await connection.get().channel.close()
@@ -108,12 +121,17 @@ final class HTTP2Client: Sendable {
 
     /// The open connection to `origin`, or a new one (one attempt at a time per origin).
     private func connection(to origin: Origin) async throws -> Connection {
-        let future = try state.withLockedValue { state -> EventLoopFuture<Connection> in
+        let slot = try state.withLockedValue { state -> Slot in
             guard !state.shutDown else { throw Failure.shutDown }
             if let existing = state.connections[origin] { return existing }
-            let opening = connect(to: origin)
+            let opening = Slot.opening(connect(to: origin))
             state.connections[origin] = opening
             return opening
+        }
+        let future: EventLoopFuture<Connection>
+        switch slot {
+        case .open(let connection, _): return connection
+        case .opening(let opening): future = opening
         }
         do {
             return try await future.get()
@@ -125,7 +143,7 @@ final class HTTP2Client: Sendable {
 
     private func forget(_ origin: Origin, _ future: EventLoopFuture<Connection>) {
         state.withLockedValue { state in
-            if state.connections[origin] === future { state.connections[origin] = nil }
+            if state.connections[origin]?.future === future { state.connections[origin] = nil }
         }
     }
 
@@ -156,6 +174,11 @@ final class HTTP2Client: Sendable {
                 ).map { Connection(channel: channel, multiplexer: $0) }
             }
         future.whenSuccess { [weak self] connection in
+            self?.state.withLockedValue { state in
+                if state.connections[origin]?.future === future {
+                    state.connections[origin] = .open(connection, opened: future)
+                }
+            }
             connection.channel.closeFuture.whenComplete { _ in self?.forget(origin, future) }
         }
         return future
