@@ -255,9 +255,38 @@ public struct BatchRule: Codable, Hashable, Sendable {
         case maxItems = "max_items"
     }
 
-    /// The schedule as the config file writes it: `{"calendar": {...}}`.
+    /// The schedule as the config file writes it: `{"calendar": {...}}`. A batch's schedule
+    /// always recurs, so `repeats`, which the file does not take, is neither written nor read.
     struct Schedule: Codable {
         var calendar: CalendarRule
+
+        init(calendar: CalendarRule) {
+            self.calendar = calendar
+        }
+
+        private enum CodingKeys: String, CodingKey { case calendar }
+        private enum Field: String, CodingKey { case month, day, weekday, hour, minute }
+
+        init(from decoder: any Decoder) throws {
+            let fields = try decoder.container(keyedBy: CodingKeys.self).nestedContainer(
+                keyedBy: Field.self, forKey: .calendar)
+            calendar = CalendarRule(
+                month: try fields.decodeIfPresent(Int.self, forKey: .month),
+                day: try fields.decodeIfPresent(Int.self, forKey: .day),
+                weekday: try fields.decodeIfPresent(Int.self, forKey: .weekday),
+                hour: try fields.decodeIfPresent(Int.self, forKey: .hour),
+                minute: try fields.decodeIfPresent(Int.self, forKey: .minute), repeats: true)
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            var fields = container.nestedContainer(keyedBy: Field.self, forKey: .calendar)
+            try fields.encodeIfPresent(calendar.month, forKey: .month)
+            try fields.encodeIfPresent(calendar.day, forKey: .day)
+            try fields.encodeIfPresent(calendar.weekday, forKey: .weekday)
+            try fields.encodeIfPresent(calendar.hour, forKey: .hour)
+            try fields.encodeIfPresent(calendar.minute, forKey: .minute)
+        }
     }
 
     public init(from decoder: any Decoder) throws {
