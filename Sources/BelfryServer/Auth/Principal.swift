@@ -66,9 +66,13 @@ extension Request {
         return (try await user(for: subject), subject.expiresAt)
     }
 
-    /// Requires an API key, or a user token of the user named in the path.
-    func requireServerOrUser(externalID: String) async throws -> UserModel {
-        switch try await principal() {
+    /// Requires an API key, or a user token of the user named in the path (`user_id`). The
+    /// caller is authenticated before the id is checked, so a malformed id without credentials
+    /// is a 401, not a 422.
+    func requireServerOrPathUser() async throws -> UserModel {
+        let principal = try await principal()
+        let externalID = try userIDParameter()
+        switch principal {
         case .server:
             return try await UserModel.find(externalID: externalID, on: db)
         case .user(let subject):

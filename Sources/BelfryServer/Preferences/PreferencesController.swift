@@ -41,13 +41,13 @@ struct PreferencesController: RouteCollection {
 
         let server = routes.grouped("v1", "users", ":user_id", "preferences")
         server.get(use: { req in
-            try await show(req, user: try await req.requireServerOrUser(externalID: try req.userIDParameter()))
+            try await show(req, user: try await req.requireServerOrPathUser())
         })
         server.post(
             "changes",
             use: { req in
                 try await changeMany(
-                    req, user: try await req.requireServerOrUser(externalID: try req.userIDParameter()))
+                    req, user: try await req.requireServerOrPathUser())
             })
     }
 

@@ -17,7 +17,7 @@ struct QuietHoursController: RouteCollection {
 
     private func owner(_ req: Request) async throws -> UserModel {
         req.parameters.get("user_id") == nil
-            ? try await req.requireUser() : try await req.requireServerOrUser(externalID: try req.userIDParameter())
+            ? try await req.requireUser() : try await req.requireServerOrPathUser()
     }
 
     private func show(_ user: UserModel) throws -> Response {
