@@ -169,6 +169,32 @@ extension Request {
     }()
 }
 
+extension Request {
+    /// The top-level fields of the JSON body whose value is `null`.
+    func nullFields() -> Set<String> {
+        guard let buffer = body.data else { return [] }
+        return (try? JSONDecoder().decode(NullFields.self, from: buffer))?.names ?? []
+    }
+}
+
+private struct NullFields: Decodable {
+    var names: Set<String> = []
+
+    init(from decoder: any Decoder) throws {
+        guard let object = try? decoder.container(keyedBy: AnyKey.self) else { return }
+        for key in object.allKeys where (try? object.decodeNil(forKey: key)) == true {
+            names.insert(key.stringValue)
+        }
+    }
+
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+}
+
 /// The keys of a JSON body that a request does not take, found without decoding any value:
 /// only the top-level object and the nested objects of the fields named are walked, so a
 /// list of 10 000 recipients is skipped, not read.

@@ -20,7 +20,9 @@ struct UsersController: RouteCollection {
         let body = try req.decodeBody(UserUpsert.self, keys: ["email", "time_zone", "locale", "tenants"])
         try Self.validate(body, workspace: req.belfry.workspace)
         let now = req.belfry.now()
-        let (user, created, tenants) = try await Self.upsert(externalID, body, now: now, req: req)
+        // A field left out keeps its value; one sent as null clears it.
+        let cleared = req.nullFields()
+        let (user, created, tenants) = try await Self.upsert(externalID, body, clearing: cleared, now: now, req: req)
         req.logger.info("user saved", metadata: ["belfry.user": "\(externalID)", "belfry.created": "\(created)"])
         return try Response.json(user.record(tenants: tenants), status: created ? .created : .ok)
     }
@@ -28,7 +30,7 @@ struct UsersController: RouteCollection {
     /// Creates or updates the user. Two first requests for one user can race to insert it;
     /// the loser sees the unique constraint fail and goes again as an update.
     private static func upsert(
-        _ externalID: String, _ body: UserUpsert, now: Date, req: Request
+        _ externalID: String, _ body: UserUpsert, clearing cleared: Set<String>, now: Date, req: Request
     ) async throws
         -> (UserModel, Bool, [String])
     {
@@ -37,15 +39,27 @@ struct UsersController: RouteCollection {
                 return try await req.belfry.database.write(req.db) { db in
                     let existing = try await UserModel.query(on: db).filter(\.$externalID == externalID).first()
                     let user = existing ?? UserModel(externalID: externalID, now: now)
-                    if let email = body.email { user.email = email }
-                    if let timeZone = body.timeZone { user.timeZone = timeZone }
-                    if let locale = body.locale { user.locale = locale }
+                    if let email = body.email {
+                        user.email = email
+                    } else if cleared.contains("email") {
+                        user.email = nil
+                    }
+                    if let timeZone = body.timeZone {
+                        user.timeZone = timeZone
+                    } else if cleared.contains("time_zone") {
+                        user.timeZone = nil
+                    }
+                    if let locale = body.locale {
+                        user.locale = locale
+                    } else if cleared.contains("locale") {
+                        user.locale = nil
+                    }
                     user.updatedAt = now
                     try await user.save(on: db)
                     let userID = try user.requireID()
-                    if let tenants = body.tenants {
+                    if body.tenants != nil || cleared.contains("tenants") {
                         try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
-                        for tenant in Set(tenants).sorted() {
+                        for tenant in Set(body.tenants ?? []).sorted() {
                             try await UserTenantModel(userID: userID, tenant: tenant).create(on: db)
                         }
                     }
