@@ -37,7 +37,7 @@ struct DevicesController: RouteCollection {
             ],
             nested: [
                 "settings": ["alert", "sound", "badge", "notification_center"],
-                "subscription": ["endpoint", "keys", "expirationTime"],
+                "subscription": ["endpoint", "keys", "expirationTime"], "subscription.keys": ["p256dh", "auth"],
             ])
         let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
         let (device, created) = try await req.belfry.deviceStore.register(

@@ -48,7 +48,8 @@ extension BelfryError {
             case .badRequest: .badRequest
             default: error.status.code >= 500 ? .internalError : .badRequest
             }
-        self.init(code, error.status == .notFound ? "no such route" : error.reason, headers: error.headers)
+        self.init(
+            code, error.status == .notFound ? BelfryErrorMiddleware.noRoute : error.reason, headers: error.headers)
         if code.status != error.status { statusOverride = error.status }
     }
 }
@@ -59,7 +60,22 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
         do {
             return try await next.respond(to: request)
         } catch {
-            let failure = Self.classify(error)
+            var failure = Self.classify(error)
+            if failure.code == .notFound, failure.message == Self.noRoute {
+                let allowed = Self.methods(matching: request.url.path, in: request.application.routes.all)
+                if !allowed.isEmpty {
+                    failure = BelfryError(
+                        .methodNotAllowed,
+                        "\(request.method.rawValue) is not allowed here; this path takes "
+                            + allowed.joined(separator: ", "),
+                        headers: ["Allow": allowed.joined(separator: ", ")])
+                }
+            }
+            if failure.code == .payloadTooLarge, failure.message == HTTPResponseStatus.payloadTooLarge.reasonPhrase {
+                failure = BelfryError(
+                    .payloadTooLarge,
+                    "the body is larger than \(Self.describe(bytes: request.bodyLimit)), the most this route takes")
+            }
             if failure.status.code >= 500 {
                 request.logger.error("request failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
             } else {
@@ -69,6 +85,33 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
             try response.content.encode(ErrorBody(code: failure.code.rawValue, message: failure.message), as: .json)
             return response
         }
+    }
+
+    static let noRoute = "no such route"
+
+    /// The methods of the routes whose pattern `path` matches, in a stable order.
+    static func methods(matching path: String, in routes: [Route]) -> [String] {
+        let segments = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        func matches(_ pattern: [PathComponent]) -> Bool {
+            for (index, component) in pattern.enumerated() {
+                switch component {
+                case .catchall: return index < segments.count
+                case .constant(let text): if index >= segments.count || segments[index] != text { return false }
+                case .parameter, .anything: if index >= segments.count { return false }
+                }
+            }
+            return pattern.count == segments.count
+        }
+        let found = Set(routes.filter { matches($0.path) }.map(\.method.rawValue))
+        let order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+        return order.filter(found.contains) + found.subtracting(order).sorted()
+    }
+
+    /// `2 MiB`, `256 KiB`, `1000 bytes`.
+    static func describe(bytes: Int) -> String {
+        if bytes >= 1024 * 1024, bytes % (1024 * 1024) == 0 { return "\(bytes / (1024 * 1024)) MiB" }
+        if bytes >= 1024, bytes % 1024 == 0 { return "\(bytes / 1024) KiB" }
+        return "\(bytes) bytes"
     }
 
     static func classify(_ error: any Error) -> BelfryError {
@@ -114,13 +157,31 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
     }
 }
 
+extension Route {
+    /// Marks a route whose body may be larger than the server's limit, so that its 413 names
+    /// the limit it has.
+    @discardableResult
+    func bodyLimit(_ limit: ByteCount) -> Route {
+        userInfo[Request.bodyLimitKey] = limit.value
+        return self
+    }
+}
+
 extension Request {
+    static let bodyLimitKey = "belfry.body_limit"
+
+    /// The most this request's route takes in a body.
+    var bodyLimit: Int {
+        route?.userInfo[Self.bodyLimitKey] as? Int ?? application.routes.defaultMaxBodySize.value
+    }
+
     /// Decodes a JSON body; a missing or malformed one is a clear 400/422.
     ///
     /// - Parameters:
     ///   - keys: the fields the body may have; any other is refused, since a misspelled
     ///     optional field would otherwise be ignored and change what the request does.
-    ///   - nested: the fields allowed in the objects of a list or object field, by field name.
+    ///   - nested: the fields allowed in the objects of a list or object field, by the field's
+    ///     path (`content`, `schedule.calendar`; a list's objects go by the list's name).
     func decodeBody<Body: Decodable>(
         _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
     ) throws -> Body {
@@ -132,12 +193,16 @@ extension Request {
         }
         let keyReader = JSONDecoder()
         keyReader.userInfo = [UnknownKeys.allowed: keys, UnknownKeys.nested: nested]
-        if let unknown = try? keyReader.decode(UnknownKeys.self, from: buffer).found {
-            if !unknown.isEmpty {
-                throw BelfryError.invalid(
-                    "unknown field\(unknown.count == 1 ? "" : "s") \(unknown.joined(separator: ", ")); "
-                        + "this request takes \(keys.sorted().joined(separator: ", "))")
+        if let unknown = try? keyReader.decode(UnknownKeys.self, from: buffer).found, !unknown.isEmpty {
+            // Each object with an unknown field says what it takes.
+            let takes = Set(unknown.map(\.object)).sorted().map { object in
+                object.isEmpty
+                    ? "this request takes \(keys.sorted().joined(separator: ", "))"
+                    : "\"\(object)\" takes \((nested[object] ?? []).sorted().joined(separator: ", "))"
             }
+            throw BelfryError.invalid(
+                "unknown field\(unknown.count == 1 ? "" : "s") \(unknown.map { "\"\($0.path)\"" }.joined(separator: ", ")); "
+                    + takes.joined(separator: "; "))
         }
         do {
             return try Self.bodyDecoder.decode(Body.self, from: buffer)
@@ -202,35 +267,39 @@ private struct UnknownKeys: Decodable {
     static let allowed = CodingUserInfoKey(rawValue: "belfry.allowedKeys")!
     static let nested = CodingUserInfoKey(rawValue: "belfry.nestedKeys")!
 
-    /// Each unknown key's path, quoted, in key order.
-    var found: [String] = []
+    /// Each unknown key's path (`content.zz`, `changes[2].x`) and the path of the object it is
+    /// in, as `nested` names it (`content`, `changes`; empty for the body), in key order.
+    var found: [(path: String, object: String)] = []
 
     init(from decoder: any Decoder) throws {
         guard let object = try? decoder.container(keyedBy: Key.self) else { return }
         found = Self.unknown(
             in: object, allowed: decoder.userInfo[Self.allowed] as? Set<String> ?? [],
-            nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "")
+            nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "", object: "")
     }
 
     private static func unknown(
-        in object: KeyedDecodingContainer<Key>, allowed: Set<String>, nested: [String: Set<String>], path: String
-    ) -> [String] {
-        var unknown: [String] = []
-        for key in object.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
+        in container: KeyedDecodingContainer<Key>, allowed: Set<String>, nested: [String: Set<String>], path: String,
+        object: String
+    ) -> [(path: String, object: String)] {
+        var unknown: [(path: String, object: String)] = []
+        for key in container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
             let childPath = path.isEmpty ? key.stringValue : "\(path).\(key.stringValue)"
             guard allowed.contains(key.stringValue) else {
-                unknown.append("\"\(childPath)\"")
+                unknown.append((childPath, object))
                 continue
             }
-            guard let inner = nested[key.stringValue] else { continue }
-            if let child = try? object.nestedContainer(keyedBy: Key.self, forKey: key) {
-                unknown += Self.unknown(in: child, allowed: inner, nested: [:], path: childPath)
-            } else if var list = try? object.nestedUnkeyedContainer(forKey: key) {
+            let childObject = object.isEmpty ? key.stringValue : "\(object).\(key.stringValue)"
+            guard let inner = nested[childObject] else { continue }
+            if let child = try? container.nestedContainer(keyedBy: Key.self, forKey: key) {
+                unknown += Self.unknown(in: child, allowed: inner, nested: nested, path: childPath, object: childObject)
+            } else if var list = try? container.nestedUnkeyedContainer(forKey: key) {
                 var index = 0
                 while !list.isAtEnd {
                     if let element = try? list.nestedContainer(keyedBy: Key.self) {
                         unknown += Self.unknown(
-                            in: element, allowed: inner, nested: [:], path: "\(childPath)[\(index)]")
+                            in: element, allowed: inner, nested: nested, path: "\(childPath)[\(index)]",
+                            object: childObject)
                     } else if (try? list.decode(Skipped.self)) == nil {
                         break
                     }

@@ -9,7 +9,7 @@ import Vapor
 struct EventsController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         // 10 000 recipients of up to 128 characters need more than the default body limit.
-        routes.on(.POST, "v1", "events", body: .collect(maxSize: "2mb"), use: trigger)
+        routes.on(.POST, "v1", "events", body: .collect(maxSize: "2mb"), use: trigger).bodyLimit("2mb")
         routes.get("v1", "events", ":event_id", use: status)
     }
 
@@ -24,6 +24,7 @@ struct EventsController: RouteCollection {
             ],
             nested: [
                 "content": ["title", "body", "url", "image_url"], "schedule": ["send_at", "delay_seconds", "calendar"],
+                "schedule.calendar": ["month", "day", "weekday", "hour", "minute", "repeats"],
             ])
         if let header = req.headers.first(name: "Idempotency-Key") {
             if let key = event.idempotencyKey, key != header {
