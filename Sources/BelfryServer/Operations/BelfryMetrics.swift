@@ -9,42 +9,65 @@ import Vapor
 final class BelfryMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
 
-    static let deliveriesHelp =
-        "Finished delivery attempts by channel and outcome: sent, retry, failed, skipped or dead. "
-        + "An inbox notification available at once counts as sent."
+    /// Each metric's full name and help text. (The descriptor type is not `Sendable`, so it is
+    /// made where it is used; the texts are made once.)
+    private enum Name {
+        static let deliveriesHelp =
+            "Finished delivery attempts by channel and outcome: sent, retry, failed, skipped or dead. "
+            + "An inbox notification available at once counts as sent."
+
+        static func metric(_ name: String, _ help: String) -> MetricNameDescriptor {
+            MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
+        }
+
+        static var deliveries: MetricNameDescriptor { metric("belfry_deliveries_total", deliveriesHelp) }
+        static var fannedOut: MetricNameDescriptor {
+            metric("belfry_fanout_recipients_total", "Recipients processed by fan-out.")
+        }
+        static var events: MetricNameDescriptor {
+            metric(
+                "belfry_events_total",
+                "Events accepted (state accepted), and events whose fan-out finished (done) or stopped (failed).")
+        }
+        static var requestDuration: MetricNameDescriptor {
+            metric(
+                "belfry_http_request_duration_seconds",
+                "Time from a request's arrival to its response head, by route pattern, method and status.")
+        }
+        static var outboxPending: MetricNameDescriptor {
+            metric(
+                "belfry_outbox_pending",
+                "Deliveries queued or under way, by channel, across every instance sharing the database.")
+        }
+        static var streamsOpen: MetricNameDescriptor {
+            metric("belfry_streams_open", "Inbox streams open on this instance.")
+        }
+    }
 
     /// A finished delivery attempt; an inbox notification written at once counts as `sent`.
     func delivered(channel: String, outcome: String, count: Int = 1) {
         guard count > 0 else { return }
-        registry.makeCounter(
-            name: "belfry_deliveries_total", labels: [("channel", channel), ("outcome", outcome)],
-            help: Self.deliveriesHelp
-        ).increment(by: Int64(count))
+        registry.makeCounter(descriptor: Name.deliveries, labels: [("channel", channel), ("outcome", outcome)])
+            .increment(by: Int64(count))
     }
 
     /// Recipients fan-out has processed, batched or not.
     func fannedOut(_ recipients: Int) {
         guard recipients > 0 else { return }
-        registry.makeCounter(
-            name: "belfry_fanout_recipients_total", help: "Recipients processed by fan-out."
-        ).increment(by: Int64(recipients))
+        registry.makeCounter(descriptor: Name.fannedOut).increment(by: Int64(recipients))
     }
 
     /// What became of events: `accepted` when stored, then `done` or `failed` when fan-out ends.
     func event(_ state: String) {
-        registry.makeCounter(
-            name: "belfry_events_total", labels: [("state", state)],
-            help: "Events accepted (state accepted), and events whose fan-out finished (done) or stopped (failed)."
-        ).increment()
+        registry.makeCounter(descriptor: Name.events, labels: [("state", state)]).increment()
     }
 
     /// An answered request: its route's pattern (never the ids in its path), method and status.
     func answered(route: String, method: String, status: Int, after duration: Duration) {
         registry.makeDurationHistogram(
-            name: "belfry_http_request_duration_seconds",
+            descriptor: Name.requestDuration,
             labels: [("route", route), ("method", method), ("status", String(status))],
-            buckets: Self.durationBuckets,
-            help: "Time from a request's arrival to its response head, by route pattern, method and status."
+            buckets: Self.durationBuckets
         ).record(duration)
     }
 
@@ -62,13 +85,9 @@ final class BelfryMetrics: Sendable {
         pending.merge(Outbox.pending(in: try await Outbox.counts(Outbox.pendingStatuses, on: sql))) { _, count in count
         }
         for (channel, count) in pending {
-            registry.makeGauge(
-                name: "belfry_outbox_pending", labels: [("channel", channel)],
-                help: "Deliveries queued or under way, by channel, across every instance sharing the database."
-            ).set(to: Double(count))
+            registry.makeGauge(descriptor: Name.outboxPending, labels: [("channel", channel)]).set(to: Double(count))
         }
-        registry.makeGauge(name: "belfry_streams_open", help: "Inbox streams open on this instance.")
-            .set(to: Double(openStreams))
+        registry.makeGauge(descriptor: Name.streamsOpen).set(to: Double(openStreams))
         return registry.emitToString()
     }
 }
