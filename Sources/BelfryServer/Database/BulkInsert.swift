@@ -64,7 +64,7 @@ extension BelfryDatabase {
                 precondition(row.count == columns.count, "a bulk row has a value for each column")
                 for value in row { binds.append(value.sqliteData) }
             }
-            inserted += try await sqlite.query(sql, binds).map { $0 as any SQLRow }
+            inserted += try await sqlite.query(sql, binds).map { $0.sql() }
         }
         return inserted
     }

@@ -9,7 +9,7 @@ struct QuietHoursController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         for route in [["v1", "me", "quiet-hours"], ["v1", "users", ":user_id", "quiet-hours"]] {
             let path = route.map { PathComponent(stringLiteral: $0) }
-            routes.get(path) { req in try await show(try await owner(req)) }
+            routes.get(path) { req in try show(try await owner(req)) }
             routes.put(path) { req in try await update(req, try await owner(req)) }
             routes.delete(path) { req in try await clear(req, try await owner(req)) }
         }
