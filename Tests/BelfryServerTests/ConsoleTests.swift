@@ -55,6 +55,18 @@ struct ConsoleTests {
             #expect(Set(webhooks.map { $0.attemptLog.map(\.statusCode) }) == [[500, 200], [200]])
             #expect(detail.deliveries.filter { $0.channel == "email" }.allSatisfy { $0.lastError != nil })
             #expect(try await console.event(UUID(), on: app.db) == nil)
+
+            // The overview reads its events' statuses together; each is what the event's own
+            // status says, and an unknown id is left out.
+            let second = try await DeliveryQueueTests.trigger(app, to: ["carol"])
+            let intake = app.belfry.eventIntake
+            let together = try await intake.statuses(of: [event, second, UUID()], on: app.db)
+            #expect(Set(together.keys) == [event, second])
+            #expect(together[event] == (try await intake.status(of: event, on: app.db)))
+            #expect(together[second] == (try await intake.status(of: second, on: app.db)))
+            #expect(together[event]?.lastErrors["email"] != nil)
+            #expect(together[second]?.deliveries["webhook"] == ["queued": 1])
+            #expect(try await console.overview(on: app.db).events.map(\.id) == [second, event])
         }
     }
 

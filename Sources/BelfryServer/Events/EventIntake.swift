@@ -318,71 +318,100 @@ struct EventIntake: Sendable {
     }
 
     func status(of id: UUID, on db: any Database) async throws -> EventStatus? {
+        try await statuses(of: [id], on: db)[id]
+    }
+
+    /// The statuses of the events `ids` that exist, in five grouped queries whatever their
+    /// number (the console shows fifteen at a time).
+    func statuses(of ids: [UUID], on db: any Database) async throws -> [UUID: EventStatus] {
+        guard !ids.isEmpty else { return [:] }
         let sql = db.sql
-        guard
-            let event = try await sql.select()
-                .columns(
-                    "category", "tenant", "state", "created_at", "not_before", "recipients", "processed", "last_error",
-                    "batched"
-                )
-                .from("events").where("id", .equal, id).first()
-        else { return nil }
-        let counts = try await sql.select()
+        let events = try await sql.select()
+            .columns(
+                "id", "category", "tenant", "state", "created_at", "not_before", "recipients", "processed",
+                "last_error", "batched"
+            )
+            .from("events").where("id", .in, ids).all()
+        guard !events.isEmpty else { return [:] }
+
+        var notifications: [UUID: (all: Int, inInbox: Int?)] = [:]
+        for row in try await sql.select().column("event_id")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
             .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
-            .from("notifications").where("event_id", .equal, id).first()
-        let notifications = try counts?.decode(column: "n", as: Int.self) ?? 0
-        var deliveries: [String: [String: Int]] = [:]
-        for row in try await sql.select().columns("channel", "status")
+            .from("notifications").where("event_id", .in, ids).groupBy("event_id").all()
+        {
+            notifications[try row.decode(column: "event_id", as: UUID.self)] = (
+                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self)
+            )
+        }
+        var deliveries: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "status")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("deliveries").where("event_id", .equal, id)
+            .from("deliveries").where("event_id", .in, ids)
             .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
-            .groupBy("channel").groupBy("status").all()
+            .groupBy("event_id").groupBy("channel").groupBy("status").all()
         {
-            deliveries[try row.decode(column: "channel", as: String.self), default: [:]][
-                try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+            deliveries[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
         }
-        // An inbox notification delivered at fan-out has no delivery row (the notification is
-        // its record); one that was due later has one. So the inbox notifications without a row
-        // were delivered.
-        if let inbox = workspace.channels.first(where: { $0.kind == .inbox }),
-            let inInbox = try counts?.decode(column: "inbox", as: Int?.self)
+        var skipped: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from("event_skips")
+            .where("event_id", .in, ids).all()
         {
-            let withRows = deliveries[inbox.id, default: [:]].values.reduce(0, +)
-            if inInbox > withRows {
-                deliveries[inbox.id, default: [:]][DeliveryStatus.sent.rawValue, default: 0] += inInbox - withRows
-            }
+            skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
         }
-        var skipped: [String: [String: Int]] = [:]
-        for row in try await sql.select().columns("channel", "reason", "count").from("event_skips")
-            .where("event_id", .equal, id).all()
-        {
-            skipped[try row.decode(column: "channel", as: String.self), default: [:]][
-                try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
-        }
-        var lastErrors: [String: String] = [:]
-        for row in try await sql.select().columns("channel", "last_error").from("deliveries")
-            .where("event_id", .equal, id).where("last_error", .isNot, SQLLiteral.null)
+        // The newest error of each channel's deliveries not sent; of errors from the same
+        // moment, a final one (failed, dead) before one that will be retried.
+        var lastErrors: [UUID: [String: String]] = [:]
+        let newest = SQLRaw(
+            "ROW_NUMBER() OVER (PARTITION BY event_id, channel ORDER BY updated_at DESC, "
+                + "CASE WHEN status IN ('\(DeliveryStatus.failed.rawValue)', '\(DeliveryStatus.dead.rawValue)') "
+                + "THEN 0 ELSE 1 END, id DESC)")
+        let ranked = sql.select().columns("event_id", "channel", "last_error").column(newest, as: "rank")
+            .from("deliveries").where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
             .where("status", .notEqual, DeliveryStatus.sent.rawValue)
-            .orderBy("updated_at", .descending).limit(100).all()
+        for row in try await sql.select().columns("event_id", "channel", "last_error")
+            .from(SQLAlias(SQLGroupExpression(ranked.query), as: SQLIdentifier("ranked")))
+            .where("rank", .equal, 1).all()
         {
-            let channel = try row.decode(column: "channel", as: String.self)
-            if lastErrors[channel] == nil {
-                lastErrors[channel] = try row.decode(column: "last_error", as: String.self)
-            }
+            lastErrors[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self)] = try row.decode(
+                    column: "last_error", as: String.self)
         }
-        return EventStatus(
-            id: id,
-            category: try event.decode(column: "category", as: String.self),
-            tenant: try event.decode(column: "tenant", as: String.self),
-            state: EventStatus.FanoutState(rawValue: try event.decode(column: "state", as: String.self)) ?? .pending,
-            createdAt: try event.decode(column: "created_at", as: Date.self),
-            notBefore: try event.decode(column: "not_before", as: Date.self),
-            recipients: try event.decode(column: "recipients", as: Int.self),
-            processed: try event.decode(column: "processed", as: Int.self),
-            notifications: notifications, deliveries: deliveries, skipped: skipped, lastErrors: lastErrors,
-            error: try event.decode(column: "last_error", as: String?.self),
-            batched: try event.decode(column: "batched", as: Int.self))
+
+        let inboxChannel = workspace.channels.first { $0.kind == .inbox }?.id
+        var statuses: [UUID: EventStatus] = [:]
+        for event in events {
+            let id = try event.decode(column: "id", as: UUID.self)
+            var counts = deliveries[id] ?? [:]
+            // An inbox notification delivered at fan-out has no delivery row (the notification
+            // is its record); one that was due later has one. So the inbox notifications without
+            // a row were delivered.
+            if let inboxChannel, let inInbox = notifications[id]?.inInbox {
+                let withRows = counts[inboxChannel, default: [:]].values.reduce(0, +)
+                if inInbox > withRows {
+                    counts[inboxChannel, default: [:]][DeliveryStatus.sent.rawValue, default: 0] += inInbox - withRows
+                }
+            }
+            statuses[id] = EventStatus(
+                id: id,
+                category: try event.decode(column: "category", as: String.self),
+                tenant: try event.decode(column: "tenant", as: String.self),
+                state: EventStatus.FanoutState(rawValue: try event.decode(column: "state", as: String.self))
+                    ?? .pending,
+                createdAt: try event.decode(column: "created_at", as: Date.self),
+                notBefore: try event.decode(column: "not_before", as: Date.self),
+                recipients: try event.decode(column: "recipients", as: Int.self),
+                processed: try event.decode(column: "processed", as: Int.self),
+                notifications: notifications[id]?.all ?? 0, deliveries: counts, skipped: skipped[id] ?? [:],
+                lastErrors: lastErrors[id] ?? [:],
+                error: try event.decode(column: "last_error", as: String?.self),
+                batched: try event.decode(column: "batched", as: Int.self))
+        }
+        return statuses
     }
 }
 

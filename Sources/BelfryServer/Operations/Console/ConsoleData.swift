@@ -71,10 +71,9 @@ struct ConsoleData: Sendable {
 
     func overview(on db: any Database) async throws -> Overview {
         let sql = db.sql
-        var events: [EventStatus] = []
-        for summary in try await intake.recent(state: nil, limit: Self.recentEvents, on: db) {
-            if let status = try await intake.status(of: summary.id, on: db) { events.append(status) }
-        }
+        let recent = try await intake.recent(state: nil, limit: Self.recentEvents, on: db).map(\.id)
+        let statuses = try await intake.statuses(of: recent, on: db)
+        let events = recent.compactMap { statuses[$0] }
         let dead = try await sql.select()
             .columns(
                 SQLColumn("id", table: "deliveries"), SQLColumn("event_id"), SQLColumn("channel"),
