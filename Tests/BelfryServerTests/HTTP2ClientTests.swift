@@ -98,7 +98,7 @@ struct HTTP2ClientTests {
         }
     }
 
-    @Test("a request with no answer in time fails; the connection goes on serving others")
+    @Test("a request with no answer in time fails, and its connection is replaced")
     func timesOut() async throws {
         try await Self.withServer(respond: { request in
             HTTP2TestServer.Response(status: 200, delay: request.path == "/slow" ? .seconds(5) : nil)
@@ -112,6 +112,8 @@ struct HTTP2ClientTests {
             let quick = try await client.post(
                 "/quick", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10))
             #expect(quick.status == 200)
+            // The connection the timeout closed goes away; the new one stays.
+            for _ in 0..<100 where server.connectionCount != 1 { try await Task.sleep(for: .milliseconds(20)) }
             #expect(server.connectionCount == 1)
         }
     }
@@ -120,20 +122,36 @@ struct HTTP2ClientTests {
     func verifiesCertificates() async throws {
         let server = try await HTTP2TestServer { _ in HTTP2TestServer.Response(status: 200) }
         let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
-        await #expect(throws: (any Error).self) {
+        let started = ContinuousClock.now
+        let error = await #expect(throws: (any Error).self) {
             _ = try await client.post(
                 "/a", at: try .init(server.url), headers: [], body: ByteBuffer(), timeout: .seconds(10))
         }
+        // The handshake's own error, at once: not a closed stream or a timeout.
+        #expect(!(error is HTTP2Client.Failure), "\(String(describing: error))")
+        #expect(ContinuousClock.now - started < .seconds(3))
         await client.shutdown()
         await server.shutdown()
+    }
+
+    @Test("an origin's path is put before every request's path")
+    func pathPrefix() async throws {
+        try await Self.withServer { server, client in
+            let response = try await client.post(
+                "/3/device/x", at: try .init("\(server.url)/mount/"), headers: [], body: ByteBuffer(),
+                timeout: .seconds(10))
+            #expect(response.headers.first(name: "x-path") == "/mount/3/device/x")
+        }
     }
 
     @Test("only https origins are taken; nothing answers a port with no server")
     func refusesBadTargets() async throws {
         #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("http://127.0.0.1:1") }
-        #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("https://127.0.0.1/a/path") }
+        #expect(try HTTP2Client.Origin("https://127.0.0.1/a/path").pathPrefix == "/a/path")
         #expect(try HTTP2Client.Origin("https://api.push.apple.com").authority == "api.push.apple.com")
         #expect(try HTTP2Client.Origin("https://127.0.0.1:8443").port == 8443)
+        #expect(try HTTP2Client.Origin("https://proxy.example/apns/").pathPrefix == "/apns")
+        #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("https://h.example/?q=1") }
         let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
         let nowhere = try HTTP2Client.Origin("https://127.0.0.1:1")
         await #expect(throws: (any Error).self) {

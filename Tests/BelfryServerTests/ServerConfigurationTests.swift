@@ -219,7 +219,7 @@ struct ServerConfigurationTests {
         let text = "\(error)"
         #expect(text.contains("BELFRY_APNS_KEY_PATH") && text.contains("bad.p8"))
         #expect(text.contains("BELFRY_APNS_KEY_ID") && text.contains("10 letters and digits"))
-        #expect(text.contains("BELFRY_APNS_URL") && text.contains("expected https://host or https://host:port"))
+        #expect(text.contains("BELFRY_APNS_URL") && text.contains("expected an https URL without a query"))
         #expect(text.contains("BELFRY_EXTRA_CA_FILE"))
         let partial = try #require(throws: ConfigError.self) {
             try resolve(["BELFRY_APNS_KEY_PATH": "key.p8", "BELFRY_APNS_KEY_ID": "ABCDE12345"])

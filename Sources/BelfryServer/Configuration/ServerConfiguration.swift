@@ -310,7 +310,8 @@ public struct ServerConfiguration: Sendable {
         }
         let apnsURL = pick(.apnsURL) { text -> Result<String, ConfigurationProblem> in
             guard (try? HTTP2Client.Origin(text)) != nil else {
-                return .failure(.init("expected https://host or https://host:port, got \"\(text)\""))
+                return .failure(
+                    .init("expected an https URL without a query, such as https://host:port, got \"\(text)\""))
             }
             return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
         }

@@ -23,14 +23,18 @@ final class HTTP2Client: Sendable {
     enum Failure: Error, CustomStringConvertible {
         case invalidURL(String)
         case timedOut
+        case connectTimedOut
+        case connectionClosed
         case streamClosed
         case malformedResponse
         case shutDown
 
         var description: String {
             switch self {
-            case .invalidURL(let url): "not an https origin (https://host[:port]): \(url)"
+            case .invalidURL(let url): "not an https URL without query (https://host[:port][/path]): \(url)"
             case .timedOut: "no answer in time"
+            case .connectTimedOut: "the connection (TCP, TLS and HTTP/2 settings) took longer than the connect timeout"
+            case .connectionClosed: "the server closed the connection before it was ready"
             case .streamClosed: "the connection closed before the answer came"
             case .malformedResponse: "the answer has no valid :status"
             case .shutDown: "the client is shut down"
@@ -38,22 +42,34 @@ final class HTTP2Client: Sendable {
         }
     }
 
-    /// Where requests go: `https://host[:port]`, parsed once, not per request.
+    /// Where requests go: `https://host[:port][/prefix]`, parsed once, not per request.
     struct Origin: Hashable, Sendable {
         var host: String
         var port: Int
         /// The `:authority` pseudo-header.
         var authority: String
+        /// Put before every request's path (a proxy's mount point); usually empty.
+        var pathPrefix: String
 
         init(_ url: String) throws(Failure) {
             guard let components = URLComponents(string: url), components.scheme == "https",
-                let host = components.host, !host.isEmpty,
-                components.percentEncodedPath.isEmpty || components.path == "/"
+                let host = components.host, !host.isEmpty, components.query == nil, components.fragment == nil
             else { throw Failure.invalidURL(url) }
             self.host = host
             port = components.port ?? 443
             authority = components.port.map { "\(host):\($0)" } ?? host
+            var prefix = components.percentEncodedPath
+            while prefix.hasSuffix("/") { prefix.removeLast() }
+            pathPrefix = prefix
         }
+
+        /// The host and port: where a connection goes.
+        fileprivate var server: Server { Server(host: host, port: port) }
+    }
+
+    fileprivate struct Server: Hashable, Sendable {
+        var host: String
+        var port: Int
     }
 
     private let group: any EventLoopGroup
@@ -62,7 +78,7 @@ final class HTTP2Client: Sendable {
     private let state = NIOLockedValueBox(State())
 
     private struct State {
-        var connections: [Origin: Slot] = [:]
+        var connections: [Server: Slot] = [:]
         var shutDown = false
     }
 
@@ -100,11 +116,11 @@ final class HTTP2Client: Sendable {
         fields.add(name: ":method", value: "POST")
         fields.add(name: ":scheme", value: "https")
         fields.add(name: ":authority", value: origin.authority)
-        fields.add(name: ":path", value: path)
+        fields.add(name: ":path", value: origin.pathPrefix + path)
         for (name, value) in headers { fields.add(name: name, value: value) }
         fields.add(name: "content-length", value: String(body.readableBytes))
 
-        let connection = try await connection(to: origin)
+        let connection = try await connection(to: origin.server)
         return try await connection.send(fields, body: body, timeout: timeout)
     }
 
@@ -120,7 +136,7 @@ final class HTTP2Client: Sendable {
     }
 
     /// The open connection to `origin`, or a new one (one attempt at a time per origin).
-    private func connection(to origin: Origin) async throws -> Connection {
+    private func connection(to origin: Server) async throws -> Connection {
         let slot = try state.withLockedValue { state -> Slot in
             guard !state.shutDown else { throw Failure.shutDown }
             if let existing = state.connections[origin] { return existing }
@@ -130,7 +146,11 @@ final class HTTP2Client: Sendable {
         }
         let future: EventLoopFuture<Connection>
         switch slot {
-        case .open(let connection, _): return connection
+        case .open(let connection, let opened):
+            if connection.channel.isActive { return connection }
+            // Closed, and the close not yet seen: a new connection.
+            forget(origin, opened)
+            return try await self.connection(to: origin)
         case .opening(let opening): future = opening
         }
         do {
@@ -141,37 +161,72 @@ final class HTTP2Client: Sendable {
         }
     }
 
-    private func forget(_ origin: Origin, _ future: EventLoopFuture<Connection>) {
+    private func forget(_ origin: Server, _ future: EventLoopFuture<Connection>) {
         state.withLockedValue { state in
             if state.connections[origin]?.future === future { state.connections[origin] = nil }
         }
     }
 
-    private func connect(to origin: Origin) -> EventLoopFuture<Connection> {
+    /// Takes the connection `channel` out of use (the server sent GOAWAY): the next request
+    /// opens a new one, while the streams under way on it finish.
+    fileprivate func retire(_ origin: Server, channel: any Channel) {
+        state.withLockedValue { state in
+            if case .open(let connection, _) = state.connections[origin], connection.channel === channel {
+                state.connections[origin] = nil
+            }
+        }
+    }
+
+    /// Opens a connection: TCP, the TLS handshake and the server's first SETTINGS, all within
+    /// the connect timeout. Only then is it used; a handshake that fails fails the requests
+    /// waiting for it with its own error.
+    private func connect(to origin: Server) -> EventLoopFuture<Connection> {
         let sslContext = self.sslContext
+        let connectTimeout = self.connectTimeout
         // A host name is sent for SNI and checked against the certificate; an IP address is
         // checked against the certificate's addresses.
         let serverHostname = origin.host.isIPAddress ? nil : origin.host
+        // The whole pipeline is in place before the socket connects, so that the watcher sees a
+        // handshake error however early it comes.
         let future = ClientBootstrap(group: group)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
+            .channelInitializer { [weak self] channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                    _ = try pipeline.configureHTTP2Pipeline(
+                        mode: .client,
+                        connectionConfiguration: .init(),
+                        streamConfiguration: .init(),
+                        inboundStreamInitializer: { stream in
+                            // Servers do not open streams to clients (no server push here).
+                            stream.close()
+                        }
+                    )
+                    try pipeline.addHandler(
+                        ConnectionWatcher(ready: channel.eventLoop.makePromise()) {
+                            self?.retire(origin, channel: channel)
+                        })
                 }
             }
             .connect(host: origin.host, port: origin.port)
             .flatMap { channel in
-                channel.configureHTTP2Pipeline(
-                    mode: .client,
-                    connectionConfiguration: .init(),
-                    streamConfiguration: .init(),
-                    inboundStreamInitializer: { stream in
-                        // Servers do not open streams to clients (no server push here).
-                        stream.close()
+                channel.eventLoop.makeCompletedFuture { () throws -> (Connection, EventLoopFuture<Void>) in
+                    let pipeline = channel.pipeline.syncOperations
+                    let watcher = try pipeline.handler(type: ConnectionWatcher.self)
+                    let multiplexer = try pipeline.handler(type: NIOHTTP2Handler.self).syncMultiplexer()
+                    return (Connection(channel: channel, multiplexer: multiplexer), watcher.ready.futureResult)
+                }.flatMap { (connection: Connection, ready: EventLoopFuture<Void>) -> EventLoopFuture<Connection> in
+                    let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
+                        channel.close(promise: nil)
                     }
-                ).map { Connection(channel: channel, multiplexer: $0) }
+                    ready.whenComplete { _ in deadline.cancel() }
+                    return ready.map { connection }
+                }.flatMapErrorThrowing { error -> Connection in
+                    channel.close(promise: nil)
+                    throw error
+                }
             }
         future.whenSuccess { [weak self] connection in
             self?.state.withLockedValue { state in
@@ -200,6 +255,52 @@ final class HTTP2Client: Sendable {
             }
             return try await answer.futureResult.get()
         }
+    }
+}
+
+/// Watches a connection's own frames (stream 0): the server's first SETTINGS make it ready, and
+/// GOAWAY takes it out of use. An error before it is ready (a TLS certificate refused) fails
+/// the connection with that error.
+private final class ConnectionWatcher: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+
+    /// Succeeds with the server's first SETTINGS; fails with the first error, or the close.
+    let ready: EventLoopPromise<Void>
+    private let goneAway: () -> Void
+    private var isReady = false
+
+    init(ready: EventLoopPromise<Void>, goneAway: @escaping () -> Void) {
+        self.ready = ready
+        self.goneAway = goneAway
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data).payload {
+        case .settings(.settings):
+            if !isReady {
+                isReady = true
+                ready.succeed()
+            }
+        case .goAway:
+            goneAway()
+        default:
+            break
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if !isReady { ready.fail(error) }
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !isReady { ready.fail(HTTP2Client.Failure.connectionClosed) }
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The connect timeout closes a connection that never got ready.
+        if !isReady { ready.fail(HTTP2Client.Failure.connectTimedOut) }
     }
 }
 
@@ -233,8 +334,14 @@ private final class ExchangeHandler: ChannelInboundHandler {
         // TLS handshake fails never opens it).
         let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
         deadline = context.eventLoop.scheduleTask(in: timeout) { [self] in
-            finish(.failure(HTTP2Client.Failure.timedOut))
+            // No answer in that long means the connection is likely dead (a firewall dropped it,
+            // the server hangs): it is closed before the request fails, so the next request
+            // opens a new one. Its other streams fail and are retried.
+            guard !done else { return }
+            done = true  // the closes below must not answer first, with a closed stream
+            loopBound.value.channel.parent?.close(promise: nil)
             loopBound.value.close(promise: nil)
+            answer.fail(HTTP2Client.Failure.timedOut)
         }
         if context.channel.isActive { start(context) }
     }
