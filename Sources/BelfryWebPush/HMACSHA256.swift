@@ -11,8 +11,13 @@ struct HMACSHA256Key {
     private let inner: SHA256
     private let outer: SHA256
 
-    /// `key` must be at most one SHA-256 block (64 bytes); Web Push's keys are 16 or 32.
+    /// A key longer than a SHA-256 block (64 bytes) is hashed first, as RFC 2104 says; Web
+    /// Push's keys are 16 or 32 bytes.
     init(_ key: UnsafeRawBufferPointer) {
+        if key.count > Self.blockSize {
+            self = SHA256.hash(data: key).withUnsafeBytes { Self($0) }
+            return
+        }
         inner = Self.padded(key, with: 0x36)
         outer = Self.padded(key, with: 0x5c)
     }
@@ -34,7 +39,8 @@ struct HMACSHA256Key {
     /// The code of what `message` feeds the hash, under a key used once: this saves copying the
     /// padded hashes.
     static func code(key: UnsafeRawBufferPointer, _ message: (inout SHA256) -> Void) -> SHA256Digest {
-        code(inner: padded(key, with: 0x36), outer: padded(key, with: 0x5c), message)
+        guard key.count <= blockSize else { return Self(key).code(message) }
+        return code(inner: padded(key, with: 0x36), outer: padded(key, with: 0x5c), message)
     }
 
     private static func code(inner: SHA256, outer: SHA256, _ message: (inout SHA256) -> Void) -> SHA256Digest {
@@ -49,7 +55,7 @@ struct HMACSHA256Key {
 
     /// A hash that has taken in one block: `key`, zero-filled to the block size, XOR `pad`.
     private static func padded(_ key: UnsafeRawBufferPointer, with pad: UInt8) -> SHA256 {
-        precondition(key.count <= blockSize, "HMAC keys longer than a block are hashed first; none here are")
+        precondition(key.count <= blockSize, "a key longer than a block is hashed first")
         var hash = SHA256()
         withUnsafeTemporaryAllocation(byteCount: blockSize, alignment: 1) { block in
             block.initializeMemory(as: UInt8.self, repeating: pad)

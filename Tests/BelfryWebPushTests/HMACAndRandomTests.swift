@@ -14,7 +14,7 @@ import Testing
             hexString(code) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
-    @Test(arguments: [0, 1, 16, 32, 63, 64])
+    @Test(arguments: [0, 1, 16, 32, 63, 64, 65, 131])
     func matchesSwiftCrypto(keyLength: Int) {
         let key = Data((0..<keyLength).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) })
         for length in [0, 1, 55, 56, 64, 145, 1000] {

@@ -63,7 +63,9 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
             var failure = Self.classify(error)
             if failure.code == .notFound, failure.message == Self.noRoute {
                 let allowed = Self.methods(matching: request.url.path, in: request.application.routes.all)
-                if !allowed.isEmpty {
+                // The router takes a constant segment over a parameter and does not go back, so
+                // a pattern can match where routing found nothing: then it stays a 404.
+                if !allowed.isEmpty, !allowed.contains(request.method.rawValue) {
                     failure = BelfryError(
                         .methodNotAllowed,
                         "\(request.method.rawValue) is not allowed here; this path takes "
@@ -102,7 +104,9 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
             }
             return pattern.count == segments.count
         }
-        let found = Set(routes.filter { matches($0.path) }.map(\.method.rawValue))
+        var found = Set(routes.filter { matches($0.path) }.map(\.method.rawValue))
+        // Vapor answers HEAD through a GET route.
+        if found.contains("GET") { found.insert("HEAD") }
         let order = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
         return order.filter(found.contains) + found.subtracting(order).sorted()
     }
