@@ -161,13 +161,17 @@ struct BelfryErrorMiddleware: AsyncMiddleware {
     }
 }
 
-extension Route {
-    /// Marks a route whose body may be larger than the server's limit, so that its 413 names
-    /// the limit it has.
+extension RoutesBuilder {
+    /// A route whose body may be larger than the server's limit: it collects up to `bodyLimit`,
+    /// and its 413 names that limit.
     @discardableResult
-    func bodyLimit(_ limit: ByteCount) -> Route {
-        userInfo[Request.bodyLimitKey] = limit.value
-        return self
+    func on<Response: AsyncResponseEncodable>(
+        _ method: HTTPMethod, _ path: PathComponent..., bodyLimit: ByteCount,
+        use handler: @Sendable @escaping (Request) async throws -> Response
+    ) -> Route {
+        let route = on(method, path, body: .collect(maxSize: bodyLimit), use: handler)
+        route.userInfo[Request.bodyLimitKey] = bodyLimit.value
+        return route
     }
 }
 

@@ -9,7 +9,7 @@ import Vapor
 struct EventsController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         // 10 000 recipients of up to 128 characters need more than the default body limit.
-        routes.on(.POST, "v1", "events", body: .collect(maxSize: "2mb"), use: trigger).bodyLimit("2mb")
+        routes.on(.POST, "v1", "events", bodyLimit: "2mb", use: trigger)
         routes.get("v1", "events", ":event_id", use: status)
     }
 

@@ -10,11 +10,8 @@ import Vapor
 struct TopicsController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         // 10 000 user ids of up to 128 characters need more than the default body limit.
-        routes.on(.PUT, "v1", "topics", ":topic", "subscribers", body: .collect(maxSize: "2mb"), use: addSubscribers)
-            .bodyLimit("2mb")
-        routes.on(
-            .DELETE, "v1", "topics", ":topic", "subscribers", body: .collect(maxSize: "2mb"), use: removeSubscribers
-        ).bodyLimit("2mb")
+        routes.on(.PUT, "v1", "topics", ":topic", "subscribers", bodyLimit: "2mb", use: addSubscribers)
+        routes.on(.DELETE, "v1", "topics", ":topic", "subscribers", bodyLimit: "2mb", use: removeSubscribers)
         routes.get("v1", "topics", ":topic", use: show)
         routes.get("v1", "me", "topics", use: mine)
         routes.put("v1", "me", "topics", ":topic", use: follow)
