@@ -254,18 +254,19 @@ private struct NullFields: Decodable {
     var names: Set<String> = []
 
     init(from decoder: any Decoder) throws {
-        guard let object = try? decoder.container(keyedBy: AnyKey.self) else { return }
+        guard let object = try? decoder.container(keyedBy: BodyKey.self) else { return }
         for key in object.allKeys where (try? object.decodeNil(forKey: key)) == true {
             names.insert(key.stringValue)
         }
     }
+}
 
-    private struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
+/// Any key of a JSON object in a request body.
+private struct BodyKey: CodingKey {
+    var stringValue: String
+    var intValue: Int? { nil }
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) { nil }
 }
 
 /// The keys of a JSON body that a request does not take, found without decoding any value:
@@ -280,14 +281,15 @@ private struct UnknownKeys: Decodable {
     var found: [(path: String, object: String)] = []
 
     init(from decoder: any Decoder) throws {
-        guard let object = try? decoder.container(keyedBy: Key.self) else { return }
+        guard let object = try? decoder.container(keyedBy: BodyKey.self) else { return }
         found = Self.unknown(
             in: object, allowed: decoder.userInfo[Self.allowed] as? Set<String> ?? [],
             nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "", object: "")
     }
 
     private static func unknown(
-        in container: KeyedDecodingContainer<Key>, allowed: Set<String>, nested: [String: Set<String>], path: String,
+        in container: KeyedDecodingContainer<BodyKey>, allowed: Set<String>, nested: [String: Set<String>],
+        path: String,
         object: String
     ) -> [(path: String, object: String)] {
         var unknown: [(path: String, object: String)] = []
@@ -299,12 +301,12 @@ private struct UnknownKeys: Decodable {
             }
             let childObject = object.isEmpty ? key.stringValue : "\(object).\(key.stringValue)"
             guard let inner = nested[childObject] else { continue }
-            if let child = try? container.nestedContainer(keyedBy: Key.self, forKey: key) {
+            if let child = try? container.nestedContainer(keyedBy: BodyKey.self, forKey: key) {
                 unknown += Self.unknown(in: child, allowed: inner, nested: nested, path: childPath, object: childObject)
             } else if var list = try? container.nestedUnkeyedContainer(forKey: key) {
                 var index = 0
                 while !list.isAtEnd {
-                    if let element = try? list.nestedContainer(keyedBy: Key.self) {
+                    if let element = try? list.nestedContainer(keyedBy: BodyKey.self) {
                         unknown += Self.unknown(
                             in: element, allowed: inner, nested: nested, path: "\(childPath)[\(index)]",
                             object: childObject)
@@ -316,13 +318,6 @@ private struct UnknownKeys: Decodable {
             }
         }
         return unknown
-    }
-
-    private struct Key: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
     }
 
     /// Any value, left unread.
