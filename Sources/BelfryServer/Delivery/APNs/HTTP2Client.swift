@@ -86,13 +86,7 @@ final class HTTP2Client: Sendable {
     /// which would hop to its event loop and back for every request.
     private enum Slot {
         case opening(EventLoopFuture<Connection>)
-        case open(Connection, opened: EventLoopFuture<Connection>)
-
-        var future: EventLoopFuture<Connection> {
-            switch self {
-            case .opening(let future), .open(_, let future): future
-            }
-        }
+        case open(Connection)
     }
 
     init(group: any EventLoopGroup, extraCertificatesPEM: String?, connectTimeout: TimeAmount = .seconds(5)) throws {
@@ -125,13 +119,16 @@ final class HTTP2Client: Sendable {
     }
 
     func shutdown() async {
-        let connections = state.withLockedValue { state in
+        let slots = state.withLockedValue { state in
             state.shutDown = true
             defer { state.connections = [:] }
-            return state.connections.values.map(\.future)
+            return Array(state.connections.values)
         }
-        for connection in connections {
-            try? await connection.get().channel.close()
+        for slot in slots {
+            switch slot {
+            case .opening(let future): try? await future.get().channel.close()
+            case .open(let connection): try? await connection.channel.close()
+            }
         }
     }
 
@@ -146,10 +143,10 @@ final class HTTP2Client: Sendable {
         }
         let future: EventLoopFuture<Connection>
         switch slot {
-        case .open(let connection, let opened):
+        case .open(let connection):
             if connection.channel.isActive { return connection }
             // Closed, and the close not yet seen: a new connection.
-            forget(origin, opened)
+            retire(origin, channel: connection.channel)
             return try await self.connection(to: origin)
         case .opening(let opening): future = opening
         }
@@ -161,17 +158,20 @@ final class HTTP2Client: Sendable {
         }
     }
 
+    /// Forgets a connection that could not be opened.
     private func forget(_ origin: Server, _ future: EventLoopFuture<Connection>) {
         state.withLockedValue { state in
-            if state.connections[origin]?.future === future { state.connections[origin] = nil }
+            if case .opening(let opening) = state.connections[origin], opening === future {
+                state.connections[origin] = nil
+            }
         }
     }
 
-    /// Takes the connection `channel` out of use (the server sent GOAWAY): the next request
-    /// opens a new one, while the streams under way on it finish.
+    /// Takes the connection `channel` out of use (it closed, or the server sent GOAWAY): the
+    /// next request opens a new one, while the streams under way on it finish.
     fileprivate func retire(_ origin: Server, channel: any Channel) {
         state.withLockedValue { state in
-            if case .open(let connection, _) = state.connections[origin], connection.channel === channel {
+            if case .open(let connection) = state.connections[origin], connection.channel === channel {
                 state.connections[origin] = nil
             }
         }
@@ -230,11 +230,11 @@ final class HTTP2Client: Sendable {
             }
         future.whenSuccess { [weak self] connection in
             self?.state.withLockedValue { state in
-                if state.connections[origin]?.future === future {
-                    state.connections[origin] = .open(connection, opened: future)
+                if case .opening(let opening) = state.connections[origin], opening === future {
+                    state.connections[origin] = .open(connection)
                 }
             }
-            connection.channel.closeFuture.whenComplete { _ in self?.forget(origin, future) }
+            connection.channel.closeFuture.whenComplete { _ in self?.retire(origin, channel: connection.channel) }
         }
         return future
     }
