@@ -239,10 +239,7 @@ private func deliveryProviders(
 private func emailChannel(
     _ app: Application, _ settings: ServerConfiguration, _ email: ServerConfiguration.Email
 ) throws -> EmailChannel {
-    var tls = TLSConfiguration.makeClientConfiguration()
-    if let pem = settings.extraCertificatesPEM {
-        tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
-    }
+    let tls = try TLSConfiguration.outbound(extraCertificatesPEM: settings.extraCertificatesPEM)
     let publicURL = settings.publicURL ?? "http://\(settings.hostname):\(settings.port)"
     // EHLO names this host: the public address's, as an address literal when it is an IP.
     let host = (URLComponents(string: publicURL)?.host ?? "localhost").trimmingCharacters(in: ["[", "]"])

@@ -90,11 +90,8 @@ final class HTTP2Client: Sendable {
     }
 
     init(group: any EventLoopGroup, extraCertificatesPEM: String?, connectTimeout: TimeAmount = .seconds(5)) throws {
-        var tls = TLSConfiguration.makeClientConfiguration()
+        var tls = try TLSConfiguration.outbound(extraCertificatesPEM: extraCertificatesPEM)
         tls.applicationProtocols = ["h2"]
-        if let pem = extraCertificatesPEM {
-            tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
-        }
         self.group = group
         sslContext = try NIOSSLContext(configuration: tls)
         self.connectTimeout = connectTimeout
