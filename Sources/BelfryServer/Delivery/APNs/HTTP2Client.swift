@@ -231,7 +231,9 @@ final class HTTP2Client: Sendable {
                     state.connections[origin] = .open(connection)
                 }
             }
-            connection.channel.closeFuture.whenComplete { _ in self?.retire(origin, channel: connection.channel) }
+            connection.channel.closeFuture.whenComplete { [weak self] _ in
+                self?.retire(origin, channel: connection.channel)
+            }
         }
         return future
     }
@@ -329,18 +331,22 @@ private final class ExchangeHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         // The deadline runs from now, whether or not the stream ever opens (a connection whose
         // TLS handshake fails never opens it).
-        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        deadline = context.eventLoop.scheduleTask(in: timeout) { [self] in
-            // No answer in that long means the connection is likely dead (a firewall dropped it,
-            // the server hangs): it is closed before the request fails, so the next request
-            // opens a new one. Its other streams fail and are retried.
-            guard !done else { return }
-            done = true  // the closes below must not answer first, with a closed stream
-            loopBound.value.channel.parent?.close(promise: nil)
-            loopBound.value.close(promise: nil)
-            answer.fail(HTTP2Client.Failure.timedOut)
+        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: timeout) {
+            loopBound.value.handler.timedOut(loopBound.value.context)
         }
         if context.channel.isActive { start(context) }
+    }
+
+    /// No answer in that long means the connection is likely dead (a firewall dropped it, the
+    /// server hangs): it is closed before the request fails, so the next request opens a new
+    /// one. Its other streams fail and are retried.
+    private func timedOut(_ context: ChannelHandlerContext) {
+        guard !done else { return }
+        done = true  // the closes below must not answer first, with a closed stream
+        context.channel.parent?.close(promise: nil)
+        context.close(promise: nil)
+        answer.fail(HTTP2Client.Failure.timedOut)
     }
 
     /// A stream torn down before its answer came: its connection closed, or it never opened.
