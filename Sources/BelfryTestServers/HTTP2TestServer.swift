@@ -121,9 +121,9 @@ private final class StreamHandler: ChannelInboundHandler {
                 body: Data(body.readableBytesView))
             let response = respond(request)
             if let delay = response.delay {
-                let context = NIOLoopBound(context, eventLoop: context.eventLoop)
-                context.value.eventLoop.scheduleTask(in: delay) { [self] in
-                    answer(response, to: head, context: context.value)
+                let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+                context.eventLoop.scheduleTask(in: delay) {
+                    bound.value.handler.answer(response, to: head, context: bound.value.context)
                 }
             } else {
                 answer(response, to: head, context: context)
