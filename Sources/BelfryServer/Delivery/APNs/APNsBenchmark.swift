@@ -27,10 +27,12 @@ package enum APNsBenchmark {
         let device = APNsDevice(
             token: String(repeating: "ab12", count: 16), environment: .production, authorization: .authorized)
         let topic = apns.topic ?? "org.example"
+        // The content is read once, as a delivery's is read from the database before its attempt;
+        // each push shapes its own payload from it.
+        let content = PushBenchmark.sampleContent()
         @Sendable func request() -> APNsRequest {
             // An authorized device with every setting enabled always gets a request.
-            APNsPayload.request(
-                APNsNotification(PushBenchmark.sampleContent()), device: device, unread: 7, topic: topic)!
+            APNsPayload.request(APNsNotification(content), device: device, unread: 7, topic: topic)!
         }
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
