@@ -50,6 +50,43 @@ struct APNsChannelTests {
         try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
     }
 
+    @Test("the queue runs APNs attempts on the loop of the APNs connection")
+    func attemptsOnTheConnectionsLoop() async throws {
+        try await Self.withAPNs { app, server in
+            let ada = try await app.userToken("ada")
+            _ = try await Self.register(app, ada)
+            let worker = try #require(app.deliveryQueue)
+            let channel = try #require(worker.providers[.apns] as? APNsChannel)
+            let loop = try #require(channel.executor as? EventLoopTaskExecutor).eventLoop
+            let probe = LoopProbe(channel: channel, loop: loop)
+            let probing = DeliveryQueue(
+                database: worker.database, storage: worker.storage, workspace: worker.workspace,
+                providers: [.apns: probe], metrics: worker.metrics, now: worker.now, jitter: worker.jitter,
+                logger: worker.logger)
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "On the loop", category: "reverted")
+            while try await probing.runOnce() > 0 {}
+            #expect(server.received.map(\.status) == [200])
+            #expect(probe.onLoop.withLockedValue { $0 } == [true, true], "before and after the send")
+        }
+    }
+
+    /// The APNs channel, noting whether each attempt runs on `loop` before and after its send.
+    private struct LoopProbe: DeliveryProvider {
+        let channel: APNsChannel
+        let loop: any EventLoop
+        let onLoop = NIOLockedValueBox<[Bool]>([])
+
+        var maxAttempts: Int { channel.maxAttempts }
+        var executor: (any TaskExecutor)? { channel.executor }
+
+        func deliver(_ delivery: Delivery) async -> DeliveryResult {
+            onLoop.withLockedValue { $0.append(loop.inEventLoop) }
+            let result = await channel.deliver(delivery)
+            onLoop.withLockedValue { $0.append(loop.inEventLoop) }
+            return result
+        }
+    }
+
     @Test(
         "a registered device gets a signed request shaped to it, with the unread count as badge",
         arguments: TestDatabase.allCases)

@@ -98,6 +98,30 @@ struct HTTP2ClientTests {
         }
     }
 
+    @Test("tasks on the client's executor send and are answered on its loop, 300 at once")
+    func onTheClientsLoop() async throws {
+        try await Self.withServer { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            let answered = try await withTaskExecutorPreference(client.taskExecutor) {
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for index in 0..<300 {
+                        group.addTask {
+                            let before = client.eventLoop.inEventLoop
+                            let response = try await client.post(
+                                "/\(index)", at: origin, headers: [], body: ByteBuffer(string: "\(index)"),
+                                timeout: .seconds(10))
+                            return before && client.eventLoop.inEventLoop && response.status == 200
+                                && String(buffer: response.body) == "\(index)"
+                        }
+                    }
+                    return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+                }
+            }
+            #expect(answered == 300)
+            #expect(server.connectionCount == 1)
+        }
+    }
+
     @Test("a request with no answer in time fails, and its connection is replaced")
     func timesOut() async throws {
         try await Self.withServer(respond: { request in

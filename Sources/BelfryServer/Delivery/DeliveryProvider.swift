@@ -84,7 +84,14 @@ enum DeliveryResult: Sendable, Equatable {
 protocol DeliveryProvider: Sendable {
     /// Attempts per delivery before it is dead-lettered.
     var maxAttempts: Int { get }
+    /// Where the queue runs this provider's attempts, if not on the shared pool: the event loop
+    /// of the provider's connection, so that a send and its answer stay on one thread.
+    var executor: (any TaskExecutor)? { get }
     func deliver(_ delivery: Delivery) async -> DeliveryResult
+}
+
+extension DeliveryProvider {
+    var executor: (any TaskExecutor)? { nil }
 }
 
 /// Backoff between attempts: exponential with full jitter, so retries from many deliveries

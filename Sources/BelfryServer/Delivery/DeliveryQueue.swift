@@ -69,7 +69,8 @@ final class DeliveryQueue: Sendable {
                     unstarted.withLockedValue { $0.append(delivery.id) }
                     continue
                 }
-                group.addTask { await self.attempt(delivery) }
+                let executor = providers[delivery.channel.kind]?.executor
+                group.addTask(executorPreference: executor) { await self.attempt(delivery) }
                 running += 1
             }
         }

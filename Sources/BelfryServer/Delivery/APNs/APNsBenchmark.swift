@@ -36,7 +36,9 @@ package enum APNsBenchmark {
         }
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
-        let (sent, seconds) = try await PushBenchmark.run(count: count, concurrency: concurrency) {
+        let (sent, seconds) = try await PushBenchmark.run(
+            count: count, concurrency: concurrency, executor: provider.executor
+        ) {
             try await provider.send(request()).status == 200
         }
         let sample = request()

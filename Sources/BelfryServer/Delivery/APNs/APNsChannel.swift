@@ -9,6 +9,8 @@ struct APNsChannel: DeliveryProvider {
 
     var maxAttempts: Int { 8 }
 
+    var executor: (any TaskExecutor)? { provider.executor }
+
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard let device = delivery.device else { return .failed(reason: "the device was removed") }
         guard let topic = device.topic ?? provider.configuration.topic else {

@@ -34,6 +34,9 @@ final class APNsProvider: Sendable {
             teamID: configuration.teamID, now: now)
     }
 
+    /// The loop of the connections to APNs: a task that prefers it sends without leaving it.
+    var executor: any TaskExecutor { client.taskExecutor }
+
     /// The provider token requests carry now.
     func providerToken() throws -> String {
         try tokens.current()

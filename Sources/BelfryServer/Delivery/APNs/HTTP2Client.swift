@@ -72,7 +72,9 @@ final class HTTP2Client: Sendable {
         var port: Int
     }
 
-    private let group: any EventLoopGroup
+    /// Every connection's loop; tasks that prefer ``taskExecutor`` send without leaving it.
+    let eventLoop: any EventLoop
+    let taskExecutor: EventLoopTaskExecutor
     private let sslContext: NIOSSLContext
     private let connectTimeout: TimeAmount
     private let state = NIOLockedValueBox(State())
@@ -92,7 +94,8 @@ final class HTTP2Client: Sendable {
     init(group: any EventLoopGroup, extraCertificatesPEM: String?, connectTimeout: TimeAmount = .seconds(5)) throws {
         var tls = try TLSConfiguration.outbound(extraCertificatesPEM: extraCertificatesPEM)
         tls.applicationProtocols = ["h2"]
-        self.group = group
+        eventLoop = group.next()
+        taskExecutor = EventLoopTaskExecutor(eventLoop)
         sslContext = try NIOSSLContext(configuration: tls)
         self.connectTimeout = connectTimeout
     }
@@ -185,7 +188,7 @@ final class HTTP2Client: Sendable {
         let serverHostname = origin.host.isIPAddress ? nil : origin.host
         // The whole pipeline is in place before the socket connects, so that the watcher sees a
         // handshake error however early it comes.
-        let future = ClientBootstrap(group: group)
+        let future = ClientBootstrap(group: eventLoop)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { [weak self] channel in
