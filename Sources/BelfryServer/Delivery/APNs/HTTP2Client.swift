@@ -195,6 +195,7 @@ final class HTTP2Client: Sendable {
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                    try pipeline.addHandler(FlushCoalescer())
                     _ = try pipeline.configureHTTP2Pipeline(
                         mode: .client,
                         connectionConfiguration: .init(),
@@ -303,6 +304,37 @@ private final class ConnectionWatcher: ChannelInboundHandler {
     func handlerRemoved(context: ChannelHandlerContext) {
         // The connect timeout closes a connection that never got ready.
         if !isReady { ready.fail(HTTP2Client.Failure.connectTimedOut) }
+    }
+}
+
+/// Joins the flushes of requests written together: each request's stream flushes when written,
+/// and without this every push was its own TLS record and `write` call. A flush waits for the
+/// work already queued on the loop (other requests being written), but at most four requests
+/// wait: with more, client and server took turns, each idle while the other worked through a
+/// batch (`belfry-bench apns` with 16 in flight: 0.6 of h2load's rate when all 16 could wait,
+/// 1.15 with four).
+private final class FlushCoalescer: ChannelOutboundHandler {
+    typealias OutboundIn = ByteBuffer
+
+    private static let maxWaiting = 4
+    private var waiting = 0
+
+    func flush(context: ChannelHandlerContext) {
+        waiting += 1
+        if waiting == Self.maxWaiting {
+            waiting = 0
+            context.flush()
+        } else if waiting == 1 {
+            context.eventLoop.assumeIsolated().execute {
+                guard self.waiting > 0 else { return }
+                self.waiting = 0
+                context.flush()
+            }
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        waiting = 0  // the connection closed: nothing left to flush
     }
 }
 
