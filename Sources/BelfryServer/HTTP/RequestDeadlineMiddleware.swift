@@ -6,10 +6,10 @@ import Vapor
 /// instead of holding the request open forever. Streams are unaffected: their answer starts
 /// at once and goes on afterwards. The connection itself is closed by the server's idle
 /// timeout once nothing more arrives.
-struct RequestDeadlineMiddleware: AsyncMiddleware {
+struct RequestDeadlineMiddleware: Middleware {
     let seconds: Int
 
-    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+    func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
         let answer = request.eventLoop.makePromise(of: Response.self)
         let answered = NIOLockedValueBox(false)
         @Sendable func finish(_ result: Result<Response, any Error>) {
@@ -29,16 +29,12 @@ struct RequestDeadlineMiddleware: AsyncMiddleware {
                         .requestTimeout,
                         "the request was not received within \(seconds) s (BELFRY_REQUEST_TIMEOUT); send it again")))
         }
-        // The handler goes on in its own task: one waiting on a body that never comes ends
-        // when the idle timeout closes the connection.
-        Task {
-            do {
-                finish(.success(try await next.respond(to: request)))
-            } catch {
-                finish(.failure(error))
-            }
+        // The handler goes on: one waiting on a body that never comes ends when the idle timeout
+        // closes the connection.
+        next.respond(to: request).whenComplete { result in
+            finish(result)
             deadline.cancel()
         }
-        return try await answer.futureResult.get()
+        return answer.futureResult
     }
 }

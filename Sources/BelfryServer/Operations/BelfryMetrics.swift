@@ -94,25 +94,22 @@ final class BelfryMetrics: Sendable {
 
 /// Times every request into `belfry_http_request_duration_seconds`. It runs outermost, so it
 /// sees the status the client gets, errors included.
-struct MetricsMiddleware: AsyncMiddleware {
+struct MetricsMiddleware: Middleware {
     let metrics: BelfryMetrics
 
-    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+    func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
         let started = ContinuousClock.now
         // Routing runs before the middleware: a request no route matched has no pattern.
         let route = request.route.map { "/" + $0.path.map(\.description).joined(separator: "/") } ?? "unmatched"
-        do {
-            let response = try await next.respond(to: request)
-            metrics.answered(
-                route: route, method: request.method.rawValue, status: Int(response.status.code),
-                after: ContinuousClock.now - started)
-            return response
-        } catch {
-            let status = (error as? any AbortError)?.status.code ?? 500
+        return next.respond(to: request).always { result in
+            let status =
+                switch result {
+                case .success(let response): response.status.code
+                case .failure(let error): (error as? any AbortError)?.status.code ?? 500
+                }
             metrics.answered(
                 route: route, method: request.method.rawValue, status: Int(status), after: ContinuousClock.now - started
             )
-            throw error
         }
     }
 }

@@ -57,11 +57,9 @@ enum WebResponse {
 }
 
 /// Renders errors on page routes as HTML pages instead of the API's JSON body.
-struct WebErrorMiddleware: AsyncMiddleware {
-    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
-        do {
-            return try await next.respond(to: request)
-        } catch {
+struct WebErrorMiddleware: Middleware {
+    func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
+        next.respond(to: request).flatMapErrorThrowing { error in
             let failure = BelfryErrorMiddleware.classify(error)
             if failure.status.code >= 500 {
                 request.logger.error("page failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
