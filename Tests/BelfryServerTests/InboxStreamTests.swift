@@ -156,6 +156,45 @@ struct InboxStreamTests {
         }
     }
 
+    @Test(
+        "a stream's first counts match the inbox; an erased user's token opens nothing; the token is read as a form",
+        arguments: TestDatabase.allCases)
+    func opening(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            try await Self.serving(app) { port, client in
+                let ada = try await app.userToken("ada")
+                let bob = try await app.userToken("bob")
+                try await InboxAPITests.notify(app, ["ada"], title: "One")
+                try await InboxAPITests.notify(app, ["ada"], title: "Two")
+                let page = try await InboxAPITests.page(app, ada)
+                let read = try #require(page.notifications.first(where: { $0.title == "Two" }))
+                #expect(try await app.send(.POST, "/v1/me/notifications/\(read.id)/read", bearer: ada).status == .ok)
+
+                // The first value of `token` counts; `tokens` is another parameter; `%2D` is "-".
+                let escaped = ada.replacingOccurrences(of: "-", with: "%2D")
+                let request = HTTPClientRequest(
+                    url: "http://127.0.0.1:\(port)/v1/me/stream?tokens=x&token=\(escaped)&token=nonsense")
+                let response = try await client.execute(request, timeout: .seconds(60))
+                #expect(response.status == .ok)
+                let counts = try await EventStreamReader(response).next()
+                #expect(counts?.name == "counts")
+                #expect(counts?.data == #"{"unread":1,"unseen":1}"#, "reading one also saw it")
+                let (fresh, freshStream) = try await Self.open(port, token: bob, client: client)
+                #expect(fresh.status == .ok)
+                #expect(try await freshStream.next()?.data == #"{"unread":0,"unseen":0}"#)
+
+                #expect(try await app.send(.DELETE, "/v1/users/bob", bearer: testAPIKey).status == .noContent)
+                let openBefore = app.belfry.inboxHub.openStreams
+                let gone = try await client.execute(
+                    HTTPClientRequest(url: "http://127.0.0.1:\(port)/v1/me/stream?token=\(bob)"), timeout: .seconds(60))
+                #expect(gone.status == .unauthorized)
+                let body = try await gone.body.collect(upTo: 4096)
+                #expect(String(buffer: body).contains("the user of this token no longer exists"))
+                #expect(app.belfry.inboxHub.openStreams <= openBefore, "the refused stream left the hub")
+            }
+        }
+    }
+
     @Test("a notification scheduled for later is streamed when it becomes due")
     func scheduledBecomesDue() async throws {
         // 2027-03-01 08:00 UTC; ada's notification is due at 10:00 her time (UTC, as Belfry does not know her zone).

@@ -115,8 +115,8 @@ extension InboxController {
     /// parameter. A `counts` event comes first; `Last-Event-ID` replays what a reconnecting
     /// client missed in the last few minutes; a comment every 15 s keeps proxies from closing it.
     @Sendable func stream(req: Request) async throws -> Response {
-        let (user, expiresAt) = try await req.requireUserToken(allowingQueryToken: true)
-        let userID = try user.requireID()
+        let subject = try await req.requireUserSubject(allowingQueryToken: true)
+        let userID = subject.userID
         let context = req.belfry
         // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
         // replays nothing, and the first `counts` brings the client up to date.
@@ -128,10 +128,13 @@ extension InboxController {
         // Subscribed before the counts are read, so that nothing published meanwhile is missed:
         // it waits in the stream until the response starts.
         let stream = InboxStreamWriter(eventLoop: req.eventLoop, instanceTag: context.instanceTag)
-        context.inboxHub.subscribe(user: userID, lastEventID: lastEventID, expiresAt: expiresAt, stream: stream)
+        context.inboxHub.subscribe(
+            user: userID, lastEventID: lastEventID, expiresAt: subject.expiresAt, stream: stream)
         let first: String
         do {
-            let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
+            guard let counts = try await context.inboxStore.countsIfUserExists(userID: userID, on: req.db) else {
+                throw Request.userGone
+            }
             first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)
         } catch {
             stream.finish()

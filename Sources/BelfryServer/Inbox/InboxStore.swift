@@ -73,6 +73,26 @@ struct InboxStore: Sendable {
         try await counts(of: [userID], tenant: tenant, on: db)[userID] ?? InboxCounts(unread: 0, unseen: 0)
     }
 
+    /// A user's counts, or `nil` if the user no longer exists, in one statement: what a stream
+    /// sends first. Written as SQL: Fluent's model reading (reflection) and SQLKit's query
+    /// builder were half of the CPU time of opening a stream.
+    func countsIfUserExists(userID: UUID, on db: any Database) async throws -> InboxCounts? {
+        let row = try await db.sql.raw(
+            """
+            SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID)) AS users,
+            SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END) AS unread,
+            SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END) AS unseen
+            FROM notifications
+            WHERE user_id = \(bind: userID) AND in_inbox = \(bind: true) AND available_at <= \(bind: now())
+            AND archived_at IS NULL
+            """
+        ).first()
+        guard let row, try row.decode(column: "users", as: Int.self) > 0 else { return nil }
+        return InboxCounts(
+            unread: try row.decode(column: "unread", as: Int?.self) ?? 0,
+            unseen: try row.decode(column: "unseen", as: Int?.self) ?? 0)
+    }
+
     /// The counts of many users in one query (of one tenant, or all when `tenant` is nil); a
     /// user without notifications counts zero.
     func counts(of users: [UUID], tenant: String? = nil, on db: any Database) async throws -> [UUID: InboxCounts] {
