@@ -84,8 +84,8 @@ enum DeliveryResult: Sendable, Equatable {
 protocol DeliveryProvider: Sendable {
     /// Attempts per delivery before it is dead-lettered.
     var maxAttempts: Int { get }
-    /// Where the queue runs this provider's attempts, if not on the shared pool: the event loop
-    /// of the provider's connection, so that a send and its answer stay on one thread.
+    /// Where the queue runs this provider's sends, if not on the shared pool: the event loop of
+    /// the provider's connection, so that a send and its answer stay on one thread.
     var executor: (any TaskExecutor)? { get }
     func deliver(_ delivery: Delivery) async -> DeliveryResult
 }

@@ -69,8 +69,7 @@ final class DeliveryQueue: Sendable {
                     unstarted.withLockedValue { $0.append(delivery.id) }
                     continue
                 }
-                let executor = providers[delivery.channel.kind]?.executor
-                group.addTask(executorPreference: executor) { await self.attempt(delivery) }
+                group.addTask { await self.attempt(delivery) }
                 running += 1
             }
         }
@@ -263,7 +262,9 @@ final class DeliveryQueue: Sendable {
                 return .failed(reason: "the \(noun) was retired: \(device.retiredReason ?? "no reason given")")
             }
         }
-        return await provider.deliver(delivery)
+        // Only the send runs where the provider asks: the attempt's statements stay on any
+        // loop's connections, not all on the one loop (and its one SQLite connection) of APNs.
+        return await withTaskExecutorPreference(provider.executor) { await provider.deliver(delivery) }
     }
 
     /// Records an attempt's result on its delivery (and retires its device when the provider
