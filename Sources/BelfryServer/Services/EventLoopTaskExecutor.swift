@@ -2,6 +2,10 @@ import NIOCore
 
 /// Runs tasks on one NIO event loop: a task that prefers it and awaits that loop's futures is
 /// resumed on the loop without a hop to another thread and back.
+///
+/// The loop must outlive the tasks that prefer it: NIO drops a job for a loop that has shut
+/// down (printing an error), and its task would never resume. Belfry's loops are the
+/// process's shared group, which is never shut down.
 final class EventLoopTaskExecutor: TaskExecutor, Sendable {
     let eventLoop: any EventLoop
 
