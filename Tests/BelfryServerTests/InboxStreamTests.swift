@@ -170,10 +170,12 @@ struct InboxStreamTests {
                 let read = try #require(page.notifications.first(where: { $0.title == "Two" }))
                 #expect(try await app.send(.POST, "/v1/me/notifications/\(read.id)/read", bearer: ada).status == .ok)
 
-                // The first value of `token` counts; `tokens` is another parameter; `%2D` is "-".
-                let escaped = ada.replacingOccurrences(of: "-", with: "%2D")
+                // The last value of `token` counts, as with Vapor's form decoder; `tokens` is another
+                // parameter; names and values are percent-decoded (a token has two ".").
+                #expect(ada.filter { $0 == "." }.count == 2)
+                let escaped = ada.replacingOccurrences(of: ".", with: "%2E")
                 let request = HTTPClientRequest(
-                    url: "http://127.0.0.1:\(port)/v1/me/stream?tokens=x&token=\(escaped)&token=nonsense")
+                    url: "http://127.0.0.1:\(port)/v1/me/stream?tokens=x&token=nonsense&%74oken=\(escaped)")
                 let response = try await client.execute(request, timeout: .seconds(60))
                 #expect(response.status == .ok)
                 let counts = try await EventStreamReader(response).next()
@@ -190,7 +192,7 @@ struct InboxStreamTests {
                 #expect(gone.status == .unauthorized)
                 let body = try await gone.body.collect(upTo: 4096)
                 #expect(String(buffer: body).contains("the user of this token no longer exists"))
-                #expect(app.belfry.inboxHub.openStreams <= openBefore, "the refused stream left the hub")
+                #expect(app.belfry.inboxHub.openStreams == openBefore, "the refused stream left the hub")
             }
         }
     }

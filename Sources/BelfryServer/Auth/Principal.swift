@@ -67,16 +67,20 @@ extension Request {
         return subject
     }
 
-    /// The first value of the query parameter `name`, read as a form decodes it (`+` is a
-    /// space). Vapor's query decoder took a tenth of a stream's opening to find one value.
+    /// The value of the query parameter `name`, read as Vapor's form decoder reads it (`+` is a
+    /// space, names and values percent-decoded, the last of repeated values), which took a tenth
+    /// of a stream's opening to find one value.
     func queryValue(named name: String) -> String? {
         guard let query = url.query else { return nil }
-        for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
-            guard pair.hasPrefix(name), pair.dropFirst(name.count).first == "=" else { continue }
-            return String(pair.dropFirst(name.count + 1)).replacingOccurrences(of: "+", with: " ")
-                .removingPercentEncoding
+        func decoded(_ part: Substring) -> String? {
+            part.replacingOccurrences(of: "+", with: " ").removingPercentEncoding
         }
-        return nil
+        var value: String?
+        for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
+            guard let equals = pair.firstIndex(of: "="), decoded(pair[..<equals]) == name else { continue }
+            value = decoded(pair[pair.index(after: equals)...]) ?? value
+        }
+        return value
     }
 
     /// Requires an API key, or a user token of the user named in the path (`user_id`). The
