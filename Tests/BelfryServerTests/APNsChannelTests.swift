@@ -50,7 +50,7 @@ struct APNsChannelTests {
         try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
     }
 
-    @Test("the queue runs APNs attempts on the loop of the APNs connection")
+    @Test("the queue runs APNs sends on the loop of the APNs connection")
     func attemptsOnTheConnectionsLoop() async throws {
         try await Self.withAPNs { app, server in
             let ada = try await app.userToken("ada")
@@ -70,7 +70,7 @@ struct APNsChannelTests {
         }
     }
 
-    /// The APNs channel, noting whether each attempt runs on `loop` before and after its send.
+    /// The APNs channel, noting whether each send runs on `loop`, before and after.
     private struct LoopProbe: DeliveryProvider {
         let channel: APNsChannel
         let loop: any EventLoop
