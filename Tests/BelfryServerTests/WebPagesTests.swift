@@ -34,7 +34,8 @@ struct WebPagesTests {
         static func signIn(_ app: Application, token: String, page: String = "preferences") async throws -> Browser {
             let response = try await app.send(.GET, "/\(page)?token=\(token)")
             #expect(response.status == .seeOther)
-            return Browser(app: app, cookie: try #require(sessionCookie(response)))
+            let cookie = sessionCookie(response)
+            return Browser(app: app, cookie: try #require(cookie, "a session cookie"))
         }
     }
 
@@ -81,7 +82,8 @@ struct WebPagesTests {
             #expect(setCookie.contains("HttpOnly"))
             #expect(setCookie.contains("Secure"))
             #expect(setCookie.contains("SameSite=Lax"))
-            let browser = Browser(app: app, cookie: try #require(Self.sessionCookie(response)))
+            let cookie = Self.sessionCookie(response)
+            let browser = Browser(app: app, cookie: try #require(cookie, "a session cookie"))
             let page = try await browser.get("/preferences?tenant=dewiki")
             #expect(page.status == .ok)
             #expect(page.headers.contentType == .html)
