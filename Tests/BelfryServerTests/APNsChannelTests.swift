@@ -50,6 +50,7 @@ struct APNsChannelTests {
         try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
     }
 
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
     @Test("the queue runs APNs sends on the loop of the APNs connection")
     func attemptsOnTheConnectionsLoop() async throws {
         try await Self.withAPNs { app, server in
@@ -57,7 +58,7 @@ struct APNsChannelTests {
             _ = try await Self.register(app, ada)
             let worker = try #require(app.deliveryQueue)
             let channel = try #require(worker.providers[.apns] as? APNsChannel)
-            let loop = try #require(channel.executor as? EventLoopTaskExecutor).eventLoop
+            let loop = try #require(channel.sendLoop)
             let probe = LoopProbe(channel: channel, loop: loop)
             let probing = DeliveryQueue(
                 database: worker.database, storage: worker.storage, workspace: worker.workspace,
@@ -77,7 +78,7 @@ struct APNsChannelTests {
         let onLoop = NIOLockedValueBox<[Bool]>([])
 
         var maxAttempts: Int { channel.maxAttempts }
-        var executor: (any TaskExecutor)? { channel.executor }
+        var sendLoop: (any EventLoop)? { channel.sendLoop }
 
         func deliver(_ delivery: Delivery) async -> DeliveryResult {
             onLoop.withLockedValue { $0.append(loop.inEventLoop) }

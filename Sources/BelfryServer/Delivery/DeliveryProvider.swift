@@ -1,5 +1,6 @@
 import BelfryCore
 import Foundation
+import NIOCore
 
 /// One delivery as a provider sees it: the queue's claim reads it whole, content, device and
 /// badge included, so that a provider only shapes and sends.
@@ -84,14 +85,15 @@ enum DeliveryResult: Sendable, Equatable {
 protocol DeliveryProvider: Sendable {
     /// Attempts per delivery before it is dead-lettered.
     var maxAttempts: Int { get }
-    /// Where the queue runs this provider's sends, if not on the shared pool: the event loop of
-    /// the provider's connection, so that a send and its answer stay on one thread.
-    var executor: (any TaskExecutor)? { get }
+    /// The event loop on which the queue runs this provider's sends, if not the shared pool:
+    /// the loop of the provider's connection, so that a send and its answer stay on one thread
+    /// (on Linux, and on Apple platforms that have task executors).
+    var sendLoop: (any EventLoop)? { get }
     func deliver(_ delivery: Delivery) async -> DeliveryResult
 }
 
 extension DeliveryProvider {
-    var executor: (any TaskExecutor)? { nil }
+    var sendLoop: (any EventLoop)? { nil }
 }
 
 /// Backoff between attempts: exponential with full jitter, so retries from many deliveries

@@ -1,5 +1,6 @@
 import BelfryCore
 import Foundation
+import NIOCore
 
 /// What the push benchmarks (`APNsBenchmark`, `WebPushBenchmark`) share: the message they
 /// send and the loop that keeps a fixed number of sends in flight.
@@ -12,33 +13,45 @@ enum PushBenchmark {
             url: "https://en.example.org/wiki/Talk:Bell_tower", createdAt: Date())
     }
 
-    /// Runs `send` `count` times with at most `concurrency` at once, all on `executor` when
-    /// given: the loop that sends them also starts the next, as h2load's one thread does.
+    /// Runs `send` `count` times with at most `concurrency` at once, all on `loop` when given
+    /// (and task executors exist): the loop that sends them also starts the next, as h2load's
+    /// one thread does.
     /// - Returns: how many answered `true`, and the seconds taken.
     static func run(
-        count: Int, concurrency: Int, executor: (any TaskExecutor)? = nil,
+        count: Int, concurrency: Int, on loop: (any EventLoop)? = nil,
         _ send: @escaping @Sendable () async throws -> Bool
     ) async throws -> (succeeded: Int, seconds: Double) {
         let started = ContinuousClock.now
-        let succeeded = try await withTaskExecutorPreference(executor) {
-            try await withThrowingTaskGroup(of: Bool.self) { group in
-                var next = 0
-                var succeeded = 0
-                while next < min(concurrency, count) {
+        let succeeded: Int
+        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *), let loop {
+            succeeded = try await withTaskExecutorPreference(EventLoopTaskExecutor(loop)) {
+                try await drive(count: count, concurrency: concurrency, send)
+            }
+        } else {
+            succeeded = try await drive(count: count, concurrency: concurrency, send)
+        }
+        return (succeeded, seconds(since: started))
+    }
+
+    private static func drive(
+        count: Int, concurrency: Int, _ send: @escaping @Sendable () async throws -> Bool
+    ) async throws -> Int {
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            var next = 0
+            var succeeded = 0
+            while next < min(concurrency, count) {
+                group.addTask(operation: send)
+                next += 1
+            }
+            while let ok = try await group.next() {
+                if ok { succeeded += 1 }
+                if next < count {
                     group.addTask(operation: send)
                     next += 1
                 }
-                while let ok = try await group.next() {
-                    if ok { succeeded += 1 }
-                    if next < count {
-                        group.addTask(operation: send)
-                        next += 1
-                    }
-                }
-                return succeeded
             }
+            return succeeded
         }
-        return (succeeded, seconds(since: started))
     }
 
     static func seconds(since start: ContinuousClock.Instant) -> Double {

@@ -6,6 +6,7 @@ import NIOCore
 /// The loop must outlive the tasks that prefer it: NIO drops a job for a loop that has shut
 /// down (printing an error), and its task would never resume. Belfry's loops are the
 /// process's shared group, which is never shut down.
+@available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, *)
 final class EventLoopTaskExecutor: TaskExecutor, Sendable {
     let eventLoop: any EventLoop
 

@@ -37,7 +37,7 @@ package enum APNsBenchmark {
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
         let (sent, seconds) = try await PushBenchmark.run(
-            count: count, concurrency: concurrency, executor: provider.executor
+            count: count, concurrency: concurrency, on: provider.eventLoop
         ) {
             try await provider.send(request()).status == 200
         }

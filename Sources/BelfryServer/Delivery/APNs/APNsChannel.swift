@@ -1,6 +1,7 @@
 import BelfryAPNs
 import BelfryCore
 import Foundation
+import NIOCore
 
 /// Delivers to one APNs device per delivery. The payload is shaped when sent, from the
 /// device's current authorization and settings and the user's unread count then.
@@ -9,7 +10,7 @@ struct APNsChannel: DeliveryProvider {
 
     var maxAttempts: Int { 8 }
 
-    var executor: (any TaskExecutor)? { provider.executor }
+    var sendLoop: (any EventLoop)? { provider.eventLoop }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard let device = delivery.device else { return .failed(reason: "the device was removed") }

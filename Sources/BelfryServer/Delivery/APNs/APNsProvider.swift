@@ -34,8 +34,8 @@ final class APNsProvider: Sendable {
             teamID: configuration.teamID, now: now)
     }
 
-    /// The loop of the connections to APNs: a task that prefers it sends without leaving it.
-    var executor: any TaskExecutor { client.taskExecutor }
+    /// The loop of the connections to APNs: a task running on it sends without leaving it.
+    var eventLoop: any EventLoop { client.eventLoop }
 
     /// The provider token requests carry now.
     func providerToken() throws -> String {

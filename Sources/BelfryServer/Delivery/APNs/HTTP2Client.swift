@@ -72,9 +72,9 @@ final class HTTP2Client: Sendable {
         var port: Int
     }
 
-    /// Every connection's loop; tasks that prefer ``taskExecutor`` send without leaving it.
+    /// Every connection's loop: a task running on it (``EventLoopTaskExecutor``) sends and gets
+    /// its answer without leaving it.
     let eventLoop: any EventLoop
-    let taskExecutor: EventLoopTaskExecutor
     private let sslContext: NIOSSLContext
     private let connectTimeout: TimeAmount
     private let state = NIOLockedValueBox(State())
@@ -95,7 +95,6 @@ final class HTTP2Client: Sendable {
         var tls = try TLSConfiguration.outbound(extraCertificatesPEM: extraCertificatesPEM)
         tls.applicationProtocols = ["h2"]
         eventLoop = group.next()
-        taskExecutor = EventLoopTaskExecutor(eventLoop)
         sslContext = try NIOSSLContext(configuration: tls)
         self.connectTimeout = connectTimeout
     }
