@@ -195,6 +195,14 @@ extension Request {
     func decodeBody<Body: Decodable>(
         _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
     ) throws -> Body {
+        try decodeBodyAndNulls(type, keys: keys, nested: nested).body
+    }
+
+    /// Like `decodeBody`, with the top-level fields sent as `null` (read in the same pass as the
+    /// unknown fields), for a body where `null` clears a field and a field left out keeps it.
+    func decodeBodyAndNulls<Body: Decodable>(
+        _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
+    ) throws -> (body: Body, nulls: Set<String>) {
         guard let buffer = body.data, buffer.readableBytes > 0 else {
             throw BelfryError.badRequest("this request needs a JSON body")
         }
@@ -203,7 +211,8 @@ extension Request {
         }
         let keyReader = JSONDecoder()
         keyReader.userInfo = [UnknownKeys.allowed: keys, UnknownKeys.nested: nested]
-        if let unknown = try? keyReader.decode(UnknownKeys.self, from: buffer).found, !unknown.isEmpty {
+        let fields = try? keyReader.decode(UnknownKeys.self, from: buffer)
+        if let unknown = fields?.found, !unknown.isEmpty {
             // Each object with an unknown field says what it takes.
             let takes = Set(unknown.map(\.object)).sorted().map { object in
                 object.isEmpty
@@ -215,7 +224,7 @@ extension Request {
                     + takes.joined(separator: "; "))
         }
         do {
-            return try Self.bodyDecoder.decode(Body.self, from: buffer)
+            return (try Self.bodyDecoder.decode(Body.self, from: buffer), fields?.nulls ?? [])
         } catch let error as DecodingError {
             if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
                 throw BelfryError.badRequest("the body is not valid JSON")
@@ -244,25 +253,6 @@ extension Request {
     }()
 }
 
-extension Request {
-    /// The top-level fields of the JSON body whose value is `null`.
-    func nullFields() -> Set<String> {
-        guard let buffer = body.data else { return [] }
-        return (try? JSONDecoder().decode(NullFields.self, from: buffer))?.names ?? []
-    }
-}
-
-private struct NullFields: Decodable {
-    var names: Set<String> = []
-
-    init(from decoder: any Decoder) throws {
-        guard let object = try? decoder.container(keyedBy: BodyKey.self) else { return }
-        for key in object.allKeys where (try? object.decodeNil(forKey: key)) == true {
-            names.insert(key.stringValue)
-        }
-    }
-}
-
 /// Any key of a JSON object in a request body.
 private struct BodyKey: CodingKey {
     var stringValue: String
@@ -271,9 +261,9 @@ private struct BodyKey: CodingKey {
     init?(intValue: Int) { nil }
 }
 
-/// The keys of a JSON body that a request does not take, found without decoding any value:
-/// only the top-level object and the nested objects of the fields named are walked, so a
-/// list of 10 000 recipients is skipped, not read.
+/// The keys of a JSON body that a request does not take, and its top-level nulls, found without
+/// decoding any value: only the top-level object and the nested objects of the fields named are
+/// walked, so a list of 10 000 recipients is skipped, not read.
 private struct UnknownKeys: Decodable {
     static let allowed = CodingUserInfoKey(rawValue: "belfry.allowedKeys")!
     static let nested = CodingUserInfoKey(rawValue: "belfry.nestedKeys")!
@@ -281,9 +271,14 @@ private struct UnknownKeys: Decodable {
     /// Each unknown key's path (`content.zz`, `changes[2].x`) and the path of the object it is
     /// in, as `nested` names it (`content`, `changes`; empty for the body), in key order.
     var found: [(path: String, object: String)] = []
+    /// The top-level keys whose value is `null`.
+    var nulls: Set<String> = []
 
     init(from decoder: any Decoder) throws {
         guard let object = try? decoder.container(keyedBy: BodyKey.self) else { return }
+        for key in object.allKeys where (try? object.decodeNil(forKey: key)) == true {
+            nulls.insert(key.stringValue)
+        }
         found = Self.unknown(
             in: object, allowed: decoder.userInfo[Self.allowed] as? Set<String> ?? [],
             nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "", object: "")

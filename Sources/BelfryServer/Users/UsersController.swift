@@ -17,11 +17,11 @@ struct UsersController: RouteCollection {
     @Sendable func upsert(req: Request) async throws -> Response {
         try await req.requireServer()
         let externalID = try req.userIDParameter()
-        let body = try req.decodeBody(UserUpsert.self, keys: ["email", "time_zone", "locale", "tenants"])
+        // A field left out keeps its value; one sent as null clears it.
+        let (body, cleared) = try req.decodeBodyAndNulls(
+            UserUpsert.self, keys: ["email", "time_zone", "locale", "tenants"])
         try Self.validate(body, workspace: req.belfry.workspace)
         let now = req.belfry.now()
-        // A field left out keeps its value; one sent as null clears it.
-        let cleared = req.nullFields()
         let (user, created, tenants) = try await Self.upsert(externalID, body, clearing: cleared, now: now, req: req)
         req.logger.info("user saved", metadata: ["belfry.user": "\(externalID)", "belfry.created": "\(created)"])
         return try Response.json(user.record(tenants: tenants), status: created ? .created : .ok)
