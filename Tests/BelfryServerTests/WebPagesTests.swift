@@ -34,8 +34,9 @@ struct WebPagesTests {
         static func signIn(_ app: Application, token: String, page: String = "preferences") async throws -> Browser {
             let response = try await app.send(.GET, "/\(page)?token=\(token)")
             #expect(response.status == .seeOther)
-            let cookie = sessionCookie(response)
-            return Browser(app: app, cookie: try #require(cookie, "a session cookie"))
+            // Unwrapped first: as the argument of an optional parameter, #require would check nothing.
+            let cookie: String = try #require(sessionCookie(response), "a session cookie")
+            return Browser(app: app, cookie: cookie)
         }
     }
 
@@ -82,8 +83,8 @@ struct WebPagesTests {
             #expect(setCookie.contains("HttpOnly"))
             #expect(setCookie.contains("Secure"))
             #expect(setCookie.contains("SameSite=Lax"))
-            let cookie = Self.sessionCookie(response)
-            let browser = Browser(app: app, cookie: try #require(cookie, "a session cookie"))
+            let cookie: String = try #require(Self.sessionCookie(response), "a session cookie")
+            let browser = Browser(app: app, cookie: cookie)
             let page = try await browser.get("/preferences?tenant=dewiki")
             #expect(page.status == .ok)
             #expect(page.headers.contentType == .html)
