@@ -120,6 +120,9 @@ struct HTTP2ClientTests {
             }
             #expect(answered == 300)
             #expect(server.connectionCount == 1)
+            let loops = client.connectionLoops
+            #expect(loops.count == 1)
+            #expect(loops.allSatisfy { $0 === client.eventLoop }, "the connection is on the client's loop")
         }
     }
 

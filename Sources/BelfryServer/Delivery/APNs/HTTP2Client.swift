@@ -117,6 +117,15 @@ final class HTTP2Client: Sendable {
         return try await connection.send(fields, body: body, timeout: timeout)
     }
 
+    /// The event loops of the open connections.
+    var connectionLoops: [any EventLoop] {
+        state.withLockedValue { state in
+            state.connections.values.compactMap { slot in
+                if case .open(let connection) = slot { connection.channel.eventLoop } else { nil }
+            }
+        }
+    }
+
     func shutdown() async {
         let slots = state.withLockedValue { state in
             state.shutDown = true
