@@ -120,7 +120,7 @@ struct HTTP2ClientTests {
             }
             #expect(answered == 300)
             #expect(server.connectionCount == 1)
-            let loops = client.connectionLoops
+            let loops = client.openChannels.map(\.eventLoop)
             #expect(loops.count == 1)
             #expect(loops.allSatisfy { $0 === client.eventLoop }, "the connection is on the client's loop")
         }
@@ -143,6 +143,24 @@ struct HTTP2ClientTests {
             // The connection the timeout closed goes away; the new one stays.
             for _ in 0..<100 where server.connectionCount != 1 { try await Task.sleep(for: .milliseconds(20)) }
             #expect(server.connectionCount == 1)
+        }
+    }
+
+    @Test("a connection being closed is not offered again while TLS says goodbye")
+    func closingIsRetired() async throws {
+        try await Self.withServer { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            _ = try await client.post("/a", at: origin, headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            let channel = try #require(client.openChannels.first)
+            // In the loop turn that begins the close (as a request's timeout does), before the
+            // TLS close_notify exchange lets the connection go inactive.
+            let offered = try await channel.eventLoop.submit {
+                channel.close(promise: nil)
+                return client.openChannels.count
+            }.get()
+            #expect(offered == 0)
+            let next = try await client.post("/b", at: origin, headers: [], body: ByteBuffer(), timeout: .seconds(10))
+            #expect(next.status == 200)
         }
     }
 

@@ -117,11 +117,11 @@ final class HTTP2Client: Sendable {
         return try await connection.send(fields, body: body, timeout: timeout)
     }
 
-    /// The event loops of the open connections.
-    var connectionLoops: [any EventLoop] {
+    /// The connections open and in use.
+    var openChannels: [any Channel] {
         state.withLockedValue { state in
             state.connections.values.compactMap { slot in
-                if case .open(let connection) = slot { connection.channel.eventLoop } else { nil }
+                if case .open(let connection) = slot { connection.channel } else { nil }
             }
         }
     }
@@ -271,18 +271,22 @@ final class HTTP2Client: Sendable {
 
 /// Watches a connection's own frames (stream 0): the server's first SETTINGS make it ready, and
 /// GOAWAY takes it out of use. An error before it is ready (a TLS certificate refused) fails
-/// the connection with that error.
-private final class ConnectionWatcher: ChannelInboundHandler {
+/// the connection with that error. A close begun here (a request's timeout) takes it out of use
+/// at once: the TLS goodbye keeps it active a while, and a request given it then failed with
+/// "I/O on closed channel".
+private final class ConnectionWatcher: ChannelDuplexHandler {
     typealias InboundIn = HTTP2Frame
+    typealias OutboundIn = HTTP2Frame
 
     /// Succeeds with the server's first SETTINGS; fails with the first error, or the close.
     let ready: EventLoopPromise<Void>
-    private let goneAway: () -> Void
+    /// Takes the connection out of use.
+    private let retire: () -> Void
     private var isReady = false
 
-    init(ready: EventLoopPromise<Void>, goneAway: @escaping () -> Void) {
+    init(ready: EventLoopPromise<Void>, retire: @escaping () -> Void) {
         self.ready = ready
-        self.goneAway = goneAway
+        self.retire = retire
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -293,7 +297,7 @@ private final class ConnectionWatcher: ChannelInboundHandler {
                 ready.succeed()
             }
         case .goAway:
-            goneAway()
+            retire()
         default:
             break
         }
@@ -307,6 +311,11 @@ private final class ConnectionWatcher: ChannelInboundHandler {
     func channelInactive(context: ChannelHandlerContext) {
         if !isReady { ready.fail(HTTP2Client.Failure.connectionClosed) }
         context.fireChannelInactive()
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        retire()
+        context.close(mode: mode, promise: promise)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
