@@ -146,6 +146,29 @@ struct HTTP2ClientTests {
         }
     }
 
+    @available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
+    @Test("a refused connection fails its request at once, also from the client's loop; the next one tries again")
+    func refused() async throws {
+        // A port just freed: nothing listens there.
+        let listener = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).get()
+        let port = try #require(listener.localAddress?.port)
+        try await listener.close()
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        let origin = try HTTP2Client.Origin("https://127.0.0.1:\(port)")
+        for _ in 0..<2 {
+            let started = ContinuousClock.now
+            await #expect(throws: (any Error).self) {
+                try await withTaskExecutorPreference(EventLoopTaskExecutor(client.eventLoop)) {
+                    _ = try await client.post("/a", at: origin, headers: [], body: ByteBuffer(), timeout: .seconds(10))
+                }
+            }
+            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(client.openChannels.isEmpty)
+        }
+        await client.shutdown()
+    }
+
     @Test("a connection being closed is not offered again while TLS says goodbye")
     func closingIsRetired() async throws {
         try await Self.withServer { server, client in

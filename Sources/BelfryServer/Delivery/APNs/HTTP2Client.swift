@@ -142,13 +142,16 @@ final class HTTP2Client: Sendable {
 
     /// The open connection to `origin`, or a new one (one attempt at a time per origin).
     private func connection(to origin: Server) async throws -> Connection {
-        let slot = try state.withLockedValue { state -> Slot in
+        let (slot, opened) = try state.withLockedValue { state -> (Slot, EventLoopPromise<Connection>?) in
             guard !state.shutDown else { throw Failure.shutDown }
-            if let existing = state.connections[origin] { return existing }
-            let opening = Slot.opening(connect(to: origin))
-            state.connections[origin] = opening
-            return opening
+            if let existing = state.connections[origin] { return (existing, nil) }
+            let opened = eventLoop.makePromise(of: Connection.self)
+            state.connections[origin] = .opening(opened.futureResult)
+            return (.opening(opened.futureResult), opened)
         }
+        // Opened outside the lock: a connection that fails at once closes through the watcher,
+        // which takes the lock to retire it.
+        if let opened { connect(to: origin, fulfilling: opened) }
         let future: EventLoopFuture<Connection>
         switch slot {
         case .open(let connection):
@@ -188,7 +191,7 @@ final class HTTP2Client: Sendable {
     /// Opens a connection: TCP, the TLS handshake and the server's first SETTINGS, all within
     /// the connect timeout. Only then is it used; a handshake that fails fails the requests
     /// waiting for it with its own error.
-    private func connect(to origin: Server) -> EventLoopFuture<Connection> {
+    private func connect(to origin: Server, fulfilling opened: EventLoopPromise<Connection>) {
         let sslContext = self.sslContext
         let connectTimeout = self.connectTimeout
         // A host name is sent for SNI and checked against the certificate; an IP address is
@@ -239,7 +242,7 @@ final class HTTP2Client: Sendable {
             }
         future.whenSuccess { [weak self] connection in
             self?.state.withLockedValue { state in
-                if case .opening(let opening) = state.connections[origin], opening === future {
+                if case .opening(let opening) = state.connections[origin], opening === opened.futureResult {
                     state.connections[origin] = .open(connection)
                 }
             }
@@ -247,7 +250,7 @@ final class HTTP2Client: Sendable {
                 self?.retire(origin, channel: connection.channel)
             }
         }
-        return future
+        future.cascade(to: opened)
     }
 
     private struct Connection: Sendable {
