@@ -54,6 +54,31 @@ struct HTTP2ClientTests {
         }
     }
 
+    @Test("answers past the flow-control windows arrive: 400 of 1 KiB, then one of 200 KiB, on one connection")
+    func flowControl() async throws {
+        try await Self.withServer { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            let kibibyte = String(repeating: "b", count: 1024)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<400 {
+                    group.addTask {
+                        let response = try await client.post(
+                            "/\(index)", at: origin, headers: [], body: ByteBuffer(string: kibibyte),
+                            timeout: .seconds(20))
+                        #expect(response.body.readableBytes == 1024)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let big = String(repeating: "c", count: 200 * 1024)
+            let response = try await client.post(
+                "/big", at: origin, headers: [], body: ByteBuffer(string: big), timeout: .seconds(20))
+            #expect(response.status == 200)
+            #expect(String(buffer: response.body) == big)
+            #expect(server.connectionCount == 1)
+        }
+    }
+
     @Test("headers reach the server as sent, and an error status comes back with its body")
     func headersAndErrors() async throws {
         let seen = NIOLockedValueBox<[String: String]>([:])

@@ -9,10 +9,11 @@ import NIOSSL
 /// An HTTP/2-only client over TLS for APNs: one long-lived connection per origin, every request
 /// a stream on it.
 ///
-/// A request is a stream channel with one small handler that writes the HEADERS and DATA frames
-/// and collects the answer. The general-purpose client (AsyncHTTPClient) spent about 100 µs of
-/// CPU per push on its per-request machinery (request state machines, header validation, an
-/// HTTP/1-shaped layer over the stream), five times what the server took to answer it.
+/// A request is a HEADERS and a DATA frame on a stream id of its own, written by the
+/// connection's one handler, which collects the answer by that id (``ConnectionHandler``). The
+/// general-purpose client (AsyncHTTPClient) spent about 100 µs of CPU per push on its
+/// per-request machinery (request state machines, header validation, an HTTP/1-shaped layer
+/// over the stream), five times what the server took to answer it.
 final class HTTP2Client: Sendable {
     struct Response: Sendable {
         var status: Int
@@ -207,17 +208,9 @@ final class HTTP2Client: Sendable {
                     let pipeline = channel.pipeline.syncOperations
                     try pipeline.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
                     try pipeline.addHandler(FlushCoalescer())
-                    _ = try pipeline.configureHTTP2Pipeline(
-                        mode: .client,
-                        connectionConfiguration: .init(),
-                        streamConfiguration: .init(),
-                        inboundStreamInitializer: { stream in
-                            // Servers do not open streams to clients (no server push here).
-                            stream.close()
-                        }
-                    )
+                    try pipeline.addHandler(NIOHTTP2Handler(mode: .client))
                     try pipeline.addHandler(
-                        ConnectionWatcher(ready: channel.eventLoop.makePromise()) {
+                        ConnectionHandler(ready: channel.eventLoop.makePromise()) {
                             self?.retire(origin, channel: channel)
                         })
                 }
@@ -225,10 +218,10 @@ final class HTTP2Client: Sendable {
             .connect(host: origin.host, port: origin.port)
             .flatMap { channel in
                 channel.eventLoop.makeCompletedFuture { () throws -> (Connection, EventLoopFuture<Void>) in
-                    let pipeline = channel.pipeline.syncOperations
-                    let watcher = try pipeline.handler(type: ConnectionWatcher.self)
-                    let multiplexer = try pipeline.handler(type: NIOHTTP2Handler.self).syncMultiplexer()
-                    return (Connection(channel: channel, multiplexer: multiplexer), watcher.ready.futureResult)
+                    let handler = try channel.pipeline.syncOperations.handler(type: ConnectionHandler.self)
+                    let connection = Connection(
+                        channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
+                    return (connection, handler.ready.futureResult)
                 }.flatMap { (connection: Connection, ready: EventLoopFuture<Void>) -> EventLoopFuture<Connection> in
                     let deadline = channel.eventLoop.scheduleTask(in: connectTimeout) {
                         channel.close(promise: nil)
@@ -255,55 +248,210 @@ final class HTTP2Client: Sendable {
 
     private struct Connection: Sendable {
         let channel: any Channel
-        let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+        let handler: NIOLoopBound<ConnectionHandler>
 
         func send(_ headers: HPACKHeaders, body: ByteBuffer, timeout: TimeAmount) async throws -> Response {
             let answer = channel.eventLoop.makePromise(of: Response.self)
-            let created = channel.eventLoop.makePromise(of: (any Channel).self)
-            created.futureResult.whenFailure { answer.fail($0) }
-            multiplexer.createStreamChannel(promise: created) { stream in
-                stream.eventLoop.makeCompletedFuture {
-                    try stream.pipeline.syncOperations.addHandler(
-                        ExchangeHandler(headers: headers, body: body, answer: answer, timeout: timeout))
-                }
+            if channel.eventLoop.inEventLoop {
+                handler.value.send(headers, body: body, timeout: timeout, answer: answer)
+            } else {
+                let handler = self.handler
+                channel.eventLoop.execute { handler.value.send(headers, body: body, timeout: timeout, answer: answer) }
             }
             return try await answer.futureResult.get()
         }
     }
 }
 
-/// Watches a connection's own frames (stream 0): the server's first SETTINGS make it ready, and
-/// GOAWAY takes it out of use. An error before it is ready (a TLS certificate refused) fails
-/// the connection with that error. A close begun here (a request's timeout) takes it out of use
-/// at once: the TLS goodbye keeps it active a while, and a request given it then failed with
-/// "I/O on closed channel".
-private final class ConnectionWatcher: ChannelDuplexHandler {
+/// A connection's requests, written as frames on the connection itself: a request is a HEADERS
+/// and a DATA frame on a stream id of its own, and its answer is collected here by that id.
+/// A channel per stream, as swift-nio-http2's multiplexer makes, cost a third of the client's
+/// time in a profile, much of it reference counting.
+///
+/// The server's first SETTINGS make the connection ready; an error before that (a TLS
+/// certificate refused) fails the connection with that error. GOAWAY takes it out of use, and
+/// so does a close begun here (a request's timeout) at once: the TLS goodbye keeps it active a
+/// while, and a request given it then failed with "I/O on closed channel". The handler returns
+/// the flow-control credit of the answers it reads, which the multiplexer did before.
+private final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
 
     /// Succeeds with the server's first SETTINGS; fails with the first error, or the close.
     let ready: EventLoopPromise<Void>
     /// Takes the connection out of use.
     private let retire: () -> Void
     private var isReady = false
+    private var context: ChannelHandlerContext?
+    private var nextStreamID = HTTP2StreamID(1)
+    private var exchanges: [HTTP2StreamID: Exchange] = [:]
+    /// Answer bytes read and not yet given back to the server as connection window.
+    private var unreturnedCredit = 0
+
+    /// One request under way.
+    private struct Exchange {
+        var answer: EventLoopPromise<HTTP2Client.Response>
+        var deadline: Scheduled<Void>?
+        var status: Int?
+        var headers = HPACKHeaders()
+        var body: ByteBuffer?
+        /// Answer bytes read on this stream and not yet given back as stream window.
+        var unreturnedCredit = 0
+    }
+
+    /// Half of the default window (65 535 bytes): credit is given back once this much is read.
+    private static let creditThreshold = 32_768
 
     init(ready: EventLoopPromise<Void>, retire: @escaping () -> Void) {
         self.ready = ready
         self.retire = retire
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    /// Writes a request on a new stream; `answer` gets its response or why there is none.
+    func send(
+        _ headers: HPACKHeaders, body: ByteBuffer, timeout: TimeAmount, answer: EventLoopPromise<HTTP2Client.Response>
+    ) {
+        guard let context, context.channel.isActive else {
+            answer.fail(HTTP2Client.Failure.streamClosed)
+            return
+        }
+        let id = nextStreamID
+        nextStreamID = HTTP2StreamID(Int(id) + 2)
+        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        let deadline = context.eventLoop.scheduleTask(in: timeout) {
+            loopBound.value.handler.timedOut(id, context: loopBound.value.context)
+        }
+        exchanges[id] = Exchange(answer: answer, deadline: deadline)
+        let hasBody = body.readableBytes > 0
+        let written = context.eventLoop.makePromise(of: Void.self)
+        written.futureResult.assumeIsolated().whenFailure { error in self.finish(id, .failure(error)) }
+        context.write(
+            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: !hasBody)))),
+            promise: hasBody ? nil : written)
+        if hasBody {
+            context.write(
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
+                promise: written)
+        }
+        context.flush()
+    }
+
+    /// No answer in that long means the connection is likely dead (a firewall dropped it, the
+    /// server hangs): it is closed before the request fails, so the next request opens a new
+    /// one. Its other requests fail and are retried.
+    private func timedOut(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard var exchange = exchanges.removeValue(forKey: id) else { return }
+        exchange.deadline = nil
+        context.close(promise: nil)
+        exchange.answer.fail(HTTP2Client.Failure.timedOut)
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data).payload {
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
         case .settings(.settings):
             if !isReady {
                 isReady = true
                 ready.succeed()
             }
-        case .goAway:
+        case .goAway(let lastStreamID, _, _):
             retire()
+            // Streams the server will not process fail now; the others may still be answered.
+            for id in exchanges.keys where id > lastStreamID {
+                finish(id, .failure(HTTP2Client.Failure.streamClosed))
+            }
+        case .headers(let headers):
+            guard var exchange = exchanges[frame.streamID] else { return }
+            if exchange.status == nil, let code = headers.headers.first(name: ":status").flatMap(Int.init), code >= 200
+            {
+                exchange.status = code
+                exchange.headers = headers.headers
+            }
+            exchanges[frame.streamID] = exchange
+            if headers.endStream { complete(frame.streamID, context: context) }
+        case .data(let data):
+            let length = data.data.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0)
+            returnCredit(length, stream: frame.streamID, ended: data.endStream, context: context)
+            guard var exchange = exchanges[frame.streamID] else { return }
+            if case .byteBuffer(var chunk) = data.data {
+                if exchange.body == nil {
+                    exchange.body = chunk
+                } else {
+                    exchange.body?.writeBuffer(&chunk)
+                }
+            }
+            exchanges[frame.streamID] = exchange
+            if data.endStream { complete(frame.streamID, context: context) }
+        case .rstStream:
+            finish(frame.streamID, .failure(HTTP2Client.Failure.streamClosed))
         default:
             break
         }
+    }
+
+    /// Gives the server back the window that `length` answer bytes used: the connection's once
+    /// half of it is used, and the stream's likewise while the stream goes on.
+    private func returnCredit(_ length: Int, stream id: HTTP2StreamID, ended: Bool, context: ChannelHandlerContext) {
+        guard length > 0 else { return }
+        unreturnedCredit += length
+        if unreturnedCredit >= Self.creditThreshold {
+            context.write(
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unreturnedCredit))),
+                promise: nil)
+            unreturnedCredit = 0
+            context.flush()
+        }
+        guard !ended, var exchange = exchanges[id] else { return }
+        exchange.unreturnedCredit += length
+        if exchange.unreturnedCredit >= Self.creditThreshold {
+            context.write(
+                wrapOutboundOut(
+                    HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: exchange.unreturnedCredit))),
+                promise: nil)
+            exchange.unreturnedCredit = 0
+            context.flush()
+        }
+        exchanges[id] = exchange
+    }
+
+    private func complete(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard let exchange = exchanges[id] else { return }
+        guard let status = exchange.status else {
+            finish(id, .failure(HTTP2Client.Failure.malformedResponse))
+            return
+        }
+        finish(
+            id,
+            .success(
+                HTTP2Client.Response(
+                    status: status, headers: exchange.headers,
+                    body: exchange.body ?? context.channel.allocator.buffer(capacity: 0))))
+    }
+
+    private func finish(_ id: HTTP2StreamID, _ result: Result<HTTP2Client.Response, any Error>) {
+        guard let exchange = exchanges.removeValue(forKey: id) else { return }
+        exchange.deadline?.cancel()
+        exchange.answer.completeWith(result)
+    }
+
+    /// Fails every request under way.
+    private func failAll(_ error: any Error) {
+        for id in Array(exchanges.keys) { finish(id, .failure(error)) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        // A stream closed without its answer (reset, or the server ended it early).
+        if let closed = event as? StreamClosedEvent {
+            finish(closed.streamID, .failure(HTTP2Client.Failure.streamClosed))
+        }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -313,17 +461,20 @@ private final class ConnectionWatcher: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         if !isReady { ready.fail(HTTP2Client.Failure.connectionClosed) }
+        failAll(HTTP2Client.Failure.streamClosed)
         context.fireChannelInactive()
-    }
-
-    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        retire()
-        context.close(mode: mode, promise: promise)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
         // The connect timeout closes a connection that never got ready.
         if !isReady { ready.fail(HTTP2Client.Failure.connectTimedOut) }
+        failAll(HTTP2Client.Failure.streamClosed)
+        self.context = nil
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        retire()
+        context.close(mode: mode, promise: promise)
     }
 }
 
@@ -355,126 +506,6 @@ private final class FlushCoalescer: ChannelOutboundHandler {
 
     func handlerRemoved(context: ChannelHandlerContext) {
         waiting = 0  // the connection closed: nothing left to flush
-    }
-}
-
-/// One request on its own stream: writes it when the stream opens, collects the answer.
-private final class ExchangeHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
-
-    private let headers: HPACKHeaders
-    private let body: ByteBuffer
-    private let answer: EventLoopPromise<HTTP2Client.Response>
-    private let timeout: TimeAmount
-    private var status: Int?
-    private var responseHeaders = HPACKHeaders()
-    private var responseBody: ByteBuffer?
-    private var deadline: Scheduled<Void>?
-    private var started = false
-    private var done = false
-
-    init(
-        headers: HPACKHeaders, body: ByteBuffer, answer: EventLoopPromise<HTTP2Client.Response>, timeout: TimeAmount
-    ) {
-        self.headers = headers
-        self.body = body
-        self.answer = answer
-        self.timeout = timeout
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        // The deadline runs from now, whether or not the stream ever opens (a connection whose
-        // TLS handshake fails never opens it).
-        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
-        deadline = context.eventLoop.scheduleTask(in: timeout) {
-            loopBound.value.handler.timedOut(loopBound.value.context)
-        }
-        if context.channel.isActive { start(context) }
-    }
-
-    /// No answer in that long means the connection is likely dead (a firewall dropped it, the
-    /// server hangs): it is closed before the request fails, so the next request opens a new
-    /// one. Its other streams fail and are retried.
-    private func timedOut(_ context: ChannelHandlerContext) {
-        guard !done else { return }
-        done = true  // the closes below must not answer first, with a closed stream
-        context.channel.parent?.close(promise: nil)
-        context.close(promise: nil)
-        answer.fail(HTTP2Client.Failure.timedOut)
-    }
-
-    /// A stream torn down before its answer came: its connection closed, or it never opened.
-    func handlerRemoved(context: ChannelHandlerContext) {
-        finish(.failure(HTTP2Client.Failure.streamClosed))
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        start(context)
-        context.fireChannelActive()
-    }
-
-    private func start(_ context: ChannelHandlerContext) {
-        guard !started, !done else { return }
-        started = true
-        let hasBody = body.readableBytes > 0
-        context.write(
-            wrapOutboundOut(.headers(.init(headers: headers, endStream: !hasBody))), promise: nil)
-        if hasBody {
-            context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
-        }
-        context.flush()
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .headers(let frame):
-            if status == nil, let code = frame.headers.first(name: ":status").flatMap(Int.init), code >= 200 {
-                status = code
-                responseHeaders = frame.headers
-            }
-            if frame.endStream { complete(context) }
-        case .data(let frame):
-            if case .byteBuffer(var chunk) = frame.data {
-                if responseBody == nil {
-                    responseBody = chunk
-                } else {
-                    responseBody?.writeBuffer(&chunk)
-                }
-            }
-            if frame.endStream { complete(context) }
-        default:
-            break
-        }
-    }
-
-    private func complete(_ context: ChannelHandlerContext) {
-        guard let status else {
-            finish(.failure(HTTP2Client.Failure.malformedResponse))
-            return
-        }
-        finish(
-            .success(
-                HTTP2Client.Response(
-                    status: status, headers: responseHeaders,
-                    body: responseBody ?? context.channel.allocator.buffer(capacity: 0))))
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        finish(.failure(HTTP2Client.Failure.streamClosed))
-        context.fireChannelInactive()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        finish(.failure(error))
-        context.close(promise: nil)
-    }
-
-    private func finish(_ result: Result<HTTP2Client.Response, any Error>) {
-        guard !done else { return }
-        done = true
-        deadline?.cancel()
-        answer.completeWith(result)
     }
 }
 
