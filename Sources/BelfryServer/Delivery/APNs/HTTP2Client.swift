@@ -285,6 +285,10 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     private var isReady = false
     private var context: ChannelHandlerContext?
     private var nextStreamID = HTTP2StreamID(1)
+    /// Set by GOAWAY, or when stream ids run out: no new request is written here.
+    private var goingAway = false
+    /// Streams whose answers used half their window, owed credit at the end of this read.
+    private var streamsOwedCredit: [HTTP2StreamID] = []
     private var exchanges: [HTTP2StreamID: Exchange] = [:]
     /// Answer bytes read and not yet given back to the server as connection window.
     private var unreturnedCredit = 0
@@ -316,12 +320,19 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     func send(
         _ headers: HPACKHeaders, body: ByteBuffer, timeout: TimeAmount, answer: EventLoopPromise<HTTP2Client.Response>
     ) {
-        guard let context, context.channel.isActive else {
+        guard let context, context.channel.isActive, !goingAway else {
             answer.fail(HTTP2Client.Failure.streamClosed)
             return
         }
         let id = nextStreamID
-        nextStreamID = HTTP2StreamID(Int(id) + 2)
+        if Int(id) > Int(Int32.max) - 2 {
+            // The last id a client may use (after 2³⁰ requests): the next request opens a new
+            // connection.
+            goingAway = true
+            retire()
+        } else {
+            nextStreamID = HTTP2StreamID(Int(id) + 2)
+        }
         let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
         let deadline = context.eventLoop.scheduleTask(in: timeout) {
             loopBound.value.handler.timedOut(id, context: loopBound.value.context)
@@ -348,6 +359,8 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     private func timedOut(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
         guard var exchange = exchanges.removeValue(forKey: id) else { return }
         exchange.deadline = nil
+        // Out of use before the close begins: `context.close` starts below this handler.
+        retire()
         context.close(promise: nil)
         exchange.answer.fail(HTTP2Client.Failure.timedOut)
     }
@@ -361,6 +374,7 @@ private final class ConnectionHandler: ChannelDuplexHandler {
                 ready.succeed()
             }
         case .goAway(let lastStreamID, _, _):
+            goingAway = true
             retire()
             // Streams the server will not process fail now; the others may still be answered.
             for id in exchanges.keys where id > lastStreamID {
@@ -377,8 +391,12 @@ private final class ConnectionHandler: ChannelDuplexHandler {
             if headers.endStream { complete(frame.streamID, context: context) }
         case .data(let data):
             let length = data.data.readableBytes + (data.paddingBytes.map { $0 + 1 } ?? 0)
-            returnCredit(length, stream: frame.streamID, ended: data.endStream, context: context)
+            unreturnedCredit += length
             guard var exchange = exchanges[frame.streamID] else { return }
+            if !data.endStream {
+                exchange.unreturnedCredit += length
+                if exchange.unreturnedCredit >= Self.creditThreshold { streamsOwedCredit.append(frame.streamID) }
+            }
             if case .byteBuffer(var chunk) = data.data {
                 if exchange.body == nil {
                     exchange.body = chunk
@@ -395,30 +413,33 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Gives the server back the window that `length` answer bytes used: the connection's once
-    /// half of it is used, and the stream's likewise while the stream goes on.
-    private func returnCredit(_ length: Int, stream id: HTTP2StreamID, ended: Bool, context: ChannelHandlerContext) {
-        guard length > 0 else { return }
-        unreturnedCredit += length
+    /// Gives the server back the window the answers read used: the connection's once half of
+    /// it is used, and a stream's likewise while the stream goes on. Written once the read is
+    /// over: a write here delivers the handler's pending stream-closed events, which must not
+    /// come before the answers read with them.
+    func channelReadComplete(context: ChannelHandlerContext) {
+        var wrote = false
         if unreturnedCredit >= Self.creditThreshold {
             context.write(
                 wrapOutboundOut(
                     HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unreturnedCredit))),
                 promise: nil)
             unreturnedCredit = 0
-            context.flush()
+            wrote = true
         }
-        guard !ended, var exchange = exchanges[id] else { return }
-        exchange.unreturnedCredit += length
-        if exchange.unreturnedCredit >= Self.creditThreshold {
+        for id in streamsOwedCredit {
+            guard var exchange = exchanges[id], exchange.unreturnedCredit > 0 else { continue }
             context.write(
                 wrapOutboundOut(
                     HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: exchange.unreturnedCredit))),
                 promise: nil)
             exchange.unreturnedCredit = 0
-            context.flush()
+            exchanges[id] = exchange
+            wrote = true
         }
-        exchanges[id] = exchange
+        streamsOwedCredit.removeAll(keepingCapacity: true)
+        if wrote { context.flush() }
+        context.fireChannelReadComplete()
     }
 
     private func complete(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
@@ -455,7 +476,13 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // One stream's error (a request the server's GOAWAY came too late for) fails that
+        // request through its write; the connection's other streams go on.
+        if isReady, error is NIOHTTP2Errors.StreamError || error is NIOHTTP2Errors.CreatedStreamAfterGoaway {
+            return
+        }
         if !isReady { ready.fail(error) }
+        retire()
         context.close(promise: nil)
     }
 
