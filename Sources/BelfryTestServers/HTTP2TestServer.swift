@@ -37,8 +37,10 @@ public final class HTTP2TestServer: Sendable {
     private let channel: any Channel
     private let connections: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
 
+    /// - Parameter endsStreamOnLastData: end a stream on the DATA frame with an answer's body, as
+    ///   APNs does, rather than on an empty DATA frame after it.
     public init(
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, endsStreamOnLastData: Bool = false,
         respond: @escaping @Sendable (Request) -> Response
     ) async throws {
         let authority = try TestCertificateAuthority()
@@ -58,6 +60,9 @@ public final class HTTP2TestServer: Sendable {
                         mode: .server,
                         inboundStreamInitializer: { stream in
                             stream.eventLoop.makeCompletedFuture {
+                                if endsStreamOnLastData {
+                                    try stream.pipeline.syncOperations.addHandler(EndStreamOnLastData())
+                                }
                                 try stream.pipeline.syncOperations.addHandlers([
                                     HTTP2FramePayloadToHTTP1ServerCodec(), StreamHandler(respond: respond),
                                 ])
@@ -145,5 +150,47 @@ private final class StreamHandler: ChannelInboundHandler {
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
         }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+    }
+}
+
+/// Joins an answer's last DATA frame and the empty one that ends the stream after it into one
+/// DATA frame that ends the stream.
+private final class EndStreamOnLastData: ChannelOutboundHandler {
+    typealias OutboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    private var held: (data: HTTP2Frame.FramePayload.Data, promise: EventLoopPromise<Void>?)?
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .data(let frame) = unwrapOutboundIn(data) else {
+            release(context)
+            context.write(data, promise: promise)
+            return
+        }
+        if frame.endStream, let (last, lastPromise) = held, frame.data.readableBytes == 0 {
+            held = nil
+            var ending = last
+            ending.endStream = true
+            context.write(wrapOutboundOut(.data(ending)), promise: lastPromise)
+            promise?.succeed()
+            return
+        }
+        release(context)
+        if frame.endStream {
+            context.write(data, promise: promise)
+        } else {
+            held = (frame, promise)
+        }
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        release(context)
+        context.flush()
+    }
+
+    private func release(_ context: ChannelHandlerContext) {
+        guard let (data, promise) = held else { return }
+        held = nil
+        context.write(wrapOutboundOut(.data(data)), promise: promise)
     }
 }

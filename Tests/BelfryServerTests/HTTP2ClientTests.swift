@@ -79,6 +79,32 @@ struct HTTP2ClientTests {
         }
     }
 
+    @Test("3 000 error answers that end their streams on their body, as APNs sends them, all arrive")
+    func errorAnswersEndingOnData() async throws {
+        let server = try await HTTP2TestServer(endsStreamOnLastData: true) { _ in
+            HTTP2TestServer.Response(status: 400, body: Data(#"{"reason":"BadDeviceToken"}"#.utf8))
+        }
+        let client = try HTTP2Client(
+            group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: server.authority.certificatePEM)
+        let origin = try HTTP2Client.Origin(server.url)
+        let answered = try await withThrowingTaskGroup(of: Bool.self) { group in
+            var answered = 0
+            for index in 0..<3000 {
+                if index >= 100, try await group.next() == true { answered += 1 }
+                group.addTask {
+                    let response = try await client.post(
+                        "/3/device/\(index)", at: origin, headers: [], body: ByteBuffer(), timeout: .seconds(20))
+                    return response.status == 400 && String(buffer: response.body).contains("BadDeviceToken")
+                }
+            }
+            for try await ok in group where ok { answered += 1 }
+            return answered
+        }
+        #expect(answered == 3000)
+        await client.shutdown()
+        await server.shutdown()
+    }
+
     @Test("headers reach the server as sent, and an error status comes back with its body")
     func headersAndErrors() async throws {
         let seen = NIOLockedValueBox<[String: String]>([:])
