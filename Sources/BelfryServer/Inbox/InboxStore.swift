@@ -80,15 +80,23 @@ struct InboxStore: Sendable {
         let row = try await db.sql.raw(
             """
             SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID)) AS users,
-            SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END) AS unread,
-            SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END) AS unseen
+            \(unsafeRaw: Self.unreadSum) AS unread, \(unsafeRaw: Self.unseenSum) AS unseen
             FROM notifications
             WHERE user_id = \(bind: userID) AND in_inbox = \(bind: true) AND available_at <= \(bind: now())
             AND archived_at IS NULL
             """
         ).first()
         guard let row, try row.decode(column: "users", as: Int.self) > 0 else { return nil }
-        return InboxCounts(
+        return try Self.counts(in: row)
+    }
+
+    /// How many of a user's notifications are unread and unseen, summed over those selected.
+    private static let unreadSum = "SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"
+    private static let unseenSum = "SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"
+
+    /// The counts in a row with `unread` and `unseen` columns; no notifications sum to NULL.
+    private static func counts(in row: some SQLRow) throws -> InboxCounts {
+        InboxCounts(
             unread: try row.decode(column: "unread", as: Int?.self) ?? 0,
             unseen: try row.decode(column: "unseen", as: Int?.self) ?? 0)
     }
@@ -100,16 +108,14 @@ struct InboxStore: Sendable {
         var result = Dictionary(uniqueKeysWithValues: users.map { ($0, InboxCounts(unread: 0, unseen: 0)) })
         let select = db.sql.select()
             .column("user_id")
-            .column(SQLRaw("SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"), as: "unread")
-            .column(SQLRaw("SUM(CASE WHEN seen_at IS NULL THEN 1 ELSE 0 END)"), as: "unseen")
+            .column(SQLRaw(Self.unreadSum), as: "unread")
+            .column(SQLRaw(Self.unseenSum), as: "unseen")
             .from("notifications")
             .where("user_id", .in, users).where("in_inbox", .equal, true)
             .where("available_at", .lessThanOrEqual, now()).where("archived_at", .is, SQLLiteral.null)
         if let tenant { select.where("tenant", .equal, tenant) }
         for row in try await select.groupBy("user_id").all() {
-            result[try row.decode(column: "user_id", as: UUID.self)] = InboxCounts(
-                unread: try row.decode(column: "unread", as: Int?.self) ?? 0,
-                unseen: try row.decode(column: "unseen", as: Int?.self) ?? 0)
+            result[try row.decode(column: "user_id", as: UUID.self)] = try Self.counts(in: row)
         }
         return result
     }
