@@ -264,10 +264,7 @@ final class DeliveryQueue: Sendable {
         }
         // Only the send runs where the provider asks: the attempt's statements stay on any
         // loop's connections, not all on the one loop (and its one SQLite connection) of APNs.
-        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *), let loop = provider.sendLoop {
-            return await withTaskExecutorPreference(EventLoopTaskExecutor(loop)) { await provider.deliver(delivery) }
-        }
-        return await provider.deliver(delivery)
+        return await runningOn(provider.sendLoop) { await provider.deliver(delivery) }
     }
 
     /// Records an attempt's result on its delivery (and retires its device when the provider

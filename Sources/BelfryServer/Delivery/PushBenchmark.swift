@@ -22,14 +22,7 @@ enum PushBenchmark {
         _ send: @escaping @Sendable () async throws -> Bool
     ) async throws -> (succeeded: Int, seconds: Double) {
         let started = ContinuousClock.now
-        let succeeded: Int
-        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *), let loop {
-            succeeded = try await withTaskExecutorPreference(EventLoopTaskExecutor(loop)) {
-                try await drive(count: count, concurrency: concurrency, send)
-            }
-        } else {
-            succeeded = try await drive(count: count, concurrency: concurrency, send)
-        }
+        let succeeded = try await runningOn(loop) { try await drive(count: count, concurrency: concurrency, send) }
         return (succeeded, seconds(since: started))
     }
 

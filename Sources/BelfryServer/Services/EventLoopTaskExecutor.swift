@@ -19,3 +19,15 @@ final class EventLoopTaskExecutor: TaskExecutor, Sendable {
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
+
+/// Runs `body` on `loop` (through an ``EventLoopTaskExecutor``) where the platform has task
+/// executors; without a loop, or on older Apple platforms, where the caller runs.
+func runningOn<T, Failure: Error>(
+    _ loop: (any EventLoop)?, isolation: isolated (any Actor)? = #isolation,
+    _ body: () async throws(Failure) -> T
+) async throws(Failure) -> T {
+    if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *), let loop {
+        return try await withTaskExecutorPreference(EventLoopTaskExecutor(loop), isolation: isolation, operation: body)
+    }
+    return try await body()
+}
