@@ -150,7 +150,7 @@ final class HTTP2Client: Sendable {
             state.connections[origin] = .opening(opened.futureResult)
             return (.opening(opened.futureResult), opened)
         }
-        // Opened outside the lock: a connection that fails at once closes through the watcher,
+        // Opened outside the lock: a connection that fails at once closes through its handler,
         // which takes the lock to retire it.
         if let opened { connect(to: origin, fulfilling: opened) }
         let future: EventLoopFuture<Connection>
@@ -198,8 +198,8 @@ final class HTTP2Client: Sendable {
         // A host name is sent for SNI and checked against the certificate; an IP address is
         // checked against the certificate's addresses.
         let serverHostname = origin.host.isIPAddress ? nil : origin.host
-        // The whole pipeline is in place before the socket connects, so that the watcher sees a
-        // handshake error however early it comes.
+        // The whole pipeline is in place before the socket connects, so that the connection's
+        // handler sees a handshake error however early it comes.
         let future = ClientBootstrap(group: eventLoop)
             .connectTimeout(connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -357,8 +357,7 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     /// server hangs): it is closed before the request fails, so the next request opens a new
     /// one. Its other requests fail and are retried.
     private func timedOut(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
-        guard var exchange = exchanges.removeValue(forKey: id) else { return }
-        exchange.deadline = nil
+        guard let exchange = exchanges.removeValue(forKey: id) else { return }
         // Out of use before the close begins: `context.close` starts below this handler.
         retire()
         context.close(promise: nil)
@@ -419,23 +418,20 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     /// come before the answers read with them.
     func channelReadComplete(context: ChannelHandlerContext) {
         var wrote = false
-        if unreturnedCredit >= Self.creditThreshold {
+        func giveBack(_ credit: Int, on id: HTTP2StreamID) {
             context.write(
-                wrapOutboundOut(
-                    HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unreturnedCredit))),
+                wrapOutboundOut(HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: credit))),
                 promise: nil)
-            unreturnedCredit = 0
             wrote = true
         }
+        if unreturnedCredit >= Self.creditThreshold {
+            giveBack(unreturnedCredit, on: .rootStream)
+            unreturnedCredit = 0
+        }
         for id in streamsOwedCredit {
-            guard var exchange = exchanges[id], exchange.unreturnedCredit > 0 else { continue }
-            context.write(
-                wrapOutboundOut(
-                    HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: exchange.unreturnedCredit))),
-                promise: nil)
-            exchange.unreturnedCredit = 0
-            exchanges[id] = exchange
-            wrote = true
+            guard let credit = exchanges[id]?.unreturnedCredit, credit > 0 else { continue }
+            giveBack(credit, on: id)
+            exchanges[id]?.unreturnedCredit = 0
         }
         streamsOwedCredit.removeAll(keepingCapacity: true)
         if wrote { context.flush() }
@@ -505,8 +501,8 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     }
 }
 
-/// Joins the flushes of requests written together: each request's stream flushes when written,
-/// and without this every push was its own TLS record and `write` call. A flush waits for the
+/// Joins the flushes of requests written together: each request is flushed when written, and
+/// without this every push was its own TLS record and `write` call. A flush waits for the
 /// work already queued on the loop (other requests being written), but at most four requests
 /// wait: with more, client and server took turns, each idle while the other worked through a
 /// batch (`belfry-bench apns` with 16 in flight: 0.6 of h2load's rate when all 16 could wait,
