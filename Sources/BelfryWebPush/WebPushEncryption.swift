@@ -171,16 +171,16 @@ public enum WebPushEncryption {
     ///   - recordSize: The `rs` header value; the single record must fit in it.
     ///   - padding: Number of zero bytes appended after the 0x02 delimiter.
     ///   - ephemeralKey: The application server's one-time ECDH key; fixed only in tests.
-    ///   - salt: 16 random bytes; fixed only in tests.
+    ///   - salt: 16 bytes; random when `nil`, fixed only in tests.
     public static func encrypt(
         _ plaintext: Data,
         for keys: WebPushSubscriberKeys,
         recordSize: Int = 4096,
         padding: Int = 0,
         ephemeralKey: P256.KeyAgreement.PrivateKey = ephemeralKey(),
-        salt: Data = randomSalt()
+        salt: Data? = nil
     ) throws -> Data {
-        guard salt.count == saltSize else { throw WebPushEncryptionError.invalidSaltLength(salt.count) }
+        if let salt, salt.count != saltSize { throw WebPushEncryptionError.invalidSaltLength(salt.count) }
         guard (minRecordSize...Int(UInt32.max)).contains(recordSize) else {
             throw WebPushEncryptionError.invalidRecordSize(recordSize)
         }
@@ -199,21 +199,32 @@ public enum WebPushEncryption {
             userAgentPublicKey: keys.userAgentPublicKey,
             applicationServerPublicKey: serverPublicKey
         )
-        let (key, nonce) = try contentKeys(inputKeyingMaterial: ikm, salt: salt)
+        // The message is written in one zeroed buffer: header, then the record in place (its
+        // padding is the zeros already there), which the ciphertext and tag then overwrite.
+        var message = Data(count: headerSize + length)
+        try message.withUnsafeMutableBytes { message in
+            let saltBytes = UnsafeMutableRawBufferPointer(rebasing: message[..<saltSize])
+            if let salt { salt.withUnsafeBytes { saltBytes.copyMemory(from: $0) } } else { RandomBytes.fill(saltBytes) }
+            message.storeBytes(of: UInt32(recordSize).bigEndian, toByteOffset: saltSize, as: UInt32.self)
+            message[saltSize + 4] = UInt8(publicKeySize)
+            serverPublicKey.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: message[(saltSize + 5)..<headerSize]).copyMemory(from: $0)
+            }
 
-        var record = Data(capacity: length - tagSize)
-        record.append(plaintext)
-        record.append(0x02)
-        if padding > 0 { record.append(Data(count: padding)) }
-        let sealed = try AES.GCM.seal(record, using: key, nonce: nonce)
-
-        var message = Data(capacity: headerSize + length)
-        message.append(salt)
-        withUnsafeBytes(of: UInt32(recordSize).bigEndian) { message.append(contentsOf: $0) }
-        message.append(UInt8(publicKeySize))
-        message.append(serverPublicKey)
-        // The sealed box holds nonce, ciphertext and tag together; its 12-byte nonce is not sent.
-        message.append(sealed.combined?.dropFirst(12) ?? sealed.ciphertext + sealed.tag)
+            let (key, nonce) = try contentKeys(inputKeyingMaterial: ikm, salt: UnsafeRawBufferPointer(saltBytes))
+            let record = UnsafeMutableRawBufferPointer(rebasing: message[headerSize..<(message.count - tagSize)])
+            plaintext.withUnsafeBytes { record.copyMemory(from: $0) }
+            record[plaintext.count] = 0x02
+            let sealed = try AES.GCM.seal(UnsafeRawBufferPointer(record), using: key, nonce: nonce)
+            // The sealed box holds nonce, ciphertext and tag together; its 12-byte nonce is not sent.
+            guard let combined = sealed.combined else {
+                preconditionFailure("a sealed box with a 12-byte nonce has a combined form")
+            }
+            combined.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: message[headerSize...]).copyMemory(
+                    from: .init(rebasing: $0[12...]))
+            }
+        }
         return message
     }
 
@@ -289,7 +300,7 @@ public enum WebPushEncryption {
     /// Content-encryption key and nonce for the first (only) record (RFC 8291 §3.4, RFC 8188 §2.2–2.3).
     static func contentKeys(
         inputKeyingMaterial: SHA256Digest,
-        salt: Data
+        salt: some ContiguousBytes
     ) throws -> (key: SymmetricKey, nonce: AES.GCM.Nonce) {
         let prk = HMACSHA256Key(
             salt.withUnsafeBytes { salt in HMACSHA256Key.code(key: salt) { $0.update(inputKeyingMaterial) } })
