@@ -43,10 +43,12 @@ struct HMACSHA256Key {
         return code(inner: padded(key, with: 0x36), outer: padded(key, with: 0x5c), message)
     }
 
-    private static func code(inner: SHA256, outer: SHA256, _ message: (inout SHA256) -> Void) -> SHA256Digest {
-        var inner = inner
+    /// Consuming the two hashes lets a key used once update them in place; a kept key's are
+    /// copied (swift-crypto's hashes copy their state on the first write to a shared one).
+    private static func code(
+        inner: consuming SHA256, outer: consuming SHA256, _ message: (inout SHA256) -> Void
+    ) -> SHA256Digest {
         message(&inner)
-        var outer = outer
         inner.finalize().withUnsafeBytes { outer.update(bufferPointer: $0) }
         return outer.finalize()
     }
