@@ -3,13 +3,18 @@
 local HTTP/2 push endpoint (from `belfry-bench webpush`), and pywebpush encrypting the same
 payload for the same kind of subscription in the same run, with the ratio.
 
-Usage: scripts/benchmark_webpush.py BELFRY_BENCH [COUNT]
+The encryption is timed in ROUNDS rounds, each Belfry's then pywebpush's, so that both sides
+see the same moments of the machine; the ratio is taken of the two medians, and each round's
+own ratio is printed beside it.
+
+Usage: scripts/benchmark_webpush.py BELFRY_BENCH [COUNT] [ROUNDS]
 Needs: pip install pywebpush
 """
 
 import base64
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -27,12 +32,17 @@ def b64url_decode(text):
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def belfry(bench, mode, count, *extra):
+    run = subprocess.run([bench, mode, str(count), *extra], check=True, capture_output=True, text=True)
+    return json.loads(run.stdout)
+
+
 def main():
     bench = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 5000
-    report = json.loads(subprocess.run([bench, "webpush", str(count), "100"], check=True, capture_output=True, text=True).stdout)
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    report = belfry(bench, "webpush", count, "100")
     payload = b64url_decode(report["payload"])
-    belfry_encrypt = report["count"] / report["encrypt_seconds"]
     belfry_send = report["sent"] / report["send_seconds"]
 
     key = ec.generate_private_key(ec.SECP256R1())
@@ -44,16 +54,26 @@ def main():
         },
     }
     pusher = WebPusher(subscription)
-    started = time.perf_counter()
-    for _ in range(count):
-        pusher.encode(payload, content_encoding="aes128gcm")
-    python_encrypt = count / (time.perf_counter() - started)
 
-    print(f"payload: {len(payload)} bytes, {count} messages")
-    print(f"belfry encrypt (one core): {belfry_encrypt:,.0f} messages/s")
-    print(f"pywebpush encrypt (one core): {python_encrypt:,.0f} messages/s")
-    print(f"ratio belfry/pywebpush: {belfry_encrypt / python_encrypt:.2f} (target: at least 2)")
-    floor = report["count"] / report["floor_seconds"]
+    belfry_rates, python_rates, floor_rates = [], [], []
+    for _ in range(rounds):
+        encryption = belfry(bench, "webpush-encrypt", count)
+        belfry_rates.append(count / encryption["encrypt_seconds"])
+        floor_rates.append(count / encryption["floor_seconds"])
+        started = time.perf_counter()
+        for _ in range(count):
+            pusher.encode(payload, content_encoding="aes128gcm")
+        python_rates.append(count / (time.perf_counter() - started))
+    belfry_encrypt = statistics.median(belfry_rates)
+    python_encrypt = statistics.median(python_rates)
+    floor = statistics.median(floor_rates)
+    ratios = [b / p for b, p in zip(belfry_rates, python_rates)]
+
+    print(f"payload: {len(payload)} bytes, {count} messages, {rounds} rounds")
+    print(f"belfry encrypt (one core): {belfry_encrypt:,.0f} messages/s (median; {min(belfry_rates):,.0f}–{max(belfry_rates):,.0f})")
+    print(f"pywebpush encrypt (one core): {python_encrypt:,.0f} messages/s (median; {min(python_rates):,.0f}–{max(python_rates):,.0f})")
+    print(f"ratio belfry/pywebpush: {belfry_encrypt / python_encrypt:.2f} (target: at least 2); "
+          f"by round: {', '.join(f'{ratio:.2f}' for ratio in ratios)}")
     print(f"floor, the two P-256 operations alone in Swift (one core): {floor:,.0f} messages/s; "
           f"belfry at {belfry_encrypt / floor:.2f} of it")
     print(f"belfry end-to-end to a local HTTP/2 endpoint ({report['concurrency']} in flight): "

@@ -13,6 +13,7 @@ import NIOPosix
 // Benchmarks and interop helpers that need Belfry's code in process:
 //   belfry-bench apns [COUNT] [CONCURRENCY]   APNs provider vs h2load (scripts/benchmark)
 //   belfry-bench webpush [COUNT] [CONCURRENCY] Web Push encryption and sends, as JSON (scripts/benchmark_webpush.py)
+//   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
 //   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
@@ -26,6 +27,8 @@ case "apns":
     try await benchmarkAPNs(count: number(1, default: 20_000), concurrency: number(2, default: 100))
 case "webpush":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: number(2, default: 100))
+case "webpush-encrypt":
+    try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: 0)
 case "webpush-interop":
     webPushInterop()
 case "email":
@@ -106,6 +109,7 @@ func benchmarkAPNs(count: Int, concurrency: Int) async throws {
     try await serverGroup.shutdownGracefully()
 }
 
+/// Encrypts `count` messages, and times the floor; then, unless `concurrency` is 0, sends them.
 func benchmarkWebPush(count: Int, concurrency: Int) async throws {
     let endpoint = try await WebPushTestEndpoint(records: false)
     let subscriber = endpoint.subscribe("bench")
@@ -113,15 +117,17 @@ func benchmarkWebPush(count: Int, concurrency: Int) async throws {
     let encryptSeconds = try WebPushBenchmark.encrypt(
         payload, count: count, p256dh: subscriber.p256dh, auth: subscriber.auth)
     let floorSeconds = try WebPushBenchmark.floor(count: count, p256dh: subscriber.p256dh, auth: subscriber.auth)
-    let (accepted, sendSeconds) = try await WebPushBenchmark.send(
-        payload, count: count, concurrency: concurrency, endpoint: subscriber.endpoint, p256dh: subscriber.p256dh,
-        auth: subscriber.auth, extraCertificatesPEM: endpoint.authority.certificatePEM,
-        eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
-    let report: [String: Any] = [
+    var report: [String: Any] = [
         "payload": Base64URL.encode(payload), "count": count, "encrypt_seconds": encryptSeconds,
         "floor_seconds": floorSeconds,
-        "sent": accepted, "send_seconds": sendSeconds, "concurrency": concurrency,
     ]
+    if concurrency > 0 {
+        let (accepted, sendSeconds) = try await WebPushBenchmark.send(
+            payload, count: count, concurrency: concurrency, endpoint: subscriber.endpoint,
+            p256dh: subscriber.p256dh, auth: subscriber.auth, extraCertificatesPEM: endpoint.authority.certificatePEM,
+            eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        report.merge(["sent": accepted, "send_seconds": sendSeconds, "concurrency": concurrency]) { $1 }
+    }
     print(String(decoding: try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys]), as: UTF8.self))
     await endpoint.shutdown()
 }
