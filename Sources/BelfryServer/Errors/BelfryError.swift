@@ -236,19 +236,7 @@ extension Request {
     /// Reads dates as ISO 8601 text, with or without fractional seconds, as every Belfry answer writes them.
     static let bodyDecoder: JSONDecoder = {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .custom { decoder in
-            let container = try decoder.singleValueContainer()
-            let text = try container.decode(String.self)
-            let plain = ISO8601DateFormatter()
-            let fractional = ISO8601DateFormatter()
-            fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-            guard let date = plain.date(from: text) ?? fractional.date(from: text) else {
-                throw DecodingError.dataCorruptedError(
-                    in: container,
-                    debugDescription: "expected an ISO 8601 date such as 2026-12-01T08:00:00Z, got \"\(text)\"")
-            }
-            return date
-        }
+        decoder.dateDecodingStrategy = .belfryISO8601
         return decoder
     }()
 }
