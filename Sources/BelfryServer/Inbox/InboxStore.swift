@@ -32,8 +32,7 @@ struct InboxStore: Sendable {
 
     /// The rows a user sees: theirs, meant for the inbox, and due.
     private func visible(_ select: SQLSelectBuilder, userID: UUID) -> SQLSelectBuilder {
-        select.where("user_id", .equal, userID).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, now())
+        select.where("user_id", .equal, userID).inInboxAndDue(by: now())
     }
 
     /// Newest first. The cursor is the last notification of the previous page: the next page
@@ -111,8 +110,7 @@ struct InboxStore: Sendable {
             .column(SQLRaw(Self.unreadSum), as: "unread")
             .column(SQLRaw(Self.unseenSum), as: "unseen")
             .from("notifications")
-            .where("user_id", .in, users).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, now()).where("archived_at", .is, SQLLiteral.null)
+            .where("user_id", .in, users).inInboxAndDue(by: now()).where("archived_at", .is, SQLLiteral.null)
         if let tenant { select.where("tenant", .equal, tenant) }
         for row in try await select.groupBy("user_id").all() {
             result[try row.decode(column: "user_id", as: UUID.self)] = try Self.counts(in: row)
@@ -124,8 +122,7 @@ struct InboxStore: Sendable {
     func items(ofEvent eventID: UUID, users: [UUID], on db: any Database) async throws -> [(UUID, InboxNotification)] {
         guard !users.isEmpty else { return [] }
         let rows = try await db.sql.select().columns(Self.columns + ["user_id"]).from("notifications")
-            .where("event_id", .equal, eventID).where("user_id", .in, users).where("in_inbox", .equal, true)
-            .where("available_at", .lessThanOrEqual, now())
+            .where("event_id", .equal, eventID).where("user_id", .in, users).inInboxAndDue(by: now())
             .all()
         return try rows.map { (try $0.decode(column: "user_id", as: UUID.self), try item($0)) }
     }
@@ -143,8 +140,7 @@ struct InboxStore: Sendable {
             let update = tx.sql.update("notifications")
             Self.apply(mark, to: update, now: now)
             return try await update.where("id", .equal, id).where("user_id", .equal, userID)
-                .where("in_inbox", .equal, true).where("available_at", .lessThanOrEqual, now)
-                .returning("id").all().count
+                .inInboxAndDue(by: now).returning("id").all().count
         }
         guard updated == 1 else { return nil }
         return try await item(id, userID: userID, on: db)
@@ -215,8 +211,7 @@ struct InboxStore: Sendable {
         return try await storage.write(db) { tx in
             let update = tx.sql.update("notifications")
             Self.apply(mark, to: update, now: now)
-            update.where("user_id", .equal, userID).where("in_inbox", .equal, true)
-                .where("available_at", .lessThanOrEqual, now).where("archived_at", .is, SQLLiteral.null)
+            update.where("user_id", .equal, userID).inInboxAndDue(by: now).where("archived_at", .is, SQLLiteral.null)
                 .where(mark == .read ? "read_at" : "seen_at", .is, SQLLiteral.null)
             if let tenant { update.where("tenant", .equal, tenant) }
             if let category { update.where("category", .equal, category) }
@@ -279,5 +274,14 @@ struct InboxStore: Sendable {
 extension BelfryContext {
     var inboxStore: InboxStore {
         InboxStore(storage: database, workspace: workspace, now: now, wakeDeliveries: deliveryWake)
+    }
+}
+
+extension SQLPredicateBuilder {
+    /// Rows meant for the inbox and due by `now`: what its reads and marks see. The stream's
+    /// first counts (``InboxStore/countsIfUserExists(userID:on:)``) say the same in SQL.
+    @discardableResult
+    fileprivate func inInboxAndDue(by now: Date) -> Self {
+        self.where("in_inbox", .equal, true).where("available_at", .lessThanOrEqual, now)
     }
 }
