@@ -19,8 +19,12 @@ struct ISO8601DatesTests {
     }
 
     @Test(
-        "refuses a date without a time or a time zone",
-        arguments: ["2026-12-01", "2026-12-01T08:00:00", "2026-12-01T08:00Z", "2026-12-01 08:00:00Z", "tomorrow", ""])
+        "refuses a date without a time or a time zone, or with text after it",
+        arguments: [
+            "2026-12-01", "2026-12-01T08:00:00", "2026-12-01T08:00Z", "2026-12-01 08:00:00Z",
+            "2026-12-01T08:00:00Zjunk",
+            "2026-12-01T08:00:00.5+01:00 ", "tomorrow", "",
+        ])
     func refuses(text: String) {
         #expect(Date(iso8601: text) == nil)
     }

@@ -20,12 +20,21 @@ extension JSONDecoder.DateDecodingStrategy {
 }
 
 extension Date {
-    /// Reads ISO 8601 date and time with a time zone, with or without fractional seconds.
+    /// Reads ISO 8601 date and time with a time zone, with or without fractional seconds; text
+    /// after the time zone (`2026-12-01T08:00:00Zjunk`, which a bare parse accepts) is refused.
     public init?(iso8601 text: String) {
-        guard let date = (try? Date(text, strategy: .iso8601)) ?? (try? Date(text, strategy: Self.fractionalISO8601))
-        else { return nil }
-        self = date
+        for style in [Self.wholeSecondsISO8601, Self.fractionalISO8601] {
+            if let (end, date) = try? style.consuming(
+                text, startingAt: text.startIndex, in: text.startIndex..<text.endIndex),
+                end == text.endIndex
+            {
+                self = date
+                return
+            }
+        }
+        return nil
     }
 
+    private static let wholeSecondsISO8601 = Date.ISO8601FormatStyle()
     private static let fractionalISO8601 = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 }
