@@ -3,9 +3,9 @@
 local HTTP/2 push endpoint (from `belfry-bench webpush`), and pywebpush encrypting the same
 payload for the same kind of subscription in the same run, with the ratio.
 
-The encryption is timed in ROUNDS rounds, each Belfry's then pywebpush's, so that both sides
-see the same moments of the machine; the ratio is taken of the two medians, and each round's
-own ratio is printed beside it.
+The encryption is timed in ROUNDS rounds of Belfry's and pywebpush's, Belfry first in odd
+rounds and second in even ones, so that both sides see the same moments of the machine; the
+ratio is taken of the two medians, and each round's own ratio is printed beside it.
 
 Usage: scripts/benchmark_webpush.py BELFRY_BENCH [COUNT] [ROUNDS]
 Needs: pip install pywebpush
@@ -41,6 +41,8 @@ def main():
     bench = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 5000
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    if rounds < 1:
+        sys.exit("ROUNDS must be at least 1")
     report = belfry(bench, "webpush", count, "100")
     payload = b64url_decode(report["payload"])
     belfry_send = report["sent"] / report["send_seconds"]
@@ -56,14 +58,21 @@ def main():
     pusher = WebPusher(subscription)
 
     belfry_rates, python_rates, floor_rates = [], [], []
-    for _ in range(rounds):
+
+    def belfry_round():
         encryption = belfry(bench, "webpush-encrypt", count)
         belfry_rates.append(count / encryption["encrypt_seconds"])
         floor_rates.append(count / encryption["floor_seconds"])
+
+    def python_round():
         started = time.perf_counter()
         for _ in range(count):
             pusher.encode(payload, content_encoding="aes128gcm")
         python_rates.append(count / (time.perf_counter() - started))
+
+    for round_index in range(rounds):
+        for run in (belfry_round, python_round) if round_index % 2 == 0 else (python_round, belfry_round):
+            run()
     belfry_encrypt = statistics.median(belfry_rates)
     python_encrypt = statistics.median(python_rates)
     floor = statistics.median(floor_rates)
