@@ -139,13 +139,6 @@ public enum WebPushEncryption {
         headerSize + recordLength(plaintextLength: plaintextLength, padding: padding)
     }
 
-    /// A fresh random 16-byte salt.
-    public static func randomSalt() -> Data {
-        var salt = Data(count: saltSize)
-        salt.withUnsafeMutableBytes { RandomBytes.fill($0) }
-        return salt
-    }
-
     /// A new key pair for one message, as RFC 8291 requires: a random scalar and its public point.
     ///
     /// swift-crypto's `PrivateKey()` also runs a FIPS pairwise self-test (an ECDSA signature and

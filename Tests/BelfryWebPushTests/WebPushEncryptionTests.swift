@@ -94,7 +94,7 @@ private func bytes(of key: some ContiguousBytes) -> Data {
 
 @Suite struct WebPushEncryptionTests {
     let userAgentKey = P256.KeyAgreement.PrivateKey()
-    let authSecret = WebPushEncryption.randomSalt()
+    let authSecret = Data((0..<16).map { _ in UInt8.random(in: .min ... .max) })
 
     var keys: WebPushSubscriberKeys {
         get throws {
