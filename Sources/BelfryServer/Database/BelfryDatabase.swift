@@ -55,31 +55,60 @@ struct BelfryDatabase: Sendable {
     /// On SQLite the transaction begins `IMMEDIATE`, taking the database's single write lock
     /// at once: a deferred transaction that reads and then writes fails with `SQLITE_BUSY`
     /// when another connection wrote in between, instead of waiting. Writes of this process
-    /// also queue in the gate so they do not hold pooled connections while they wait.
+    /// queue in the gate, and those that queued together share one transaction and its one
+    /// sync to disk (each in a savepoint, so that one failing undoes only its own statements).
     func write<T: Sendable>(
         _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
     ) async throws -> T {
         guard let gate else { return try await database.transaction(body) }
-        return try await gate.run {
+        return try await gate.run(body) { writes in
             try await database.withConnection { connection in
-                // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
-                // it, sleeping, instead of the driver's default of retrying in a busy loop.
-                try await connection.sql.raw("PRAGMA busy_timeout = 10000").run()
-                // A multi-row insert inside a transaction keeps a statement journal (to undo just that
-                // statement on a constraint failure): in memory, not in a temporary file written
-                // through the kernel page by page. Fan-out spent a tenth of its time there.
-                try await connection.sql.raw("PRAGMA temp_store = MEMORY").run()
-                try await connection.sql.raw("BEGIN IMMEDIATE TRANSACTION").run()
-                do {
-                    let result = try await body(connection)
-                    try await connection.sql.raw("COMMIT TRANSACTION").run()
-                    return result
-                } catch {
-                    try? await connection.sql.raw("ROLLBACK TRANSACTION").run()
-                    throw error
-                }
+                try await Self.sqliteTransaction(writes, on: connection)
             }
         }
+    }
+
+    /// One SQLite transaction holding `writes`: a lone write as it is, several each in a savepoint.
+    private static func sqliteTransaction(
+        _ writes: [WriteGate.Write], on connection: any Database
+    ) async throws -> [(any Error)?] {
+        let sql = connection.sql
+        // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
+        // it, sleeping, instead of the driver's default of retrying in a busy loop.
+        try await sql.raw("PRAGMA busy_timeout = 10000").run()
+        // A multi-row insert inside a transaction keeps a statement journal (to undo just that
+        // statement on a constraint failure): in memory, not in a temporary file written
+        // through the kernel page by page. Fan-out spent a tenth of its time there.
+        try await sql.raw("PRAGMA temp_store = MEMORY").run()
+        try await sql.raw("BEGIN IMMEDIATE TRANSACTION").run()
+        var errors: [(any Error)?] = []
+        do {
+            if writes.count == 1 {
+                do {
+                    try await writes[0](connection)
+                } catch {
+                    try? await sql.raw("ROLLBACK TRANSACTION").run()
+                    return [error]
+                }
+            } else {
+                for write in writes {
+                    try await sql.raw("SAVEPOINT belfry_write").run()
+                    do {
+                        try await write(connection)
+                        errors.append(nil)
+                    } catch {
+                        try await sql.raw("ROLLBACK TO SAVEPOINT belfry_write").run()
+                        errors.append(error)
+                    }
+                    try await sql.raw("RELEASE SAVEPOINT belfry_write").run()
+                }
+            }
+            try await sql.raw("COMMIT TRANSACTION").run()
+        } catch {
+            try? await sql.raw("ROLLBACK TRANSACTION").run()
+            throw error
+        }
+        return writes.count == 1 ? [nil] : errors
     }
 }
 
