@@ -24,21 +24,37 @@ struct Fanout: Sendable {
     let wakeDeliveries: @Sendable () -> Void
     let metrics: BelfryMetrics
     static let batchSize = 500
+    static let eventsPerBatch = 64
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
     /// passing database problem, short enough that a broken event is reported.
     static let maxFailures = 8
 
-    /// Processes one batch of the most overdue event, if any is due. A batch that fails rolls
-    /// back, and its event waits (behind the others) before it is tried again; after
-    /// `maxFailures` the event is marked `failed` with its error.
+    /// Processes one batch of the most overdue event, if any is due, in one transaction; small
+    /// events that end within the batch leave room for the next due ones in the same
+    /// transaction (up to `batchSize` recipients and `eventsPerBatch` events), so that a stream
+    /// of one-recipient events is not one commit each. A batch that fails rolls back, and its
+    /// event waits (behind the others) before it is tried again; after `maxFailures` the event
+    /// is marked `failed` with its error.
     /// - Returns: whether there was an event to work on.
     func processBatch(on db: any Database) async throws -> Bool {
         let picked = NIOLockedValueBox<UUID?>(nil)
         do {
-            let outcome = try await storage.write(db) { tx in try await self.batch(on: tx, picked: picked) }
-            await committed(outcome, on: db)
-            return outcome.processed
+            let outcomes = try await storage.write(db) { tx in
+                var outcomes: [Outcome] = []
+                var recipients = 0
+                while outcomes.count < Self.eventsPerBatch && recipients < Self.batchSize {
+                    let outcome = try await self.batch(on: tx, picked: picked)
+                    guard outcome.processed else { break }
+                    outcomes.append(outcome)
+                    recipients += outcome.recipients
+                    // An event with recipients still to go takes the next batch on its own.
+                    if outcome.ended == nil { break }
+                }
+                return outcomes
+            }
+            for outcome in outcomes { await committed(outcome, on: db) }
+            return !outcomes.isEmpty
         } catch {
             guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
             if try await recordFailure(of: eventID, error: error.operatorDescription, on: db) {
