@@ -75,6 +75,16 @@ extension Data {
 }
 
 extension Sequence<UInt8> {
-    /// Lowercase hex, two digits a byte: how digests and signatures are shown and stored.
-    var hexEncoded: String { map { String(format: "%02x", $0) }.joined() }
+    /// Lowercase hex, two digits a byte: how digests and signatures are shown and stored. Every
+    /// webhook signature is one, so it writes the digits itself rather than format each byte.
+    var hexEncoded: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(underestimatedCount * 2)
+        for byte in self {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
 }
