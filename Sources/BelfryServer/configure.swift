@@ -147,7 +147,8 @@ public func configure(
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
         providers: try deliveryProviders(app, settings, database: db), metrics: context.metrics, now: now,
-        jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease))
+        jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
+        signal: context.deliverySignal)
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()
@@ -164,10 +165,14 @@ public func configure(
                 BackgroundService(name: "batches", interval: 1, clock: clock, logger: logger) {
                     try await fanout.closeDueBatches(on: db())
                 },
+                // The pipeline runs until the server stops: claims, sends and group commits overlap.
                 BackgroundService(
                     name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
                     beforeStopping: queue.beginStopping
-                ) { try await queue.runOnce() > 0 },
+                ) {
+                    await queue.run(clock: clock)
+                    return false
+                },
                 // The console's queue-depth chart: a sample a minute, whichever instance takes it.
                 BackgroundService(name: "queue samples", interval: 60, clock: clock, logger: logger) {
                     try await consoleData.sampleQueueDepth(on: db())

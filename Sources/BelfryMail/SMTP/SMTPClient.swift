@@ -36,7 +36,7 @@ public actor SMTPClient {
         }
     }
 
-    let configuration: Configuration
+    public nonisolated let configuration: Configuration
     private let group: any EventLoopGroup
     private let tls: NIOSSLContext?
     private let clock = ContinuousClock()

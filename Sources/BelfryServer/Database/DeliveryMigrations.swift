@@ -129,3 +129,19 @@ struct CreateDeliveries: AsyncMigration {
         try await database.schema("deliveries").delete()
     }
 }
+
+/// The queue claims each channel kind's due deliveries in the order they fell due: an index by
+/// status, channel and due time gives them in that order without reading the rest of the queue.
+/// Expired leases are found by the status and lease alone: only deliveries under way have one.
+struct AddDeliveryClaimIndexes: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.sql.raw("CREATE INDEX deliveries_claim ON deliveries (status, channel, next_attempt_at)")
+            .run()
+        try await database.sql.raw("CREATE INDEX deliveries_lease ON deliveries (status, lease_expires_at)").run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.sql.raw("DROP INDEX deliveries_lease").run()
+        try await database.sql.raw("DROP INDEX deliveries_claim").run()
+    }
+}

@@ -17,6 +17,7 @@ enum BelfryMigrations {
         AddDeliveryPolicies(),
         AddBatches(),
         AddConsoleHistory(),
+        AddDeliveryClaimIndexes(),
     ]
 }
 

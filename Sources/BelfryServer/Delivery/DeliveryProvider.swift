@@ -81,10 +81,18 @@ enum DeliveryResult: Sendable, Equatable {
 
 /// One channel kind's way to deliver (the inbox, webhook, APNs, Web Push, email). The
 /// delivery queue claims, leases and records; a provider only sends one delivery and says
-/// what its answer means. It never touches the database.
+/// what its answer means.
 protocol DeliveryProvider: Sendable {
     /// Attempts per delivery before it is dead-lettered.
     var maxAttempts: Int { get }
+    /// How many of this kind's deliveries the queue runs at once: what the provider's transport
+    /// carries without queueing (HTTP/1.1 connections, HTTP/2 streams, SMTP connections).
+    var concurrency: Int { get }
+    /// Where a delivery goes, for a provider that sends to many hosts: the queue runs at most
+    /// `concurrencyPerOrigin` deliveries to one origin at once, so that a slow host holds only
+    /// that share of the kind's slots. Nil: the kind's one destination.
+    func origin(of delivery: Delivery) -> String?
+    var concurrencyPerOrigin: Int { get }
     /// The event loop on which the queue runs this provider's sends, if not the shared pool:
     /// the loop of the provider's connection, so that a send and its answer stay on one thread
     /// (on Linux, and on Apple platforms that have task executors).
@@ -94,6 +102,9 @@ protocol DeliveryProvider: Sendable {
 
 extension DeliveryProvider {
     var sendLoop: (any EventLoop)? { nil }
+    var concurrency: Int { 16 }
+    func origin(of delivery: Delivery) -> String? { nil }
+    var concurrencyPerOrigin: Int { concurrency }
 }
 
 /// Backoff between attempts: exponential with full jitter, so retries from many deliveries
@@ -120,6 +131,8 @@ struct InboxProvider: DeliveryProvider {
     let becameAvailable: @Sendable (_ event: UUID, _ user: UUID) async -> Void
 
     var maxAttempts: Int { 1 }
+    /// No send to wait for: only this process's streams to tell.
+    var concurrency: Int { 256 }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         if delivery.kind == .notification { await becameAvailable(delivery.eventID, delivery.userID) }

@@ -5,11 +5,13 @@ import Logging
 import NIOConcurrencyHelpers
 import SQLKit
 
-/// The durable queue of deliveries: claims due ones with a lease, hands each to its channel's
-/// provider with bounded concurrency, and records the result with its backoff. Several
-/// instances on PostgreSQL share the queue (`FOR UPDATE SKIP LOCKED`); a delivery claimed by a
-/// process that died is claimed again once its lease has expired. Deliveries are at least
-/// once: a receiver can recognise a repeat by its delivery id.
+/// The durable queue of deliveries. Under `belfry serve` it runs as a pipeline (`run`): it claims
+/// due deliveries with a lease whenever a channel kind has free slots, starts each attempt as
+/// soon as it is claimed, and records the results in batches, one transaction for all that
+/// finished since the last (group commit). Several instances on PostgreSQL share the queue
+/// (`FOR UPDATE SKIP LOCKED`); a delivery claimed by a process that died is claimed again once
+/// its lease has expired. Deliveries are at least once: a receiver can recognise a repeat by
+/// its delivery id, and a crash repeats only the attempts that were not yet recorded.
 final class DeliveryQueue: Sendable {
     let database: @Sendable () -> any Database
     let storage: BelfryDatabase
@@ -23,14 +25,23 @@ final class DeliveryQueue: Sendable {
     /// This process, as recorded on the deliveries it claims.
     let name: String
     let lease: TimeInterval
-    let concurrency: Int
     let backoff = Backoff()
+    /// Wakes `run` when deliveries are queued, a kind's slots come free, or the queue stops.
+    let signal: WorkSignal
+    let slots: DeliverySlots
+    /// The most deliveries of one kind a claim takes, and results a transaction records.
+    static let claimBatch = 256
+    static let recordBatch = 512
+    /// Results that may wait to be recorded before attempts wait to add theirs: with the slots,
+    /// what a crash can repeat.
+    static let unrecordedResults = 512
     private let stopping = NIOLockedValueBox(false)
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
         providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
-        jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120, concurrency: Int = 16
+        jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
+        signal: WorkSignal = WorkSignal()
     ) {
         self.database = database
         self.storage = storage
@@ -41,51 +52,200 @@ final class DeliveryQueue: Sendable {
         self.jitter = jitter
         self.logger = logger
         self.lease = lease
-        self.concurrency = concurrency
+        self.signal = signal
+        self.slots = DeliverySlots(
+            limits: providers.mapValues {
+                DeliverySlots.Limit(perKind: $0.concurrency, perOrigin: $0.concurrencyPerOrigin)
+            },
+            onFree: { [signal] in signal.wake() })
         self.name =
             "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))"
     }
 
-    /// Claims and runs the deliveries due now, at most `limit`.
+    /// The workspace's channels by kind: what a claim for a kind selects.
+    private var channelsByKind: [ChannelKind: [String]] {
+        Dictionary(grouping: workspace.channels, by: \.kind).mapValues { $0.map(\.id) }
+    }
+
+    // MARK: The pipeline
+
+    /// Runs the queue until `beginStopping`: claims for every kind with free slots, starts each
+    /// claimed delivery at once, and hands results to the recorder as they finish. When nothing
+    /// is due it waits for a wake (new deliveries, free slots) or `interval`. A claim that fails
+    /// (the database went away) is tried again after a capped, jittered backoff. On stopping,
+    /// the attempts under way finish and every result is recorded before this returns.
+    func run(clock: any ServiceClock, interval: TimeInterval = 1) async {
+        await failDeliveriesOfRemovedChannels()
+        let pending = PendingResults(capacity: Self.unrecordedResults)
+        let channels = channelsByKind
+        await withTaskGroup(of: Void.self) { recorder in
+            recorder.addTask { await self.recordResults(from: pending, clock: clock) }
+            await withDiscardingTaskGroup { attempts in
+                var failures = 0
+                while !isStopping {
+                    let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
+                    var drained = wanted.isEmpty
+                    if !wanted.isEmpty {
+                        do {
+                            let deliveries = try await claim(wanted.map { (channels[$0.key] ?? [], $0.value) })
+                            failures = 0
+                            // A kind that got all it asked for may have more due: claim again at
+                            // once. Only when every kind got less is the queue drained for now.
+                            let claimedByKind = Dictionary(grouping: deliveries, by: \.channel.kind).mapValues(\.count)
+                            drained = !wanted.contains { kind, asked in claimedByKind[kind, default: 0] >= asked }
+                            try await start(deliveries, in: &attempts, results: pending)
+                        } catch {
+                            failures += 1
+                            logger.error(
+                                "the delivery queue could not claim deliveries",
+                                metadata: [
+                                    "belfry.error": "\(String(reflecting: error))", "belfry.failures": "\(failures)",
+                                ])
+                            try? await clock.sleep(for: retryDelay(afterFailures: failures))
+                            continue
+                        }
+                    }
+                    if drained && !isStopping { await signal.wait(upTo: interval, on: clock) }
+                }
+            }
+            pending.finish()
+        }
+    }
+
+    /// Starts an attempt for each delivery whose origin has a free slot; the others go back to
+    /// the queue for a little while, their origin busy with slower sends.
+    private func start(
+        _ deliveries: [Delivery], in attempts: inout DiscardingTaskGroup, results: PendingResults
+    ) async throws {
+        var busyOrigins: [UUID] = []
+        for delivery in deliveries {
+            let kind = delivery.channel.kind
+            let origin = providers[kind]?.origin(of: delivery)
+            // The claim took no more than the kind's free slots, so only an origin can be full.
+            guard slots.tryAcquire(kind, origin: origin) else {
+                busyOrigins.append(delivery.id)
+                continue
+            }
+            attempts.addTask {
+                let result = await self.perform(delivery)
+                await results.add(result)
+                self.slots.release(kind, origin: origin)
+            }
+        }
+        if !busyOrigins.isEmpty { try await release(busyOrigins, postponedBy: min(lease / 4, 5)) }
+    }
+
+    /// Records results in batches until the pipeline has stopped and every result is recorded.
+    /// A batch that cannot be recorded (the database went away) is tried again after a backoff:
+    /// its deliveries stay claimed meanwhile, and the check on the worker and status keeps a
+    /// late record from overwriting a delivery another worker claimed after the lease.
+    private func recordResults(from pending: PendingResults, clock: any ServiceClock) async {
+        while true {
+            let batch = await pending.take(upTo: Self.recordBatch)
+            if batch.isEmpty { return }
+            var failures = 0
+            while true {
+                do {
+                    try await record(batch)
+                    break
+                } catch {
+                    failures += 1
+                    logger.error(
+                        "could not record delivery attempts",
+                        metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.attempts": "\(batch.count)"])
+                    // After the lease the deliveries are another worker's to attempt again: at
+                    // least once, never lost.
+                    if failures * 2 > Int(lease) { break }
+                    try? await clock.sleep(for: retryDelay(afterFailures: failures))
+                }
+            }
+        }
+    }
+
+    /// Capped exponential backoff with jitter for a loop that failed `failures` times running.
+    func retryDelay(afterFailures failures: Int) -> TimeInterval {
+        min(5, 0.05 * pow(2, Double(min(failures, 10)))) * (0.5 + jitter() / 2)
+    }
+
+    /// Deliveries whose channel has left the workspace config can never be claimed for a kind:
+    /// they fail, visibly, instead of waiting for ever.
+    private func failDeliveriesOfRemovedChannels() async {
+        let known = workspace.channels.map(\.id)
+        do {
+            try await storage.write(database()) { db in
+                try await db.sql.update("deliveries")
+                    .set("status", to: DeliveryStatus.failed.rawValue)
+                    .set("last_error", to: "the channel is no longer in the workspace config")
+                    .set("lease_expires_at", to: Date?.none)
+                    .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
+                    .where("channel", .notIn, known)
+                    .run()
+            }
+        } catch {
+            logger.error(
+                "could not fail the deliveries of removed channels",
+                metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    // MARK: One round at a time
+
+    /// Claims the deliveries due now (at most `limit`), attempts them with each kind's
+    /// concurrency, and records every result in one transaction: what tests and the benchmarks
+    /// drive by hand.
     /// - Returns: how many were attempted.
     @discardableResult
     func runOnce(limit: Int = 64) async throws -> Int {
         guard !isStopping else { return 0 }
         let claimedAt = now()
         let deliveries = try await claim(limit: limit)
+        let finished = NIOLockedValueBox<[AttemptResult]>([])
         let unstarted = NIOLockedValueBox<[UUID]>([])
-        await withTaskGroup(of: Void.self) { group in
-            var running = 0
+        await withDiscardingTaskGroup { group in
             for delivery in deliveries {
-                if running == concurrency {
-                    await group.next()
-                    running -= 1
+                let kind = delivery.channel.kind
+                let origin = providers[kind]?.origin(of: delivery)
+                group.addTask {
+                    await self.slots.acquire(kind, origin: origin)
+                    defer { self.slots.release(kind, origin: origin) }
+                    // Once stopping, claimed deliveries not yet started go back to the queue for
+                    // another worker, so shutdown waits only for the attempts under way. So do those
+                    // that waited half their lease behind slow ones: an attempt takes at most the
+                    // other half, so no worker claims a delivery while it is being attempted.
+                    if self.isStopping || self.now().timeIntervalSince(claimedAt) > self.lease / 2 {
+                        unstarted.withLockedValue { $0.append(delivery.id) }
+                        return
+                    }
+                    let result = await self.perform(delivery)
+                    finished.withLockedValue { $0.append(result) }
                 }
-                // Once stopping, claimed deliveries not yet started go back to the queue for
-                // another worker, so shutdown waits only for the attempts under way. So do those
-                // that waited half their lease behind slow ones: an attempt takes at most the other
-                // half, so no worker claims a delivery while it is being attempted.
-                if isStopping || now().timeIntervalSince(claimedAt) > lease / 2 {
-                    unstarted.withLockedValue { $0.append(delivery.id) }
-                    continue
-                }
-                group.addTask { await self.attempt(delivery) }
-                running += 1
             }
+        }
+        do {
+            try await record(finished.withLockedValue { $0 })
+        } catch {
+            // The leases run out and other attempts follow: at least once, never lost.
+            logger.error(
+                "could not record delivery attempts", metadata: ["belfry.error": "\(String(reflecting: error))"])
         }
         let released = unstarted.withLockedValue { $0 }
         if !released.isEmpty { try await release(released) }
         return deliveries.count - released.count
     }
 
-    /// Returns claimed deliveries that were never attempted to the queue, as if never claimed.
-    func release(_ ids: [UUID]) async throws {
+    // MARK: Claims
+
+    /// Returns claimed deliveries that were never attempted to the queue, as if never claimed,
+    /// due again after `delay`.
+    func release(_ ids: [UUID], postponedBy delay: TimeInterval = 0) async throws {
+        let due = now().addingTimeInterval(delay)
         try await storage.write(database()) { db in
             try await db.sql.update("deliveries")
                 .set("status", to: DeliveryStatus.queued.rawValue)
                 .set("attempts", to: SQLRaw("attempts - 1"))
                 .set("lease_expires_at", to: Date?.none)
                 .set("worker", to: String?.none)
+                .set("next_attempt_at", to: due)
                 .where("id", .in, ids)
                 .where("worker", .equal, self.name)
                 .where("status", .equal, DeliveryStatus.running.rawValue)
@@ -93,36 +253,59 @@ final class DeliveryQueue: Sendable {
         }
     }
 
-    /// Marks up to `limit` due deliveries as running under this worker's lease and returns
-    /// them, each read whole (content, device, badge) in one query.
+    /// Claims up to `limit` due deliveries of any channel and returns them read whole.
     func claim(limit: Int) async throws -> [Delivery] {
+        try await claim([(nil, limit)])
+    }
+
+    /// Marks due deliveries as running under this worker's lease, up to a limit for each group
+    /// of channels (nil: any channel), in one statement; then reads them whole (content,
+    /// device, badge) in one query.
+    func claim(_ wanted: [(channels: [String]?, limit: Int)]) async throws -> [Delivery] {
         let now = self.now()
+        let statement = claimStatement(wanted, now: now)
         let ids: [UUID] = try await storage.write(database()) { db in
-            let due = db.sql.select().column("id").from("deliveries")
-                .where { group in
-                    group.where("status", .equal, DeliveryStatus.queued.rawValue)
-                        .where("next_attempt_at", .lessThanOrEqual, now)
-                }
-                .orWhere { group in
-                    group.where("status", .equal, DeliveryStatus.running.rawValue)
-                        .where("lease_expires_at", .lessThan, now)
-                }
-                .orderBy("next_attempt_at")
-                .limit(limit)
-            let ids = try await self.storage.lockingSkipLocked(due).all()
-                .map { try $0.decode(column: "id", as: UUID.self) }
-            guard !ids.isEmpty else { return [] }
-            try await db.sql.update("deliveries")
-                .set("status", to: DeliveryStatus.running.rawValue)
-                .set("attempts", to: SQLRaw("attempts + 1"))
-                .set("lease_expires_at", to: now.addingTimeInterval(self.lease))
-                .set("worker", to: self.name)
-                .set("updated_at", to: now)
-                .where("id", .in, ids)
-                .run()
-            return ids
+            try await db.sql.raw(statement).all().map { try $0.decode(column: "id", as: UUID.self) }
         }
         guard !ids.isEmpty else { return [] }
+        return try await read(claimed: ids, now: now)
+    }
+
+    /// `UPDATE … WHERE id IN (the due rows of each group) RETURNING id`. Each group's rows are
+    /// its queued deliveries in the order they fell due, then those whose lease expired, each
+    /// branch read along an index so that a claim costs the same however long the queue is. On
+    /// PostgreSQL the rows are locked with `SKIP LOCKED`, so instances claiming at once take
+    /// different ones.
+    private func claimStatement(_ wanted: [(channels: [String]?, limit: Int)], now: Date) -> SQLQueryString {
+        let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        var due: [SQLQueryString] = []
+        for (index, group) in wanted.enumerated() {
+            let channels: SQLQueryString = group.channels.map { "AND channel IN (\(binds: $0))" } ?? ""
+            let limit = String(group.limit)
+            due.append(
+                """
+                SELECT id FROM (SELECT id FROM (
+                  SELECT id FROM (SELECT id FROM deliveries
+                    WHERE status = \(bind: DeliveryStatus.queued.rawValue) \(channels) AND next_attempt_at <= \(bind: now)
+                    ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued\(unsafeRaw: String(index))
+                  UNION ALL
+                  SELECT id FROM (SELECT id FROM deliveries
+                    WHERE status = \(bind: DeliveryStatus.running.rawValue) \(channels) AND lease_expires_at < \(bind: now)
+                    LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired\(unsafeRaw: String(index))
+                ) AS due\(unsafeRaw: String(index)) LIMIT \(unsafeRaw: limit)) AS claim\(unsafeRaw: String(index))
+                """)
+        }
+        return """
+            UPDATE deliveries SET status = \(bind: DeliveryStatus.running.rawValue), attempts = attempts + 1,
+              lease_expires_at = \(bind: now.addingTimeInterval(lease)), worker = \(bind: name), updated_at = \(bind: now)
+            WHERE id IN (\(due.joined(separator: " UNION ALL ")))
+            RETURNING id
+            """
+    }
+
+    /// Claimed deliveries read whole. Those whose channel or category the workspace config no
+    /// longer has fail, visibly, instead of being claimed again for ever.
+    private func read(claimed ids: [UUID], now: Date) async throws -> [Delivery] {
         var orphans: [(UUID, String)] = []
         var deliveries: [Delivery] = []
         for row in try await database().sql.raw(Self.claimed(ids, now: now)).all() {
@@ -137,44 +320,9 @@ final class DeliveryQueue: Sendable {
                 orphans.append((id, "category \"\(categoryID)\" is no longer in the workspace config"))
                 continue
             }
-            let actionID = try row.decode(column: "action_id", as: String?.self)
-            let hasDevice = try row.decode(column: "device_row_id", as: UUID?.self) != nil
-            let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
-            deliveries.append(
-                Delivery(
-                    id: id,
-                    kind: Delivery.Kind(rawValue: try row.decode(column: "kind", as: String.self)) ?? .notification,
-                    action: actionID.map { id in
-                        category.actions.first { $0.id == id } ?? NotificationAction(id: id, title: id)
-                    },
-                    eventID: try row.decode(column: "event_id", as: UUID.self),
-                    channel: channel,
-                    attempt: try row.decode(column: "attempts", as: Int.self),
-                    userID: try row.decode(column: "user_id", as: UUID.self),
-                    externalUserID: try row.decode(column: "external_id", as: String.self),
-                    content: DeliveryContent(
-                        deliveryID: id, notificationID: try row.decode(column: "notification_id", as: UUID.self),
-                        category: category, tenant: try row.decode(column: "tenant", as: String.self),
-                        title: try row.decode(column: "title", as: String.self),
-                        body: try row.decode(column: "body", as: String.self),
-                        url: try row.decode(column: "url", as: String?.self),
-                        imageURL: try row.decode(column: "image_url", as: String?.self),
-                        data: try row.decode(column: "data", as: String?.self),
-                        createdAt: try row.decode(column: "created_at", as: Date.self),
-                        ttlSeconds: ttl ?? category.push.ttlSeconds,
-                        batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
-                    device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
-                    unread: try row.decode(column: "unread", as: Int.self),
-                    email: try row.decode(column: "user_email", as: String?.self),
-                    locale: try row.decode(column: "user_locale", as: String?.self),
-                    condition: try row.decode(column: "condition", as: String?.self).flatMap(
-                        CategoryChannelDefinition.Condition.init(rawValue:)),
-                    readAt: try row.decode(column: "read_at", as: Date?.self),
-                    seenAt: try row.decode(column: "seen_at", as: Date?.self)))
+            deliveries.append(try Self.delivery(row, id: id, channel: channel, category: category))
         }
         if !orphans.isEmpty {
-            // The workspace config no longer has their channel or category: fail them visibly
-            // instead of leaving them to be claimed again for ever.
             try await storage.write(database()) { [orphans] db in
                 for (id, error) in orphans {
                     try await db.sql.update("deliveries")
@@ -188,6 +336,44 @@ final class DeliveryQueue: Sendable {
             }
         }
         return deliveries
+    }
+
+    private static func delivery(
+        _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
+    ) throws -> Delivery {
+        let actionID = try row.decode(column: "action_id", as: String?.self)
+        let hasDevice = try row.decode(column: "device_row_id", as: UUID?.self) != nil
+        let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
+        return Delivery(
+            id: id,
+            kind: Delivery.Kind(rawValue: try row.decode(column: "kind", as: String.self)) ?? .notification,
+            action: actionID.map { id in
+                category.actions.first { $0.id == id } ?? NotificationAction(id: id, title: id)
+            },
+            eventID: try row.decode(column: "event_id", as: UUID.self),
+            channel: channel,
+            attempt: try row.decode(column: "attempts", as: Int.self),
+            userID: try row.decode(column: "user_id", as: UUID.self),
+            externalUserID: try row.decode(column: "external_id", as: String.self),
+            content: DeliveryContent(
+                deliveryID: id, notificationID: try row.decode(column: "notification_id", as: UUID.self),
+                category: category, tenant: try row.decode(column: "tenant", as: String.self),
+                title: try row.decode(column: "title", as: String.self),
+                body: try row.decode(column: "body", as: String.self),
+                url: try row.decode(column: "url", as: String?.self),
+                imageURL: try row.decode(column: "image_url", as: String?.self),
+                data: try row.decode(column: "data", as: String?.self),
+                createdAt: try row.decode(column: "created_at", as: Date.self),
+                ttlSeconds: ttl ?? category.push.ttlSeconds,
+                batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
+            device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
+            unread: try row.decode(column: "unread", as: Int.self),
+            email: try row.decode(column: "user_email", as: String?.self),
+            locale: try row.decode(column: "user_locale", as: String?.self),
+            condition: try row.decode(column: "condition", as: String?.self).flatMap(
+                CategoryChannelDefinition.Condition.init(rawValue:)),
+            readAt: try row.decode(column: "read_at", as: Date?.self),
+            seenAt: try row.decode(column: "seen_at", as: Date?.self))
     }
 
     /// Claimed deliveries with everything their providers need: the notification's content,
@@ -215,7 +401,10 @@ final class DeliveryQueue: Sendable {
         """
     }
 
-    private func attempt(_ delivery: Delivery) async {
+    // MARK: Attempts
+
+    /// Attempts one claimed delivery; never throws: every outcome is a result to record.
+    private func perform(_ delivery: Delivery) async -> AttemptResult {
         let started = now()
         let result: DeliveryResult
         let maxAttempts: Int
@@ -229,22 +418,14 @@ final class DeliveryQueue: Sendable {
             maxAttempts = 1
             result = .failed(reason: "no provider for \(delivery.channel.kind.rawValue) channels is configured")
         }
-        do {
-            try await record(
-                delivery, result: result, maxAttempts: maxAttempts, started: started,
-                deviceNoun: delivery.channel.kind.deviceNoun)
-        } catch {
-            // The lease runs out and another attempt follows: at least once, never lost.
-            logger.error(
-                "could not record a delivery attempt",
-                metadata: ["belfry.delivery.id": "\(delivery.id)", "belfry.error": "\(String(reflecting: error))"])
-        }
         logger.log(
             level: result.isDelivered ? .debug : .info, "delivery attempt",
             metadata: [
                 "belfry.delivery.id": "\(delivery.id)", "belfry.channel": "\(delivery.channel.id)",
                 "belfry.attempt": "\(delivery.attempt)", "belfry.outcome": "\(result.outcome)",
             ])
+        return AttemptResult(
+            delivery: delivery, result: result, maxAttempts: maxAttempts, started: started, finished: now())
     }
 
     /// What stands between a claimed delivery and its provider: the attempt limit, and for
@@ -267,46 +448,91 @@ final class DeliveryQueue: Sendable {
         return await runningOn(provider.sendLoop) { await provider.deliver(delivery) }
     }
 
-    /// Records an attempt's result on its delivery (and retires its device when the provider
-    /// said so), in one transaction.
-    private func record(
-        _ delivery: Delivery, result: DeliveryResult, maxAttempts: Int, started: Date, deviceNoun: String
-    ) async throws {
-        let (id, attempt) = (delivery.id, delivery.attempt)
+    // MARK: Results
+
+    /// A delivery's state after an attempt, as recorded.
+    private struct Resolution: Hashable {
+        var status: DeliveryStatus
+        var next: Date
+        var error: String?
+        var providerStatus: Int?
+    }
+
+    /// Records a batch of results in one transaction: each delivery's new state (one statement
+    /// for all that end alike, as sent ones do), the attempt log rows, retired devices and the
+    /// events' skips. A delivery whose lease this worker lost meanwhile keeps its new owner's
+    /// state: the result is history only.
+    func record(_ results: [AttemptResult]) async throws {
+        guard !results.isEmpty else { return }
         let now = self.now()
-        let (final, next, lastError, lastStatus) = resolve(
-            result, attempt: attempt, maxAttempts: maxAttempts, now: now, deviceNoun: deviceNoun)
-        let recorded = try await storage.write(database()) { db in
-            let updated = try await db.sql.update("deliveries")
-                .set("status", to: final.rawValue)
-                .set("next_attempt_at", to: next)
-                .set("lease_expires_at", to: Date?.none)
-                .set("last_error", to: lastError)
-                .set("last_status", to: lastStatus)
-                .set("updated_at", to: now)
-                .where("id", .equal, id)
-                .where("worker", .equal, self.name)
-                .where("status", .equal, DeliveryStatus.running.rawValue)
-                .returning("id")
-                .all()
-            // A worker whose lease expired meanwhile lost the delivery to another: its result is history only.
-            try await db.sql.insert(into: "delivery_attempts")
-                .columns("id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
-                .values(UUID(), id, attempt, started, now, result.outcome, lastStatus, lastError)
-                .run()
-            if case .retire(let device, let reason, _) = result {
-                try await DeviceStore.retire(device, reason: reason, now: now, on: db.sql)
-            }
-            if case .skipped(let reason) = result, !updated.isEmpty {
-                try await EventSkips.add(
-                    event: delivery.eventID, channel: delivery.channel.id, reason: reason, count: 1, on: db.sql)
-            }
-            return !updated.isEmpty
+        let resolved = results.map { attempt in
+            (attempt, resolve(attempt, now: now))
         }
-        metrics.delivered(channel: delivery.channel.id, outcome: final == .dead ? "dead" : result.outcome)
-        if !recorded {
-            logger.warning("a delivery's lease expired during its attempt", metadata: ["belfry.delivery.id": "\(id)"])
+        var groups: [Resolution: [UUID]] = [:]
+        for (attempt, resolution) in resolved { groups[resolution, default: []].append(attempt.delivery.id) }
+        let attemptRows: [[BulkValue]] = resolved.map { attempt, resolution in
+            [
+                .id(UUID()), .id(attempt.delivery.id), .integer(attempt.delivery.attempt), .date(attempt.started),
+                .date(attempt.finished), .text(attempt.result.outcome), .integer(resolution.providerStatus),
+                .text(resolution.error),
+            ]
         }
+        let recorded: Set<UUID> = try await storage.write(database()) { [groups] db in
+            var recorded: Set<UUID> = []
+            for (resolution, ids) in groups {
+                for chunk in ids.chunked(500) {
+                    let rows = try await db.sql.update("deliveries")
+                        .set("status", to: resolution.status.rawValue)
+                        .set("next_attempt_at", to: resolution.next)
+                        .set("lease_expires_at", to: Date?.none)
+                        .set("last_error", to: resolution.error)
+                        .set("last_status", to: resolution.providerStatus)
+                        .set("updated_at", to: now)
+                        .where("id", .in, Array(chunk))
+                        .where("worker", .equal, self.name)
+                        .where("status", .equal, DeliveryStatus.running.rawValue)
+                        .returning("id")
+                        .all()
+                    for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
+                }
+            }
+            try await self.storage.insert(
+                into: "delivery_attempts",
+                columns: [
+                    "id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error",
+                ],
+                rows: attemptRows, rowsPerStatement: 500, on: db)
+            var skips: [UUID: [String: [SkipReason: Int]]] = [:]
+            for attempt in results {
+                switch attempt.result {
+                case .retire(let device, let reason, _):
+                    try await DeviceStore.retire(device, reason: reason, now: now, on: db.sql)
+                case .skipped(let reason) where recorded.contains(attempt.delivery.id):
+                    skips[attempt.delivery.eventID, default: [:]][attempt.delivery.channel.id, default: [:]][
+                        reason, default: 0] += 1
+                default:
+                    break
+                }
+            }
+            for (event, byChannel) in skips { try await EventSkips.add(byChannel, event: event, on: db.sql) }
+            return recorded
+        }
+        for (attempt, resolution) in resolved {
+            let outcome = resolution.status == .dead ? "dead" : attempt.result.outcome
+            metrics.delivered(channel: attempt.delivery.channel.id, outcome: outcome)
+            if !recorded.contains(attempt.delivery.id) {
+                logger.warning(
+                    "a delivery's lease expired during its attempt",
+                    metadata: ["belfry.delivery.id": "\(attempt.delivery.id)"])
+            }
+        }
+    }
+
+    private func resolve(_ attempt: AttemptResult, now: Date) -> Resolution {
+        let (status, next, error, providerStatus) = resolve(
+            attempt.result, attempt: attempt.delivery.attempt, maxAttempts: attempt.maxAttempts, now: now,
+            deviceNoun: attempt.delivery.channel.kind.deviceNoun)
+        return Resolution(status: status, next: next, error: error, providerStatus: providerStatus)
     }
 
     /// The delivery's new status, next attempt time, error and provider status code.
@@ -334,6 +560,7 @@ final class DeliveryQueue: Sendable {
     /// Stops taking new work; attempts under way finish and are recorded.
     func beginStopping() {
         stopping.withLockedValue { $0 = true }
+        signal.wake()
     }
 }
 

@@ -16,6 +16,10 @@ extension TLSConfiguration {
 }
 
 extension HTTPClient {
+    /// HTTP/1.1 connections the outbound client keeps to one host; the webhook's and each push
+    /// service's share of the delivery queue's slots follows it.
+    static let outboundConnectionsPerHost = 64
+
     /// The client the webhook and Web Push use, and the benchmarks too: it keeps connections
     /// open (HTTP/2 where the server offers it, so one connection carries many requests at
     /// once), trusts the extra certificates, and never follows redirects: a 301 would turn a
@@ -26,6 +30,7 @@ extension HTTPClient {
             redirectConfiguration: .disallow)
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
         configuration.httpVersion = .automatic
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = outboundConnectionsPerHost
         return HTTPClient(eventLoopGroup: eventLoopGroup, configuration: configuration)
     }
 }

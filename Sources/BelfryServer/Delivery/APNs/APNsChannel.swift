@@ -9,6 +9,8 @@ struct APNsChannel: DeliveryProvider {
     let provider: APNsProvider
 
     var maxAttempts: Int { 8 }
+    /// Streams on the one HTTP/2 connection: the 100 most servers allow at once (APNs allows more).
+    var concurrency: Int { 100 }
 
     var sendLoop: (any EventLoop)? { provider.eventLoop }
 

@@ -9,6 +9,8 @@ struct EmailChannel: DeliveryProvider {
     /// delivery's lease, so that no other worker takes it while it is being sent.
     var timeout: Duration = .seconds(60)
     var maxAttempts: Int { 8 }
+    /// One message per pooled connection.
+    var concurrency: Int { client.configuration.maxConnections }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard delivery.kind == .notification else {

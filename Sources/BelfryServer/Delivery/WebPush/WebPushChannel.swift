@@ -16,6 +16,13 @@ struct WebPushChannel: DeliveryProvider {
     let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
+    /// Push services are many hosts: each gets a share, so that a slow one holds only its own.
+    var concurrency: Int { 4 * HTTPClient.outboundConnectionsPerHost }
+    var concurrencyPerOrigin: Int { HTTPClient.outboundConnectionsPerHost }
+
+    func origin(of delivery: Delivery) -> String? {
+        delivery.device.flatMap { URL(string: $0.address) }.flatMap(VAPIDKey.origin(of:))
+    }
 
     init(client: HTTPClient, key: VAPIDKey, subject: String, now: @escaping @Sendable () -> Date) {
         self.client = client

@@ -16,6 +16,10 @@ struct WebhookChannel: DeliveryProvider {
     let client: HTTPClient
     let now: @Sendable () -> Date
     var maxAttempts: Int { 8 }
+    /// Each connection of the client's pool for the receiver's host busy, and as many requests
+    /// again waiting for one: the queue's claims then overlap the sends instead of pausing them.
+    var concurrency: Int { Self.inFlight }
+    static let inFlight = 4 * HTTPClient.outboundConnectionsPerHost
     var timeout: TimeAmount = .seconds(10)
 
     struct Envelope: Encodable {

@@ -1,0 +1,117 @@
+import BelfryCore
+import NIOConcurrencyHelpers
+
+/// How many deliveries may be under way at once: per channel kind, as each provider declares
+/// (its connections or streams), and per origin within a kind, so that one slow host (a Web Push
+/// service, a webhook receiver) holds only its own share and never the other kinds' slots.
+final class DeliverySlots: Sendable {
+    struct Limit: Sendable, Equatable {
+        var perKind: Int
+        var perOrigin: Int
+    }
+
+    private struct State {
+        var running: [ChannelKind: Int] = [:]
+        var byOrigin: [String: Int] = [:]
+        /// Callers of `acquire` waiting for a slot, first come first served.
+        var waiting: [(kind: ChannelKind, origin: String?, turn: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+    let limits: [ChannelKind: Limit]
+    /// Called when a kind has enough free slots for another claim to be worth its statement.
+    private let onFree: @Sendable () -> Void
+
+    init(limits: [ChannelKind: Limit], onFree: @escaping @Sendable () -> Void = {}) {
+        self.limits = limits
+        self.onFree = onFree
+    }
+
+    func limit(of kind: ChannelKind) -> Limit {
+        limits[kind] ?? Limit(perKind: 16, perOrigin: 16)
+    }
+
+    /// Free slots below which a kind is not claimed for: a claim is a statement (on SQLite a
+    /// write), so it waits until it can fetch a quarter of the kind's slots at once.
+    private func lowWater(of kind: ChannelKind) -> Int {
+        max(1, limit(of: kind).perKind / 4)
+    }
+
+    /// The kinds worth claiming for now, with how many each can start.
+    func wanted(among kinds: some Sequence<ChannelKind>) -> [ChannelKind: Int] {
+        state.withLockedValue { state in
+            var wanted: [ChannelKind: Int] = [:]
+            for kind in kinds {
+                let free = limit(of: kind).perKind - state.running[kind, default: 0]
+                if free >= lowWater(of: kind) { wanted[kind] = free }
+            }
+            return wanted
+        }
+    }
+
+    /// Takes a slot if one is free for `kind` and `origin` now.
+    func tryAcquire(_ kind: ChannelKind, origin: String?) -> Bool {
+        state.withLockedValue { state in take(kind, origin, &state) }
+    }
+
+    /// Takes a slot for `kind` and `origin`, waiting for one to come free.
+    func acquire(_ kind: ChannelKind, origin: String?) async {
+        await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
+            let now = state.withLockedValue { state -> Bool in
+                if state.waiting.isEmpty, take(kind, origin, &state) { return true }
+                state.waiting.append((kind, origin, turn))
+                return false
+            }
+            if now { turn.resume() }
+        }
+    }
+
+    /// Gives back a slot taken for `kind` and `origin`.
+    func release(_ kind: ChannelKind, origin: String?) {
+        let (turns, crossed) = state.withLockedValue { state -> ([CheckedContinuation<Void, Never>], Bool) in
+            let before = limit(of: kind).perKind - state.running[kind, default: 0]
+            state.running[kind, default: 0] -= 1
+            if let origin {
+                let key = Self.key(kind, origin)
+                state.byOrigin[key, default: 1] -= 1
+                if state.byOrigin[key] == 0 { state.byOrigin[key] = nil }
+            }
+            var turns: [CheckedContinuation<Void, Never>] = []
+            var index = 0
+            while index < state.waiting.count {
+                let waiter = state.waiting[index]
+                if take(waiter.kind, waiter.origin, &state) {
+                    turns.append(waiter.turn)
+                    state.waiting.remove(at: index)
+                } else {
+                    index += 1
+                }
+            }
+            let after = limit(of: kind).perKind - state.running[kind, default: 0]
+            return (turns, before < lowWater(of: kind) && after >= lowWater(of: kind))
+        }
+        turns.forEach { $0.resume() }
+        if crossed { onFree() }
+    }
+
+    /// Deliveries under way for `kind`.
+    func running(_ kind: ChannelKind) -> Int {
+        state.withLockedValue { $0.running[kind, default: 0] }
+    }
+
+    private func take(_ kind: ChannelKind, _ origin: String?, _ state: inout State) -> Bool {
+        let limit = limit(of: kind)
+        guard state.running[kind, default: 0] < limit.perKind else { return false }
+        if let origin {
+            let key = Self.key(kind, origin)
+            guard state.byOrigin[key, default: 0] < limit.perOrigin else { return false }
+            state.byOrigin[key, default: 0] += 1
+        }
+        state.running[kind, default: 0] += 1
+        return true
+    }
+
+    private static func key(_ kind: ChannelKind, _ origin: String) -> String {
+        "\(kind.rawValue) \(origin)"
+    }
+}
