@@ -16,7 +16,8 @@ struct WebPushChannel: DeliveryProvider {
     let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
-    /// Push services are many hosts: each gets a share, so that a slow one holds only its own.
+    /// Push services are many hosts: each gets a share (one connection's worth of requests each,
+    /// so that none waits for a connection), and a slow one holds only its own.
     var concurrency: Int { 4 * HTTPClient.outboundConnectionsPerHost }
     var concurrencyPerOrigin: Int { HTTPClient.outboundConnectionsPerHost }
 

@@ -16,10 +16,11 @@ struct WebhookChannel: DeliveryProvider {
     let client: HTTPClient
     let now: @Sendable () -> Date
     var maxAttempts: Int { 8 }
-    /// Each connection of the client's pool for the receiver's host busy, and as many requests
-    /// again waiting for one: the queue's claims then overlap the sends instead of pausing them.
+    /// One request per connection of the client's pool for the receiver's host: a claimed
+    /// delivery is sent at once, never left waiting for a connection while its lease runs out
+    /// (and another instance claims it again).
     var concurrency: Int { Self.inFlight }
-    static let inFlight = 4 * HTTPClient.outboundConnectionsPerHost
+    static let inFlight = HTTPClient.outboundConnectionsPerHost
     var timeout: TimeAmount = .seconds(10)
 
     struct Envelope: Encodable {
