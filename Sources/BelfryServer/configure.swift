@@ -144,11 +144,13 @@ public func configure(
     }
     let db: @Sendable () -> any Database = { [unowned app] in app.db }
     let context = app.belfry
+    let monitor = databaseMonitor(app, database: database)
+    app.databaseMonitor = monitor
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
         providers: try deliveryProviders(app, settings, database: db), metrics: context.metrics, now: now,
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
-        signal: context.deliverySignal)
+        signal: context.deliverySignal, onStorageFailure: monitor.noteFailure)
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()
@@ -159,27 +161,45 @@ public func configure(
         app.lifecycle.use(
             BackgroundServices(services: [
                 BackgroundService(
-                    name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger
+                    name: "database monitor", interval: 0.25, clock: clock, logger: logger,
+                    onFailure: monitor.noteFailure
+                ) {
+                    let pause = await monitor.step()
+                    try await clock.sleep(for: pause - 0.25)
+                    return false
+                },
+                BackgroundService(
+                    name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger,
+                    onFailure: monitor.noteFailure,
+                    deadline: 15
                 ) { try await fanout.processBatch(on: db()) },
                 // Batches (digests) close on their own clock: a window's end, a daily hour.
-                BackgroundService(name: "batches", interval: 1, clock: clock, logger: logger) {
+                BackgroundService(
+                    name: "batches", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure
+                ) {
                     try await fanout.closeDueBatches(on: db())
                 },
                 // The pipeline runs until the server stops: claims, sends and group commits overlap.
                 BackgroundService(
                     name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
-                    beforeStopping: queue.beginStopping
+                    onFailure: monitor.noteFailure,
+                    deadline: nil, beforeStopping: queue.beginStopping
                 ) {
                     await queue.run(clock: clock)
                     return false
                 },
                 // The console's queue-depth chart: a sample a minute, whichever instance takes it.
-                BackgroundService(name: "queue samples", interval: 60, clock: clock, logger: logger) {
+                BackgroundService(
+                    name: "queue samples", interval: 60, clock: clock, logger: logger, onFailure: monitor.noteFailure
+                ) {
                     try await consoleData.sampleQueueDepth(on: db())
                     return false
                 },
                 // Hourly; the first purge runs at start.
-                BackgroundService(name: "inbox retention", interval: 3600, clock: clock, logger: logger) {
+                BackgroundService(
+                    name: "inbox retention", interval: 3600, clock: clock, logger: logger,
+                    onFailure: monitor.noteFailure
+                ) {
                     let purged = try await retention.purge(on: db())
                     if purged > 0 {
                         logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
@@ -194,6 +214,7 @@ public func configure(
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
     app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))
+    app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
     app.middleware.use(QueryCheckMiddleware())
     try app.register(collection: OperationsController())
     try app.register(collection: UsersController())
@@ -217,7 +238,10 @@ private func deliveryProviders(
     let context = app.belfry
     var providers: [ChannelKind: any DeliveryProvider] = [
         .inbox: InboxProvider { event, user in
-            await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
+            // The item is stored already: telling the streams is worth a few seconds, no more.
+            _ = try? await withDeadline(5, "telling the streams") {
+                await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
+            }
         }
     ]
     if let email = settings.email {
@@ -238,6 +262,24 @@ private func deliveryProviders(
         providers[.webPush] = WebPushChannel(client: client, key: context.vapidKey, subject: subject, now: context.now)
     }
     return providers
+}
+
+/// The monitor of `belfry serve`'s database: a `SELECT 1` on the pool, which it replaces with a
+/// new one (Fluent builds it again on the next use) when checks keep failing.
+private func databaseMonitor(_ app: Application, database: BelfryDatabase) -> DatabaseMonitor {
+    DatabaseMonitor(
+        check: { [unowned app] in try await app.db.sql.raw("SELECT 1").run() },
+        replacePool: { [unowned app] in
+            guard database.kind == .postgres else { return }
+            // Closing the old pool waits for its idle connections to close: off the task pool.
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                DispatchQueue.global().async {
+                    app.databases.reinitialize(database.id)
+                    done.resume()
+                }
+            }
+        },
+        now: app.belfry.now, logger: app.logger)
 }
 
 /// Email through the configured relay, over a pool of SMTP connections closed at shutdown.
@@ -336,6 +378,16 @@ extension Application {
 
     private struct RelayListenerKey: StorageKey {
         typealias Value = InboxRelayListener
+    }
+
+    private struct MonitorKey: StorageKey {
+        typealias Value = DatabaseMonitor
+    }
+
+    /// Under `belfry serve`, what watches the database for `/readyz` and heals its pool.
+    var databaseMonitor: DatabaseMonitor? {
+        get { storage[MonitorKey.self] }
+        set { storage[MonitorKey.self] = newValue }
     }
 
     /// On PostgreSQL, what listens for other instances' inbox changes.

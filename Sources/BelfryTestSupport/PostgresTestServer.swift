@@ -212,3 +212,36 @@ public final class BackgroundProcess: Sendable {
         return exitCode
     }
 }
+
+/// A PostgreSQL server of one test's own, on loopback, that the test may crash and start again
+/// (the shared server stays up for the others).
+public struct DisposablePostgresServer: Sendable {
+    public let directory: String
+    /// The admin URL (database `postgres`).
+    public let url: String
+
+    public static func start() throws -> Self {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("belfry-own-postgres-\(UUID().uuidString.prefix(8))").path
+        let url = try run("start", directory).trimmingCharacters(in: .whitespacesAndNewlines)
+        return Self(directory: directory, url: url)
+    }
+
+    /// Stops the server at once, as a crash does: its connections are cut, nothing is flushed.
+    public func crash() throws { try Self.run("crash", directory) }
+
+    /// Starts the server again on its port.
+    public func restart() throws { try Self.run("restart", directory) }
+
+    /// Stops the server and removes its files.
+    public func remove() {
+        _ = try? Self.run("stop", directory)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    @discardableResult
+    private static func run(_ command: String, _ directory: String) throws -> String {
+        try TestProcess.run(
+            PackagePaths.root.appendingPathComponent("scripts/test-postgres").path, [command, directory])
+    }
+}

@@ -104,21 +104,56 @@ struct BackgroundServiceTests {
         #expect(finished.withLockedValue { $0 } == 1, "the step under way finished; no other started")
     }
 
-    @Test("a step that throws is retried after the interval")
+    @Test("a step that throws is retried after a backoff that doubles, up to the interval")
     func failureRetried() async {
         let clock = TestClock()
         let attempts = NIOLockedValueBox(0)
         struct Failure: Error {}
-        let service = BackgroundService(name: "test", interval: 5, clock: clock, logger: .init(label: "test")) {
+        // The largest jitter: each wait is its whole ceiling.
+        let service = BackgroundService(
+            name: "test", interval: 0.3, clock: clock, logger: .init(label: "test"), jitter: { 0.999_999 }
+        ) {
             attempts.withLockedValue { $0 += 1 }
             throw Failure()
         }
         service.start()
-        await eventually("the first attempt, then a wait") {
+        for (attempt, wait) in [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.3)] {
+            await eventually("attempt \(attempt), then a wait") {
+                attempts.withLockedValue { $0 } == attempt && clock.sleeping == 1
+            }
+            clock.advance(by: wait * 0.99)
+            #expect(attempts.withLockedValue { $0 } == attempt, "not before \(wait) s")
+            clock.advance(by: wait * 0.01)
+        }
+        await eventually("the fifth") { attempts.withLockedValue { $0 } == 5 }
+        await service.stop()
+    }
+
+    @Test("a step that outlasts its deadline is given up on, and the next one runs")
+    func stuckStep() async {
+        let clock = TestClock()
+        let attempts = NIOLockedValueBox(0)
+        let never = WorkSignal()
+        let service = BackgroundService(
+            name: "test", interval: 1, clock: clock, logger: .init(label: "test"), deadline: 10, jitter: { 0 }
+        ) {
+            // The first step waits for ever, as a query lost with its connection does.
+            if attempts.withLockedValue({
+                $0 += 1; return $0
+            }) == 1 {
+                await never.wait()
+            }
+            return false
+        }
+        service.start()
+        await eventually("the first step waits on its deadline") { clock.sleeping == 1 }
+        clock.advance(by: 10)
+        await eventually("given up on, and retried after a backoff") {
             attempts.withLockedValue { $0 } == 1 && clock.sleeping == 1
         }
-        clock.advance(by: 5)
-        await eventually("the second") { attempts.withLockedValue { $0 } == 2 && clock.sleeping == 1 }
+        clock.advance(by: 0.05)
+        await eventually("the second step ran") { attempts.withLockedValue { $0 } == 2 }
+        never.wake()
         await service.stop()
     }
 }

@@ -7,6 +7,9 @@ import Vapor
 
 /// The database in use and how to write to it safely.
 struct BelfryDatabase: Sendable {
+    /// Fluent's name for it, to replace its connection pool after an outage.
+    var id: DatabaseID { kind == .sqlite ? .sqlite : .psql }
+
     enum Kind: Sendable { case sqlite, postgres }
 
     let kind: Kind
@@ -37,7 +40,11 @@ struct BelfryDatabase: Sendable {
             var configuration = try SQLPostgresConfiguration(url: url)
             configuration.searchPath = nil
             app.databases.use(
-                .postgres(configuration: configuration, maxConnectionsPerEventLoop: 4, sqlLogLevel: .trace), as: .psql)
+                .postgres(
+                    configuration: configuration, maxConnectionsPerEventLoop: 4,
+                    // A request waits this long at most for a connection, then answers 503 (not a
+                    // hang) while the database is away.
+                    connectionPoolTimeout: .seconds(3), sqlLogLevel: .trace), as: .psql)
         }
     }
 

@@ -29,20 +29,26 @@ final class DeliveryQueue: Sendable {
     /// Wakes `run` when deliveries are queued, a kind's slots come free, or the queue stops.
     let signal: WorkSignal
     let slots: DeliverySlots
+    /// Hears of each claim or record that failed: the database monitor, which acts on lost queries.
+    let onStorageFailure: @Sendable (any Error) -> Void
     /// The most deliveries of one kind a claim takes, and results a transaction records.
     static let claimBatch = 256
     static let recordBatch = 512
     /// Results that may wait to be recorded before attempts wait to add theirs: with the slots,
     /// what a crash can repeat.
     static let unrecordedResults = 512
+    /// How long the pipeline waits for one claim or one batch of results before it gives up on
+    /// it (see `withDeadline`) and tries again.
+    static let storageDeadline: TimeInterval = 10
     private let stopping = NIOLockedValueBox(false)
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
         providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
-        signal: WorkSignal = WorkSignal()
+        signal: WorkSignal = WorkSignal(), onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }
     ) {
+        self.onStorageFailure = onStorageFailure
         self.database = database
         self.storage = storage
         self.workspace = workspace
@@ -87,7 +93,10 @@ final class DeliveryQueue: Sendable {
                     var drained = wanted.isEmpty
                     if !wanted.isEmpty {
                         do {
-                            let deliveries = try await claim(wanted.map { (channels[$0.key] ?? [], $0.value) })
+                            let groups = wanted.map { (channels[$0.key] ?? [], $0.value) }
+                            let deliveries = try await withDeadline(Self.storageDeadline, "a claim", clock: clock) {
+                                try await self.claim(groups)
+                            }
                             failures = 0
                             // A kind that got all it asked for may have more due: claim again at
                             // once. Only when every kind got less is the queue drained for now.
@@ -96,6 +105,7 @@ final class DeliveryQueue: Sendable {
                             try await start(deliveries, in: &attempts, results: pending)
                         } catch {
                             failures += 1
+                            onStorageFailure(error)
                             logger.error(
                                 "the delivery queue could not claim deliveries",
                                 metadata: [
@@ -132,7 +142,11 @@ final class DeliveryQueue: Sendable {
                 self.slots.release(kind, origin: origin)
             }
         }
-        if !busyOrigins.isEmpty { try await release(busyOrigins, postponedBy: min(lease / 4, 5)) }
+        if !busyOrigins.isEmpty {
+            try await withDeadline(Self.storageDeadline, "returning claims") { [busyOrigins] in
+                try await self.release(busyOrigins, postponedBy: min(self.lease / 4, 5))
+            }
+        }
     }
 
     /// Records results in batches until the pipeline has stopped and every result is recorded.
@@ -146,10 +160,13 @@ final class DeliveryQueue: Sendable {
             var failures = 0
             while true {
                 do {
-                    try await record(batch)
+                    try await withDeadline(Self.storageDeadline, "recording attempts", clock: clock) {
+                        try await self.record(batch)
+                    }
                     break
                 } catch {
                     failures += 1
+                    onStorageFailure(error)
                     logger.error(
                         "could not record delivery attempts",
                         metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.attempts": "\(batch.count)"])
@@ -172,19 +189,25 @@ final class DeliveryQueue: Sendable {
     private func failDeliveriesOfRemovedChannels() async {
         let known = workspace.channels.map(\.id)
         do {
-            try await storage.write(database()) { db in
-                try await db.sql.update("deliveries")
-                    .set("status", to: DeliveryStatus.failed.rawValue)
-                    .set("last_error", to: "the channel is no longer in the workspace config")
-                    .set("lease_expires_at", to: Date?.none)
-                    .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
-                    .where("channel", .notIn, known)
-                    .run()
+            try await withDeadline(Self.storageDeadline, "failing deliveries of removed channels") {
+                try await self.failRemovedChannels(known)
             }
         } catch {
             logger.error(
                 "could not fail the deliveries of removed channels",
                 metadata: ["belfry.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    private func failRemovedChannels(_ known: [String]) async throws {
+        try await storage.write(database()) { db in
+            try await db.sql.update("deliveries")
+                .set("status", to: DeliveryStatus.failed.rawValue)
+                .set("last_error", to: "the channel is no longer in the workspace config")
+                .set("lease_expires_at", to: Date?.none)
+                .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
+                .where("channel", .notIn, known)
+                .run()
         }
     }
 

@@ -80,6 +80,9 @@ struct BelfryErrorMiddleware: Middleware {
                     .payloadTooLarge,
                     "the body is larger than \(Self.describe(bytes: request.bodyLimit)), the most this route takes")
             }
+            if failure.code == .databaseUnavailable || failure.code == .storageUnavailable {
+                request.application.databaseMonitor?.noteFailure(error)
+            }
             if failure.status.code >= 500 {
                 request.logger.error("request failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
             } else {
@@ -129,7 +132,9 @@ struct BelfryErrorMiddleware: Middleware {
         case let error as any AbortError:
             return BelfryError(passingThrough: error)
         default:
-            return BelfryError(.internalError, "something went wrong on the server")
+            // The database going away is the client's to retry, not the server's bug.
+            return DatabaseFailure.answer(for: error)
+                ?? BelfryError(.internalError, "something went wrong on the server")
         }
     }
 

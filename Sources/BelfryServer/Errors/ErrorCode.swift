@@ -35,6 +35,8 @@ enum ErrorCode: String, Sendable, CaseIterable {
     case idempotencyKeyReused = "idempotency_key_reused"
     case internalError = "internal_error"
     case notReady = "not_ready"
+    case databaseUnavailable = "database_unavailable"
+    case storageUnavailable = "storage_unavailable"
 
     var status: HTTPResponseStatus {
         switch self {
@@ -52,7 +54,7 @@ enum ErrorCode: String, Sendable, CaseIterable {
         case .unsupportedMediaType: .unsupportedMediaType
         case .invalidRequest, .idempotencyKeyReused: .unprocessableEntity
         case .internalError: .internalServerError
-        case .notReady: .serviceUnavailable
+        case .notReady, .databaseUnavailable, .storageUnavailable: .serviceUnavailable
         }
     }
 }

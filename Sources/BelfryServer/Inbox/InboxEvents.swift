@@ -122,9 +122,12 @@ struct InboxEvents: Sendable {
         guard relays else { return }
         do {
             let payload = try JSONEncoder().encode(Message(origin: instance, signal: signal))
-            try await db.sql.raw(
-                "SELECT pg_notify(\(bind: Self.channel), \(bind: String(decoding: payload, as: UTF8.self)))"
-            ).run()
+            // A notice lost with its connection must not hold up the change it follows.
+            try await withDeadline(5, "telling other instances") {
+                try await db.sql.raw(
+                    "SELECT pg_notify(\(bind: Self.channel), \(bind: String(decoding: payload, as: UTF8.self)))"
+                ).run()
+            }
         } catch {
             logger.warning(
                 "could not tell other instances of an inbox change",

@@ -24,11 +24,16 @@ struct OperationsController: RouteCollection {
         try Response.json(Status(status: "ok"))
     }
 
-    /// The process can serve: its database answers.
+    /// The process can serve: its database answers. Under `belfry serve` the database monitor
+    /// already knows when it does not, and this answers at once; else it asks, for a second at most.
     @Sendable func ready(req: Request) async throws -> Response {
         let kind = req.belfry.database.kind == .sqlite ? "sqlite" : "postgres"
         do {
-            try await req.db.sql.raw("SELECT 1").run()
+            if let monitor = req.application.databaseMonitor, !monitor.isReady {
+                throw DeadlineExceeded(what: "the database monitor's last check", seconds: 0)
+            }
+            let db = req.db
+            try await withDeadline(1, "the readiness query") { try await db.sql.raw("SELECT 1").run() }
         } catch {
             req.logger.warning("database not ready", metadata: ["belfry.error": "\(String(reflecting: error))"])
             throw BelfryError(.notReady, "the \(kind) database does not answer")

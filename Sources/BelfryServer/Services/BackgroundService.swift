@@ -5,7 +5,10 @@ import NIOConcurrencyHelpers
 /// One of the server's background loops (fan-out, the delivery queue, retention), started and
 /// stopped with the server. It runs its step again at once while the step finds work, and
 /// otherwise waits on its clock for a wake or its poll interval, whichever comes first. A step
-/// that throws is logged and tried again after the interval: one failure stops nothing.
+/// that throws, or outlasts its deadline (a query lost with its connection), is logged and tried
+/// again after a backoff that doubles with each failure in a row, jittered, up to the interval
+/// and never past 5 s: one failure stops nothing, and a database that comes back is used within
+/// seconds.
 final class BackgroundService: Sendable {
     let name: String
     let interval: TimeInterval
@@ -16,6 +19,13 @@ final class BackgroundService: Sendable {
     let step: @Sendable () async throws -> Bool
     /// Runs before the loop is told to stop: the delivery queue returns unstarted claims here.
     let beforeStopping: @Sendable () -> Void
+    /// How long one step may take before the loop gives up on it; nil for a step that runs
+    /// until the service stops (it keeps deadlines of its own).
+    let deadline: TimeInterval?
+    /// A random number in 0..<1 for the backoff's jitter.
+    let jitter: @Sendable () -> Double
+    /// Hears of each failed step: the database monitor, which acts on lost queries.
+    let onFailure: @Sendable (any Error) -> Void
 
     private struct State {
         var task: Task<Void, Never>?
@@ -26,9 +36,13 @@ final class BackgroundService: Sendable {
 
     init(
         name: String, interval: TimeInterval, signal: WorkSignal = WorkSignal(), clock: any ServiceClock,
-        logger: Logger, beforeStopping: @escaping @Sendable () -> Void = {},
-        step: @escaping @Sendable () async throws -> Bool
+        logger: Logger, onFailure: @escaping @Sendable (any Error) -> Void = { _ in }, deadline: TimeInterval? = 30,
+        jitter: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        beforeStopping: @escaping @Sendable () -> Void = {}, step: @escaping @Sendable () async throws -> Bool
     ) {
+        self.deadline = deadline
+        self.jitter = jitter
+        self.onFailure = onFailure
         self.name = name
         self.interval = interval
         self.signal = signal
@@ -42,18 +56,36 @@ final class BackgroundService: Sendable {
 
     func start() {
         let task = Task {
+            var failures = 0
             while !self.isStopping {
                 var worked = false
                 do {
-                    worked = try await self.step()
+                    if let deadline = self.deadline {
+                        worked = try await withDeadline(deadline, self.name, clock: self.clock, self.step)
+                    } else {
+                        worked = try await self.step()
+                    }
+                    failures = 0
                 } catch {
+                    failures += 1
+                    self.onFailure(error)
                     self.logger.error(
-                        "\(self.name) failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
+                        "\(self.name) failed",
+                        metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.failures": "\(failures)"])
                 }
-                if !worked && !self.isStopping { await self.signal.wait(upTo: self.interval, on: self.clock) }
+                if failures > 0 && !self.isStopping {
+                    await self.signal.wait(upTo: self.retryDelay(afterFailures: failures), on: self.clock)
+                } else if !worked && !self.isStopping {
+                    await self.signal.wait(upTo: self.interval, on: self.clock)
+                }
             }
         }
         state.withLockedValue { $0.task = task }
+    }
+
+    /// 0.1 s, doubling with each failure in a row, at most the interval and 5 s, jittered.
+    func retryDelay(afterFailures failures: Int) -> TimeInterval {
+        min(interval, 5, 0.1 * pow(2, Double(min(failures - 1, 10)))) * (0.5 + jitter() / 2)
     }
 
     /// Starts no new step, and waits for the one under way to finish.
