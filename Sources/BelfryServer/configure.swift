@@ -158,8 +158,17 @@ public func configure(
         let retention = context.inboxRetention
         let consoleData = context.consoleData
         let logger = app.logger
+        // On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
+        // server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
+        // events; the others poll, and keep going while they find work. SQLite has one writer.
+        let extraFanout = (1..<(database.kind == .postgres ? Fanout.postgresWorkers : 1)).map { index in
+            BackgroundService(
+                name: "fan-out \(index + 1)", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure,
+                deadline: 15
+            ) { try await fanout.processBatch(on: db()) }
+        }
         app.lifecycle.use(
-            BackgroundServices(services: [
+            BackgroundServices(services: extraFanout + [
                 BackgroundService(
                     name: "database monitor", interval: 0.25, clock: clock, logger: logger,
                     onFailure: monitor.noteFailure

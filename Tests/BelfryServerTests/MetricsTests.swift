@@ -32,6 +32,11 @@ struct MetricsTests {
             #expect(Self.sample(queued, "belfry_fanout_recipients_total") == 2)
             #expect(Self.sample(queued, #"belfry_events_total{state="accepted"}"#) == 1)
             #expect(Self.sample(queued, #"belfry_events_total{state="done"}"#) == 1)
+            #expect(Self.sample(queued, #"belfry_delivery_latency_seconds_count{channel="inbox"}"#) == 2)
+            clock.advance(by: 7)
+            let waiting = try await app.send(.GET, "/metrics").body.string
+            #expect(Self.sample(waiting, #"belfry_outbox_oldest_seconds{channel="webhook"}"#) == 7)
+            #expect(Self.sample(waiting, #"belfry_outbox_oldest_seconds{channel="ios_push"}"#) == 0)
 
             // The first webhook attempt gets a 500, the second a 200; email has no relay configured.
             while try await worker.runOnce() > 0 {}
@@ -43,6 +48,12 @@ struct MetricsTests {
             #expect(Self.sample(sent, #"belfry_deliveries_total{channel="email",outcome="failed"}"#) == 2)
             #expect(Self.sample(sent, #"belfry_outbox_pending{channel="webhook"}"#) == 0)
             #expect(Self.sample(sent, #"belfry_outbox_pending{channel="email"}"#) == 0)
+            #expect(Self.sample(sent, #"belfry_outbox_oldest_seconds{channel="webhook"}"#) == 0)
+            // One webhook delivery sent 7 s after the 202, the other an hour later, after its retry.
+            #expect(Self.sample(sent, #"belfry_delivery_latency_seconds_count{channel="webhook"}"#) == 2)
+            let latency = try #require(Self.sample(sent, #"belfry_delivery_latency_seconds_sum{channel="webhook"}"#))
+            #expect(abs(latency - (7 + 3607)) < 1, "\(latency)")
+            #expect(Self.sample(sent, #"belfry_delivery_latency_seconds_count{channel="email"}"#) == nil, "none sent")
             #expect(sent.contains("# TYPE belfry_deliveries_total counter"))
             #expect(sent.contains("# HELP belfry_deliveries_total Finished delivery attempts"))
 

@@ -34,6 +34,8 @@ struct Delivery: Sendable {
     var condition: CategoryChannelDefinition.Condition? = nil
     var readAt: Date? = nil
     var seenAt: Date? = nil
+    /// When its event was accepted (the 202), for the delivery latency metric.
+    var acceptedAt: Date? = nil
 
     /// Why this delivery is no longer needed, if it is a fallback whose condition came true.
     var fallbackMet: SkipReason? {

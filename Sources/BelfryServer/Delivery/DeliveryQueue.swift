@@ -396,7 +396,8 @@ final class DeliveryQueue: Sendable {
             condition: try row.decode(column: "condition", as: String?.self).flatMap(
                 CategoryChannelDefinition.Condition.init(rawValue:)),
             readAt: try row.decode(column: "read_at", as: Date?.self),
-            seenAt: try row.decode(column: "seen_at", as: Date?.self))
+            seenAt: try row.decode(column: "seen_at", as: Date?.self),
+            acceptedAt: try row.decode(column: "event_created_at", as: Date.self))
     }
 
     /// Claimed deliveries with everything their providers need: the notification's content,
@@ -409,6 +410,7 @@ final class DeliveryQueue: Sendable {
           deliveries.condition, notifications.read_at, notifications.seen_at,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
           notifications.data, notifications.batch, notifications.created_at, events.image_url, events.ttl_seconds,
+          events.created_at AS event_created_at,
           devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),
           CASE WHEN deliveries.device_id IS NULL THEN 0 ELSE (
             SELECT COUNT(*) FROM notifications AS inbox
@@ -543,6 +545,9 @@ final class DeliveryQueue: Sendable {
         for (attempt, resolution) in resolved {
             let outcome = resolution.status == .dead ? "dead" : attempt.result.outcome
             metrics.delivered(channel: attempt.delivery.channel.id, outcome: outcome)
+            if resolution.status == .sent, let acceptedAt = attempt.delivery.acceptedAt {
+                metrics.deliveredAfter(attempt.finished.timeIntervalSince(acceptedAt), channel: attempt.delivery.channel.id)
+            }
             if !recorded.contains(attempt.delivery.id) {
                 logger.warning(
                     "a delivery's lease expired during its attempt",

@@ -25,6 +25,8 @@ struct Fanout: Sendable {
     let metrics: BelfryMetrics
     static let batchSize = 500
     static let eventsPerBatch = 64
+    /// Fan-out loops per process on PostgreSQL.
+    static let postgresWorkers = 4
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
     /// passing database problem, short enough that a broken event is reported.
@@ -70,6 +72,11 @@ struct Fanout: Sendable {
         if outcome.rows.queued > 0 { wakeDeliveries() }
         await outcome.rows.publish(to: events, on: db)
         outcome.rows.count(into: metrics)
+        if let acceptedAt = outcome.acceptedAt {
+            for (channel, count) in outcome.rows.deliveredInInbox {
+                metrics.deliveredAfter(now().timeIntervalSince(acceptedAt), channel: channel, count: count)
+            }
+        }
         metrics.fannedOut(outcome.recipients)
         if let ended = outcome.ended { metrics.event(ended.rawValue) }
     }
@@ -104,6 +111,8 @@ struct Fanout: Sendable {
         var recipients = 0
         /// The event's fan-out ended with this batch: `done` or `failed`.
         var ended: EventStatus.FanoutState?
+        /// When the event was accepted: its inbox items' latency runs from then.
+        var acceptedAt: Date?
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -245,7 +254,8 @@ struct Fanout: Sendable {
             if done { update.set("recipients", to: cursor) }
         }
         try await update.run()
-        return Outcome(processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil)
+        return Outcome(
+            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil, acceptedAt: acceptedAt)
     }
 
     /// What one recipient gets from an event: the user, when, and on which channels and devices.

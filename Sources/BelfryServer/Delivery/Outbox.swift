@@ -1,3 +1,4 @@
+import Foundation
 import SQLKit
 
 /// The deliveries waiting, counted by channel: for `/metrics`, and the console's figures and
@@ -24,6 +25,23 @@ enum Outbox {
                 column: "n", as: Int.self)
         }
         return counts
+    }
+
+    /// Seconds the oldest delivery due by `now` has waited, by channel (channels with none due
+    /// are left out). Read along the claim index: a channel's first queued row is its oldest.
+    static func oldestDue(now: Date, on sql: any SQLDatabase) async throws -> [String: Double] {
+        var ages: [String: Double] = [:]
+        for row in try await sql.select()
+            .column("channel").column(SQLFunction("MIN", args: SQLColumn("next_attempt_at")), as: "due")
+            .from("deliveries")
+            .where("status", .equal, DeliveryStatus.queued.rawValue)
+            .where("next_attempt_at", .lessThanOrEqual, now)
+            .groupBy("channel").all()
+        {
+            let due = try row.decode(column: "due", as: Date.self)
+            ages[try row.decode(column: "channel", as: String.self)] = max(0, now.timeIntervalSince(due))
+        }
+        return ages
     }
 
     /// Deliveries queued or under way, by channel, from `counts` of at least those statuses.

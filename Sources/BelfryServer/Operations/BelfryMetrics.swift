@@ -39,6 +39,16 @@ final class BelfryMetrics: Sendable {
                 "belfry_outbox_pending",
                 "Deliveries queued or under way, by channel, across every instance sharing the database.")
         }
+        static var deliveryLatency: MetricNameDescriptor {
+            metric(
+                "belfry_delivery_latency_seconds",
+                "Time from an event's 202 to each of its deliveries sent (an inbox item: available), by channel.")
+        }
+        static var outboxOldest: MetricNameDescriptor {
+            metric(
+                "belfry_outbox_oldest_seconds",
+                "How long the oldest delivery due now has waited, by channel (0 when none waits).")
+        }
         static var streamsOpen: MetricNameDescriptor {
             metric("belfry_streams_open", "Inbox streams open on this instance.")
         }
@@ -50,6 +60,20 @@ final class BelfryMetrics: Sendable {
         registry.makeCounter(descriptor: Name.deliveries, labels: [("channel", channel), ("outcome", outcome)])
             .increment(by: Int64(count))
     }
+
+    /// Deliveries sent (or inbox items made available) `count` times, each `latency` after its event's 202.
+    func deliveredAfter(_ latency: TimeInterval, channel: String, count: Int = 1) {
+        let histogram = registry.makeDurationHistogram(
+            descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
+        for _ in 0..<count { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
+    }
+
+    /// From a few milliseconds (the pipeline at its best) to an hour (retries, schedules).
+    static let latencyBuckets: [Duration] = [
+        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+        .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+        .seconds(30), .seconds(60), .seconds(300), .seconds(900), .seconds(3600),
+    ]
 
     /// Recipients fan-out has processed, batched or not.
     func fannedOut(_ recipients: Int) {
@@ -80,7 +104,12 @@ final class BelfryMetrics: Sendable {
     /// The text exposition, after reading the values that are states rather than counts: the
     /// outbox per channel (from the database, so it is the same on every instance) and the
     /// streams open on this one.
-    func exposition(channels: [String], openStreams: Int, on sql: any SQLDatabase) async throws -> String {
+    func exposition(channels: [String], openStreams: Int, now: Date, on sql: any SQLDatabase) async throws -> String {
+        var oldest = Dictionary(uniqueKeysWithValues: channels.map { ($0, 0.0) })
+        oldest.merge(try await Outbox.oldestDue(now: now, on: sql)) { _, age in age }
+        for (channel, age) in oldest {
+            registry.makeGauge(descriptor: Name.outboxOldest, labels: [("channel", channel)]).set(to: age)
+        }
         var pending = Dictionary(uniqueKeysWithValues: channels.map { ($0, 0) })
         pending.merge(Outbox.pending(in: try await Outbox.counts(Outbox.pendingStatuses, on: sql))) { _, count in count
         }

@@ -56,7 +56,7 @@ struct OperationsController: RouteCollection {
         }
         let text = try await context.metrics.exposition(
             channels: context.workspace.channels.map(\.id), openStreams: context.inboxHub.openStreams,
-            on: req.db.sql)
+            now: context.now(), on: req.db.sql)
         var headers = HTTPHeaders()
         headers.replaceOrAdd(name: .contentType, value: "text/plain; version=0.0.4; charset=utf-8")
         return Response(status: .ok, headers: headers, body: .init(string: text))
