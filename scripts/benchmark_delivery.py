@@ -1,0 +1,196 @@
+"""Delivery benchmark: one event to many recipients, from the 202 to the webhook's receiver.
+
+Starts a local nginx (Debian's nginx-light, installed when missing) that answers every POST with
+200 and logs the time of each request, then `belfry serve` on a fresh database with a workspace
+of one category on the inbox and the webhook, its webhook pointed at that nginx. N users are
+subscribed to a topic (not timed); one event to the topic is posted, and the clock runs from its
+202 until nginx has logged N webhook requests: fan-out, the queue, the signed POST and the
+recorded result, all of it. Then h2load (Debian's nghttp2-client) sends the same number of POSTs
+of the same body size to the same nginx over HTTP/1.1, and the script prints both rates and
+their ratio.
+
+Usage: python3 scripts/benchmark_delivery.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmark_support import call, memory_mib, start_server
+
+WORKSPACE = {
+    "channels": [
+        {"id": "inbox", "kind": "inbox", "name": "In-app inbox"},
+        {"id": "webhook", "kind": "webhook", "name": "Integrations"},
+    ],
+    "categories": [
+        {"id": "announcement", "name": "Announcements", "description": "News for every reader.",
+         "channels": ["inbox", "webhook"]},
+    ],
+    "tenants": [{"id": "main", "name": "Main"}],
+}
+
+NGINX_CONFIG = """
+daemon off;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/body;
+    proxy_temp_path {work}/proxy;
+    fastcgi_temp_path {work}/fastcgi;
+    uwsgi_temp_path {work}/uwsgi;
+    scgi_temp_path {work}/scgi;
+    log_format arrival '$msec $request_length';
+    keepalive_requests 1000000;
+    server {{
+        listen 127.0.0.1:{port};
+        location /hook {{
+            access_log {work}/arrivals.log arrival buffer=256k flush=100ms;
+            client_body_buffer_size 64k;
+            return 200;
+        }}
+        location /bench {{ client_body_buffer_size 64k; return 200; }}
+    }}
+}}
+"""
+
+
+def ensure_tools():
+    missing = [package for command, package in [("nginx", "nginx-light"), ("h2load", "nghttp2-client")]
+               if shutil.which(command) is None and not os.path.exists(f"/usr/sbin/{command}")]
+    if missing:
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = ["apt-get", "install", "-y", "-qq", *missing]
+        if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+            # A fresh machine's package lists may be missing or old.
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+            subprocess.run(install, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_nginx(work):
+    port = free_port()
+    config = os.path.join(work, "nginx.conf")
+    with open(config, "w") as file:
+        file.write(NGINX_CONFIG.format(work=work, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    process = subprocess.Popen([nginx, "-c", config, "-p", work], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, port
+        except OSError:
+            time.sleep(0.05)
+    process.terminate()
+    sys.exit("nginx did not start")
+
+
+def arrivals(path):
+    """The times (Unix seconds) and request sizes nginx logged for the webhook."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as log:
+        # nginx writes its buffer as it fills: the last line may not be whole yet.
+        return [(float(fields[0]), int(fields[1])) for fields in map(str.split, log) if len(fields) == 2]
+
+
+def h2load_rate(port, count, body_size, work):
+    body = os.path.join(work, "body.json")
+    with open(body, "wb") as file:
+        file.write(b"x" * body_size)
+    output = subprocess.run(
+        ["h2load", "--h1", "-n", str(count), "-c", "16", "-d", body, "-H", "Content-Type: application/json",
+         f"http://127.0.0.1:{port}/bench"], check=True, capture_output=True, text=True).stdout
+    match = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", output)
+    succeeded = re.search(r"(\d+) succeeded", output)
+    if not match or not succeeded or int(succeeded.group(1)) != count:
+        sys.exit("h2load did not finish cleanly:\n" + output)
+    return float(match.group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--recipients", type=int, default=20_000)
+    args = parser.parse_args()
+    ensure_tools()
+
+    work = tempfile.mkdtemp(prefix="belfry-delivery-")
+    nginx, port = start_nginx(work)
+    config = os.path.join(work, "workspace.json")
+    with open(config, "w") as file:
+        json.dump(WORKSPACE, file)
+    os.environ["BELFRY_WEBHOOK_URL"] = f"http://127.0.0.1:{port}/hook"
+    os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
+    server = None
+    try:
+        server, base, _ = start_server(args.binary, args.database, config)
+        for offset in range(0, args.recipients, 10_000):
+            count = min(10_000, args.recipients - offset)
+            call(base, "PUT", "/v1/topics/everyone/subscribers",
+                 {"users": [f"reader-{offset + i}" for i in range(count)]})
+        log = os.path.join(work, "arrivals.log")
+        started = time.time()
+        accepted = call(base, "POST", "/v1/events", {
+            "category": "announcement", "topic": "everyone",
+            "content": {"title": "A new edition is out", "body": "Read what changed this week"},
+        })
+        deadline = time.monotonic() + 600
+        seen = []
+        while time.monotonic() < deadline:
+            seen = arrivals(log)
+            if len(seen) >= args.recipients:
+                break
+            time.sleep(0.1)
+        if len(seen) < args.recipients:
+            sys.exit(f"only {len(seen)} of {args.recipients} webhook requests arrived in 600 s")
+        elapsed = max(at for at, _ in seen) - started
+        # Every result is recorded, not only sent: the event's status counts them.
+        while True:
+            status = call(base, "GET", f"/v1/events/{accepted['event_id']}")
+            sent = status["deliveries"].get("webhook", {}).get("sent", 0)
+            if sent >= args.recipients or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        recorded = time.time() - started
+        body_size = round(sum(size for _, size in seen) / len(seen))
+        peak = memory_mib(server.pid, "VmHWM")
+    finally:
+        if server:
+            server.terminate()
+            server.wait(timeout=30)
+    try:
+        reference = h2load_rate(port, args.recipients, body_size, work)
+    finally:
+        nginx.terminate()
+        nginx.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+    rate = args.recipients / elapsed
+    print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
+    print(f"deliveries:      {args.recipients} webhook requests of ~{body_size} bytes (and as many inbox items)")
+    print(f"202 to last arrival: {elapsed:.2f} s  ->  {rate:,.0f} deliveries/s "
+          f"(all {sent} recorded as sent after {recorded:.2f} s)")
+    print(f"h2load --h1 -c 16, same count and size: {reference:,.0f} requests/s")
+    print(f"ratio:           {rate / reference:.3f} of h2load")
+    print(f"server memory:   {peak:.0f} MiB peak")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Intake benchmark: concurrent clients posting one-recipient events, against `GET /healthz`.
+
+Starts `belfry serve` on a fresh database (the demo workspace, no provider configured), then
+h2load (Debian's nghttp2-client) keeps 32 HTTP/1.1 connections busy posting N one-recipient
+events to `POST /v1/events`, each answered 202 only once its event is committed; fan-out runs
+beside it, as in production. Then the same h2load asks `GET /healthz` N times at the same
+concurrency: the cost of the HTTP server alone. Prints both rates and their ratio, and checks
+that the database holds every event that was answered 202.
+
+Usage: python3 scripts/benchmark_intake.py --binary .build/release/belfry --database PATH_OR_URL [--events N]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from benchmark_support import KEY, call, start_server
+
+
+def h2load(url, count, clients, body=None):
+    """Runs h2load; returns requests a second and the count of 2xx answers."""
+    command = ["h2load", "--h1", "-n", str(count), "-c", str(clients), "-H", f"Authorization: Bearer {KEY}"]
+    if body is not None:
+        command += ["-d", body, "-H", "Content-Type: application/json"]
+    output = subprocess.run(command + [url], check=True, capture_output=True, text=True).stdout
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", output)
+    ok = re.search(r"status codes: (\d+) 2xx", output)
+    if not rate or not ok:
+        sys.exit("h2load printed no rate:\n" + output)
+    return float(rate.group(1)), int(ok.group(1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--clients", type=int, default=32)
+    args = parser.parse_args()
+
+    server, base, _ = start_server(args.binary, args.database)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:
+        json.dump({"category": "edit-user-talk", "recipients": ["ada"],
+                   "content": {"title": "New message", "body": "On your talk page"}}, body)
+    try:
+        call(base, "PUT", "/v1/users/ada", {"time_zone": "UTC"})
+        # A short warm-up, so that neither side pays for connections and caches the other did not.
+        h2load(f"{base}/v1/events", 500, args.clients, body.name)
+        h2load(f"{base}/healthz", 500, args.clients)
+        started = time.monotonic()
+        events_rate, accepted = h2load(f"{base}/v1/events", args.events, args.clients, body.name)
+        health_rate, _ = h2load(f"{base}/healthz", args.events, args.clients)
+        print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
+        print(f"POST /v1/events: {events_rate:,.0f} events/s ({accepted} of {args.events} answered 202, "
+              f"{args.clients} connections)")
+        print(f"GET /healthz:    {health_rate:,.0f} requests/s (same connections and count)")
+        print(f"ratio:           {events_rate / health_rate:.3f} of /healthz")
+        if accepted != args.events:
+            sys.exit(f"only {accepted} of {args.events} events were accepted")
+        # Every event answered 202 is stored: the user's inbox receives each once fanned out.
+        token = call(base, "POST", "/v1/users/ada/tokens")["token"]
+        deadline = time.monotonic() + 300
+        expected = args.events + 500
+        while time.monotonic() < deadline:
+            request = urllib.request.Request(f"{base}/v1/me/notifications/counts",
+                                             headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request) as response:
+                counts = json.loads(response.read())
+            if counts["unread"] >= expected:
+                break
+            time.sleep(0.5)
+        print(f"in the inbox:    {counts['unread']} of {expected} accepted events, "
+              f"{time.monotonic() - started:.1f} s after the first")
+        if counts["unread"] != expected:
+            sys.exit("an accepted event is missing from the inbox")
+    finally:
+        os.unlink(body.name)
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
