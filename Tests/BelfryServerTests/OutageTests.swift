@@ -176,3 +176,114 @@ struct OutageTests {
         }
     }
 }
+
+/// SQLite's side of the same promise: a disk that fills answers 503 and loses nothing it
+/// acknowledged, and a 202 is on disk when it is answered, even under `kill -9`.
+@Suite("Outages: a full disk, and kill -9 right after the 202s", .serialized)
+struct StorageOutageTests {
+    static let key = OutageTests.key
+
+    static func start(_ database: String) async throws -> BelfryServeProcess {
+        try await BelfryServeProcess.start(
+            database: database,
+            environment: [
+                "BELFRY_API_KEY": key, "DATABASE_URL": "", "BELFRY_CONFIG": "", "BELFRY_LOG_LEVEL": "critical",
+            ])
+    }
+
+    static func event(_ index: Int, body: String = "B") -> String {
+        """
+        {"category": "login-fail", "recipients": ["u\(index)"],
+         "content": {"title": "Sign-in from a new device", "body": "\(body)"}}
+        """
+    }
+
+    /// Whether this process may mount a file system (root on Linux): the full-disk test needs one.
+    static let canMount: Bool = {
+        #if os(Linux)
+            return getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/mount")
+        #else
+            return false
+        #endif
+    }()
+
+    @Test(
+        "the database's disk fills: 503 storage_unavailable, every 202 kept, and writes resume once space returns",
+        .enabled(if: canMount, "mounting a small tmpfs needs root"))
+    func fullDisk() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-full-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try TestProcess.run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", directory])
+        defer {
+            _ = try? TestProcess.run("/usr/bin/umount", ["-l", directory])
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        let server = try await Self.start("\(directory)/belfry.sqlite")
+        defer { server.process.terminate() }
+
+        // Under the 4 KB an APNs payload may carry (the category pushes too).
+        let large = String(repeating: "x", count: 3_000)
+        var accepted: [String] = []
+        var refused: OutageTests.Answer?
+        for index in 0..<3_000 {
+            let answer = await OutageTests.send(
+                "POST", "\(server.base)/v1/events", json: Self.event(index, body: large))
+            if let event = answer.event {
+                accepted.append(event)
+            } else {
+                refused = answer
+                break
+            }
+        }
+        let full = try #require(refused, "2 MB filled up")
+        #expect(full.status == 503 && full.code == "storage_unavailable", "\(full.status) \(full.code ?? "-")")
+        #expect(full.retryAfter != nil)
+        #expect(accepted.count > 10, "some fitted first: \(accepted.count)")
+        #expect(kill(server.process.pid, 0) == 0, "the server is still running")
+
+        try TestProcess.run("/usr/bin/mount", ["-o", "remount,size=64m", directory])
+        var resumed = false
+        for index in 0..<50 where !resumed {
+            resumed =
+                await OutageTests.send("POST", "\(server.base)/v1/events", json: Self.event(1_000 + index)).status
+                == 202
+            if !resumed { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(resumed, "writes go on once there is space")
+        for event in accepted {
+            #expect(await OutageTests.send("GET", "\(server.base)/v1/events/\(event)").status == 200, "\(event) kept")
+        }
+    }
+
+    @Test("kill -9 right after the last of 400 concurrent 202s: every acknowledged event is stored")
+    func killAfterAcknowledgement() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-kill-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let database = "\(directory)/belfry.sqlite"
+        let server = try await Self.start(database)
+        let accepted = NIOLockedValueBox<[String]>([])
+        await withTaskGroup(of: Void.self) { group in
+            for writer in 0..<16 {
+                group.addTask {
+                    for index in stride(from: writer, to: 400, by: 16) {
+                        if let event = await OutageTests.send(
+                            "POST", "\(server.base)/v1/events", json: Self.event(index)
+                        ).event {
+                            accepted.withLockedValue { $0.append(event) }
+                        }
+                    }
+                }
+            }
+        }
+        #expect(server.process.terminate(signal: SIGKILL) == 128 + SIGKILL)
+        let events = accepted.withLockedValue { $0 }
+        #expect(events.count == 400)
+
+        let again = try await Self.start(database)
+        defer { again.process.terminate() }
+        for event in events {
+            #expect(await OutageTests.send("GET", "\(again.base)/v1/events/\(event)").status == 200, "\(event) stored")
+        }
+    }
+}
