@@ -63,7 +63,7 @@ struct BelfryDatabase: Sendable {
     /// at once: a deferred transaction that reads and then writes fails with `SQLITE_BUSY`
     /// when another connection wrote in between, instead of waiting. Writes of this process
     /// queue in the gate, and those that queued together share one transaction and its one
-    /// sync to disk (each in a savepoint, so that one failing undoes only its own statements).
+    /// sync to disk (should one fail, each runs again alone, so that only it fails).
     func write<T: Sendable>(
         _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
     ) async throws -> T {
@@ -75,7 +75,11 @@ struct BelfryDatabase: Sendable {
         }
     }
 
-    /// One SQLite transaction holding `writes`: a lone write as it is, several each in a savepoint.
+    /// One SQLite transaction holding `writes`. They run one after another with nothing between
+    /// them: a savepoint each would double the statements, and each statement is a trip to the
+    /// driver's thread and back. Should one fail, the transaction rolls back and each write runs
+    /// again in a transaction of its own, so that only the failing one fails (a write may run
+    /// twice, its first run undone; none keeps state of its own between runs).
     private static func sqliteTransaction(
         _ writes: [WriteGate.Write], on connection: any Database
     ) async throws -> [(any Error)?] {
@@ -87,35 +91,36 @@ struct BelfryDatabase: Sendable {
         // statement on a constraint failure): in memory, not in a temporary file written
         // through the kernel page by page. Fan-out spent a tenth of its time there.
         try await sql.raw("PRAGMA temp_store = MEMORY").run()
+        if let failure = try await transaction(writes, on: sql, connection) {
+            guard writes.count > 1 else { return [failure] }
+            var errors: [(any Error)?] = []
+            for write in writes { errors.append(try await transaction([write], on: sql, connection)) }
+            return errors
+        }
+        return Array(repeating: nil, count: writes.count)
+    }
+
+    /// Runs `writes` in one transaction: nil once it committed, or the error of the write that
+    /// failed, after rolling back. Throws when the transaction itself cannot begin or commit.
+    private static func transaction(
+        _ writes: [WriteGate.Write], on sql: any SQLDatabase, _ connection: any Database
+    ) async throws -> (any Error)? {
         try await sql.raw("BEGIN IMMEDIATE TRANSACTION").run()
-        var errors: [(any Error)?] = []
         do {
-            if writes.count == 1 {
+            for write in writes {
                 do {
-                    try await writes[0](connection)
+                    try await write(connection)
                 } catch {
-                    try? await sql.raw("ROLLBACK TRANSACTION").run()
-                    return [error]
-                }
-            } else {
-                for write in writes {
-                    try await sql.raw("SAVEPOINT belfry_write").run()
-                    do {
-                        try await write(connection)
-                        errors.append(nil)
-                    } catch {
-                        try await sql.raw("ROLLBACK TO SAVEPOINT belfry_write").run()
-                        errors.append(error)
-                    }
-                    try await sql.raw("RELEASE SAVEPOINT belfry_write").run()
+                    try await sql.raw("ROLLBACK TRANSACTION").run()
+                    return error
                 }
             }
             try await sql.raw("COMMIT TRANSACTION").run()
+            return nil
         } catch {
             try? await sql.raw("ROLLBACK TRANSACTION").run()
             throw error
         }
-        return writes.count == 1 ? [nil] : errors
     }
 }
 

@@ -4,9 +4,9 @@ import NIOConcurrencyHelpers
 /// Runs this process's SQLite writes, many to a transaction (group commit). SQLite has a single
 /// writer, and every commit waits for the disk: the write-ahead log is synced at each one. So
 /// writes that arrive while a transaction runs wait here, without holding a pooled connection,
-/// and all of them then share the next transaction, each in a savepoint of its own: a write that
-/// fails rolls back its own statements only. Every caller returns only once the transaction that
-/// holds its write has committed. PostgreSQL does not need the gate.
+/// and all of them then share the next transaction; a write that fails fails alone (see
+/// `BelfryDatabase.write`). Every caller returns only once the transaction that holds its write
+/// has committed. PostgreSQL does not need the gate.
 final class WriteGate: Sendable {
     typealias Write = @Sendable (_ connection: any Database) async throws -> Void
     /// Runs writes in one transaction: each one's error (or nil) in order, or throws when the

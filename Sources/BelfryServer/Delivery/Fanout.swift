@@ -24,7 +24,7 @@ struct Fanout: Sendable {
     let wakeDeliveries: @Sendable () -> Void
     let metrics: BelfryMetrics
     static let batchSize = 500
-    static let eventsPerBatch = 64
+    static let eventsPerBatch = 32
     /// Fan-out loops per process on PostgreSQL.
     static let postgresWorkers = 4
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
