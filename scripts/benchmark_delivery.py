@@ -11,7 +11,6 @@ their ratio.
 
 Usage: python3 scripts/benchmark_delivery.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
 """
-import argparse
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from benchmark_support import call, memory_mib, start_server
+from benchmark_support import arguments, call, memory_mib, start_server
 
 WORKSPACE = {
     "channels": [
@@ -124,11 +123,7 @@ def h2load_rate(port, count, body_size, work):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--database", required=True)
-    parser.add_argument("--recipients", type=int, default=20_000)
-    args = parser.parse_args()
+    args = arguments(("--recipients", int, 20_000))
     ensure_tools()
 
     work = tempfile.mkdtemp(prefix="belfry-delivery-")

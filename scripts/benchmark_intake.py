@@ -9,7 +9,6 @@ that the database holds every event that was answered 202.
 
 Usage: python3 scripts/benchmark_intake.py --binary .build/release/belfry --database PATH_OR_URL [--events N]
 """
-import argparse
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmark_support import KEY, call, start_server
+from benchmark_support import KEY, arguments, call, start_server
 
 
 def h2load(url, count, clients, body=None):
@@ -36,12 +35,7 @@ def h2load(url, count, clients, body=None):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--database", required=True)
-    parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--clients", type=int, default=32)
-    args = parser.parse_args()
+    args = arguments(("--events", int, 20_000), ("--clients", int, 32))
 
     server, base, _ = start_server(args.binary, args.database)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as body:

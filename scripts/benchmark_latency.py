@@ -9,7 +9,6 @@ after the last 202 the last request arrived: a rate is kept up with when that st
 
 Usage: python3 scripts/benchmark_latency.py --binary .build/release/belfry --database PATH_OR_URL [--rate 200] [--seconds 30]
 """
-import argparse
 import asyncio
 import json
 import multiprocessing
@@ -20,7 +19,7 @@ import tempfile
 import time
 
 from benchmark_delivery import WORKSPACE
-from benchmark_support import KEY, call, start_server
+from benchmark_support import KEY, arguments, call, start_server
 
 CONNECTIONS = 16
 USERS = 1000
@@ -106,12 +105,7 @@ def percentile(values, share):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--database", required=True)
-    parser.add_argument("--rate", type=int, default=200)
-    parser.add_argument("--seconds", type=int, default=30)
-    args = parser.parse_args()
+    args = arguments(("--rate", int, 200), ("--seconds", int, 30))
 
     work = tempfile.mkdtemp(prefix="belfry-latency-")
     with socket.socket() as probe:

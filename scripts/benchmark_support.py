@@ -1,5 +1,6 @@
 """What Belfry's benchmark scripts share: the API key, HTTP calls, memory readings, and starting
 `belfry serve` on a free port."""
+import argparse
 import json
 import os
 import re
@@ -43,3 +44,14 @@ def start_server(binary, database, config=""):
             return server, match.group(1), int(match.group(2))
     server.terminate()
     sys.exit("belfry serve did not start")
+
+
+def arguments(*options):
+    """The arguments every benchmark of a server takes (--binary, --database), and its own,
+    each given as (flag, type, default)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--database", required=True)
+    for flag, kind, default in options:
+        parser.add_argument(flag, type=kind, default=default)
+    return parser.parse_args()
