@@ -41,6 +41,10 @@ final class DeliveryQueue: Sendable {
     /// it (see `withDeadline`) and tries again.
     static let storageDeadline: TimeInterval = 10
     private let stopping = NIOLockedValueBox(false)
+    /// Deliveries the pipeline claimed and has not yet recorded (or returned): after a claim
+    /// failed, running deliveries of this worker outside this set are claims whose answer was
+    /// lost with its connection, and go back to the queue at once rather than after the lease.
+    private let held = NIOLockedValueBox<Set<UUID>>([])
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
@@ -88,7 +92,11 @@ final class DeliveryQueue: Sendable {
             recorder.addTask { await self.recordResults(from: pending, clock: clock) }
             await withDiscardingTaskGroup { attempts in
                 var failures = 0
+                var lostClaims = false
                 while !isStopping {
+                    if lostClaims {
+                        lostClaims = await !returnLostClaims(clock: clock)
+                    }
                     let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
                     var drained = wanted.isEmpty
                     if !wanted.isEmpty {
@@ -98,6 +106,7 @@ final class DeliveryQueue: Sendable {
                                 try await self.claim(groups)
                             }
                             failures = 0
+                            held.withLockedValue { $0.formUnion(deliveries.map(\.id)) }
                             // A kind that got all it asked for may have more due: claim again at
                             // once. Only when every kind got less is the queue drained for now.
                             let claimedByKind = Dictionary(grouping: deliveries, by: \.channel.kind).mapValues(\.count)
@@ -105,6 +114,7 @@ final class DeliveryQueue: Sendable {
                             try await start(deliveries, in: &attempts, results: pending)
                         } catch {
                             failures += 1
+                            lostClaims = true
                             onStorageFailure(error)
                             logger.error(
                                 "the delivery queue could not claim deliveries",
@@ -143,6 +153,8 @@ final class DeliveryQueue: Sendable {
             }
         }
         if !busyOrigins.isEmpty {
+            // No longer held: should the release fail, the next sweep returns them.
+            held.withLockedValue { $0.subtract(busyOrigins) }
             try await withDeadline(Self.storageDeadline, "returning claims") { [busyOrigins] in
                 try await self.release(busyOrigins, postponedBy: min(self.lease / 4, 5))
             }
@@ -163,6 +175,7 @@ final class DeliveryQueue: Sendable {
                     try await withDeadline(Self.storageDeadline, "recording attempts", clock: clock) {
                         try await self.record(batch)
                     }
+                    held.withLockedValue { $0.subtract(batch.map(\.delivery.id)) }
                     break
                 } catch {
                     failures += 1
@@ -172,10 +185,41 @@ final class DeliveryQueue: Sendable {
                         metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.attempts": "\(batch.count)"])
                     // After the lease the deliveries are another worker's to attempt again: at
                     // least once, never lost.
-                    if failures * 2 > Int(lease) { break }
+                    if failures * 2 > Int(lease) {
+                        held.withLockedValue { $0.subtract(batch.map(\.delivery.id)) }
+                        break
+                    }
                     try? await clock.sleep(for: retryDelay(afterFailures: failures))
                 }
             }
+        }
+    }
+
+    /// Returns to the queue this worker's running deliveries that it does not hold: claims
+    /// committed whose answer never came back. - Returns: whether that is done.
+    private func returnLostClaims(clock: any ServiceClock) async -> Bool {
+        let kept = Array(held.withLockedValue { $0 })
+        do {
+            let returned = try await withDeadline(Self.storageDeadline, "returning lost claims", clock: clock) {
+                try await self.storage.write(self.database()) { db in
+                    let update = db.sql.update("deliveries")
+                        .set("status", to: DeliveryStatus.queued.rawValue)
+                        .set("attempts", to: SQLRaw("attempts - 1"))
+                        .set("lease_expires_at", to: Date?.none)
+                        .set("worker", to: String?.none)
+                        .where("worker", .equal, self.name)
+                        .where("status", .equal, DeliveryStatus.running.rawValue)
+                    if !kept.isEmpty { update.where("id", .notIn, kept) }
+                    return try await update.returning("id").all().count
+                }
+            }
+            if returned > 0 {
+                logger.notice("returned claims whose answer was lost", metadata: ["belfry.deliveries": "\(returned)"])
+            }
+            return true
+        } catch {
+            onStorageFailure(error)
+            return false
         }
     }
 
@@ -546,7 +590,8 @@ final class DeliveryQueue: Sendable {
             let outcome = resolution.status == .dead ? "dead" : attempt.result.outcome
             metrics.delivered(channel: attempt.delivery.channel.id, outcome: outcome)
             if resolution.status == .sent, let acceptedAt = attempt.delivery.acceptedAt {
-                metrics.deliveredAfter(attempt.finished.timeIntervalSince(acceptedAt), channel: attempt.delivery.channel.id)
+                metrics.deliveredAfter(
+                    attempt.finished.timeIntervalSince(acceptedAt), channel: attempt.delivery.channel.id)
             }
             if !recorded.contains(attempt.delivery.id) {
                 logger.warning(
