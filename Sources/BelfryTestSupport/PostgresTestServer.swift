@@ -214,24 +214,33 @@ public final class BackgroundProcess: Sendable {
 }
 
 /// A PostgreSQL server of one test's own, on loopback, that the test may crash and start again
-/// (the shared server stays up for the others).
+/// (the shared server stays up for the others). Its commands wait for `pg_ctl` on a thread of
+/// their own, not on one of the few that run every test's tasks.
 public struct DisposablePostgresServer: Sendable {
     public let directory: String
     /// The admin URL (database `postgres`).
     public let url: String
 
-    public static func start() throws -> Self {
+    public static func start() async throws -> Self {
         let directory = FileManager.default.temporaryDirectory
             .appendingPathComponent("belfry-own-postgres-\(UUID().uuidString.prefix(8))").path
-        let url = try run("start", directory).trimmingCharacters(in: .whitespacesAndNewlines)
+        let url = try await offThePool { try run("start", directory) }.trimmingCharacters(in: .whitespacesAndNewlines)
         return Self(directory: directory, url: url)
     }
 
     /// Stops the server at once, as a crash does: its connections are cut, nothing is flushed.
-    public func crash() throws { try Self.run("crash", directory) }
+    public func crash() async throws { try await Self.offThePool { try Self.run("crash", directory) } }
 
     /// Starts the server again on its port.
-    public func restart() throws { try Self.run("restart", directory) }
+    public func restart() async throws { try await Self.offThePool { try Self.run("restart", directory) } }
+
+    /// Runs `body` on a dispatch thread and waits for it without holding a task thread.
+    @discardableResult
+    public static func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+        }
+    }
 
     /// Stops the server and removes its files.
     public func remove() {
