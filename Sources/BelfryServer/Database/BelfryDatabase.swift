@@ -42,9 +42,10 @@ struct BelfryDatabase: Sendable {
             app.databases.use(
                 .postgres(
                     configuration: configuration, maxConnectionsPerEventLoop: 4,
-                    // A request waits this long at most for a connection, then answers 503 (not a
-                    // hang) while the database is away.
-                    connectionPoolTimeout: .seconds(3), sqlLogLevel: .trace), as: .psql)
+                    // Under heavy contention (writers queued on one locked row) a request may wait
+                    // this long for a connection, then answers 503. While the database is in
+                    // trouble, `DatabaseDeadlineMiddleware` answers sooner.
+                    connectionPoolTimeout: .seconds(10), sqlLogLevel: .trace), as: .psql)
         }
     }
 
