@@ -47,6 +47,11 @@ struct ConsoleTests {
             #expect(done.unsent[minutes - 3] == 3 && done.sent[minutes - 3] == 1)
             #expect(done.sent[minutes - 1] == 1, "the retry, now")
             #expect(done.sent.reduce(0, +) == 2 && done.unsent.reduce(0, +) == 3)
+            #expect(done.deliveryRate == 0, "none sent in the last whole minute")
+            clock.advance(by: 60)
+            #expect(try await console.overview(on: app.db).deliveryRate == 1.0 / 60, "the retry's minute, now whole")
+            #expect(ConsolePages.rate(1.0 / 60) == "0.0" && ConsolePages.rate(2.25) == "2.2")
+            #expect(ConsolePages.rate(4_391.4) == "4391")
 
             let detail = try #require(try await console.event(event, on: app.db))
             let webhooks = detail.deliveries.filter { $0.channel == "webhook" }

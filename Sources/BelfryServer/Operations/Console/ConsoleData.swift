@@ -28,6 +28,9 @@ struct ConsoleData: Sendable {
         /// Attempts finished in each minute: sent, and those that were not (retry, failed, dead).
         var sent: [Int]
         var unsent: [Int]
+
+        /// Deliveries sent a second over the last whole minute (the current one is still going).
+        var deliveryRate: Double { Double(sent.dropLast().last ?? 0) / 60 }
     }
 
     struct DeadDelivery: Sendable {

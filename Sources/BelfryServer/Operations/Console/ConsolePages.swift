@@ -99,11 +99,21 @@ enum ConsolePages {
                     el("dd", .id("stat-sent")) { "\(data.sent.reduce(0, +))" }
                 }
                 el("div") {
+                    el("dt") { "Delivery rate" }
+                    el("dd", .id("stat-rate")) { "\(Self.rate(data.deliveryRate)) a second" }
+                    el("dd", .class("stat-detail")) { "over the last whole minute" }
+                }
+                el("div") {
                     el("dt") { "Streams open here" }
                     el("dd", .id("stat-streams")) { "\(openStreams)" }
                 }
             }
         }
+    }
+
+    /// A rate as people read it: whole numbers from 10 up, one decimal below.
+    static func rate(_ perSecond: Double) -> String {
+        perSecond >= 10 ? String(Int(perSecond.rounded())) : String(format: "%.1f", perSecond)
     }
 
     private static func charts(_ data: ConsoleData.Overview) -> HTML {
