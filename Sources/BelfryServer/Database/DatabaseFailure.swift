@@ -8,7 +8,7 @@ import SQLiteNIO
 /// PostgreSQL stopped or unreachable (a refused or lost connection, a server shutting down or
 /// starting, no pooled connection in time, a query lost with its connection), or a SQLite file
 /// that cannot be written (disk full, read-only, I/O error). The API answers them 503 with
-/// `Retry-After`, and nothing was acknowledged: the client sends again.
+/// `Retry-After`: nothing was acknowledged, and the client sends again.
 enum DatabaseFailure {
     /// Seconds a client is asked to wait before it sends again.
     static let retryAfterSeconds = 2
@@ -24,7 +24,9 @@ enum DatabaseFailure {
         }
         guard isUnavailable(error) else { return nil }
         return BelfryError(
-            .databaseUnavailable, "the database cannot be reached; nothing was saved, send the request again shortly",
+            .databaseUnavailable,
+            "the database is not answering and the request was not completed; send it again shortly "
+                + "(an event with the same Idempotency-Key, so that it is stored once)",
             headers: ["Retry-After": "\(retryAfterSeconds)"])
     }
 
