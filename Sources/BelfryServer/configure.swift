@@ -168,54 +168,58 @@ public func configure(
             ) { try await fanout.processBatch(on: db()) }
         }
         app.lifecycle.use(
-            BackgroundServices(services: extraFanout + [
-                BackgroundService(
-                    name: "database monitor", interval: 0.25, clock: clock, logger: logger,
-                    onFailure: monitor.noteFailure
-                ) {
-                    let pause = await monitor.step()
-                    try await clock.sleep(for: pause - 0.25)
-                    return false
-                },
-                BackgroundService(
-                    name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger,
-                    onFailure: monitor.noteFailure,
-                    deadline: 15
-                ) { try await fanout.processBatch(on: db()) },
-                // Batches (digests) close on their own clock: a window's end, a daily hour.
-                BackgroundService(
-                    name: "batches", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure
-                ) {
-                    try await fanout.closeDueBatches(on: db())
-                },
-                // The pipeline runs until the server stops: claims, sends and group commits overlap.
-                BackgroundService(
-                    name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
-                    onFailure: monitor.noteFailure,
-                    deadline: nil, beforeStopping: queue.beginStopping
-                ) {
-                    await queue.run(clock: clock)
-                    return false
-                },
-                // The console's queue-depth chart: a sample a minute, whichever instance takes it.
-                BackgroundService(
-                    name: "queue samples", interval: 60, clock: clock, logger: logger, onFailure: monitor.noteFailure
-                ) {
-                    try await consoleData.sampleQueueDepth(on: db())
-                    return false
-                },
-                // Hourly; the first purge runs at start.
-                BackgroundService(
-                    name: "inbox retention", interval: 3600, clock: clock, logger: logger,
-                    onFailure: monitor.noteFailure
-                ) {
-                    let purged = try await retention.purge(on: db())
-                    if purged > 0 {
-                        logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
-                    }
-                    return false
-                },
-            ]))
+            BackgroundServices(
+                services: extraFanout + [
+                    BackgroundService(
+                        name: "database monitor", interval: 0.25, clock: clock, logger: logger,
+                        onFailure: monitor.noteFailure
+                    ) {
+                        let pause = await monitor.step()
+                        try await clock.sleep(for: pause - 0.25)
+                        return false
+                    },
+                    BackgroundService(
+                        name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger,
+                        onFailure: monitor.noteFailure,
+                        deadline: 15
+                    ) { try await fanout.processBatch(on: db()) },
+                    // Batches (digests) close on their own clock: a window's end, a daily hour.
+                    BackgroundService(
+                        name: "batches", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure
+                    ) {
+                        try await fanout.closeDueBatches(on: db())
+                    },
+                    // The pipeline runs until the server stops: claims, sends and group commits overlap.
+                    BackgroundService(
+                        name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
+                        onFailure: monitor.noteFailure,
+                        deadline: nil, beforeStopping: queue.beginStopping
+                    ) {
+                        await queue.run(clock: clock)
+                        return false
+                    },
+                    // The console's queue-depth chart: a sample a minute, whichever instance takes it.
+                    BackgroundService(
+                        name: "queue samples", interval: 60, clock: clock, logger: logger,
+                        onFailure: monitor.noteFailure
+                    ) {
+                        try await consoleData.sampleQueueDepth(on: db())
+                        return false
+                    },
+                    // Hourly; the first purge runs at start.
+                    // A purge of a long backlog runs as long as it needs: its transactions are many
+                    // and short, and none is abandoned halfway as a lost query would be.
+                    BackgroundService(
+                        name: "inbox retention", interval: 3600, clock: clock, logger: logger,
+                        onFailure: monitor.noteFailure, deadline: nil
+                    ) {
+                        let purged = try await retention.purge(on: db())
+                        if purged > 0 {
+                            logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
+                        }
+                        return false
+                    },
+                ]))
     }
 
     app.middleware = Middlewares()

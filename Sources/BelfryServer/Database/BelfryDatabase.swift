@@ -95,7 +95,14 @@ struct BelfryDatabase: Sendable {
         if let failure = try await transaction(writes, on: sql, connection) {
             guard writes.count > 1 else { return [failure] }
             var errors: [(any Error)?] = []
-            for write in writes { errors.append(try await transaction([write], on: sql, connection)) }
+            for write in writes {
+                // Each alone: one that cannot even begin or commit fails, not the others.
+                do {
+                    errors.append(try await transaction([write], on: sql, connection))
+                } catch {
+                    errors.append(error)
+                }
+            }
             return errors
         }
         return Array(repeating: nil, count: writes.count)
@@ -112,7 +119,8 @@ struct BelfryDatabase: Sendable {
                 do {
                     try await write(connection)
                 } catch {
-                    try await sql.raw("ROLLBACK TRANSACTION").run()
+                    // SQLite may have rolled back already (a full disk): the write's error is the news.
+                    try? await sql.raw("ROLLBACK TRANSACTION").run()
                     return error
                 }
             }

@@ -96,6 +96,11 @@ final class DeliveryQueue: Sendable {
                 while !isStopping {
                     if lostClaims {
                         lostClaims = await !returnLostClaims(clock: clock)
+                        // No claim before that is done: a new claim could be taken for a lost one.
+                        if lostClaims {
+                            try? await clock.sleep(for: retryDelay(afterFailures: failures))
+                            continue
+                        }
                     }
                     let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
                     var drained = wanted.isEmpty
@@ -170,6 +175,7 @@ final class DeliveryQueue: Sendable {
             let batch = await pending.take(upTo: Self.recordBatch)
             if batch.isEmpty { return }
             var failures = 0
+            let firstTry = now()
             while true {
                 do {
                     try await withDeadline(Self.storageDeadline, "recording attempts", clock: clock) {
@@ -183,9 +189,10 @@ final class DeliveryQueue: Sendable {
                     logger.error(
                         "could not record delivery attempts",
                         metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.attempts": "\(batch.count)"])
-                    // After the lease the deliveries are another worker's to attempt again: at
-                    // least once, never lost.
-                    if failures * 2 > Int(lease) {
+                    // After the lease the deliveries are another worker's to attempt again (and
+                    // a server stopping waits a few seconds at most): at least once, never lost.
+                    let waited = now().timeIntervalSince(firstTry)
+                    if waited > lease || (isStopping && waited > 5) {
                         held.withLockedValue { $0.subtract(batch.map(\.delivery.id)) }
                         break
                     }
@@ -199,6 +206,9 @@ final class DeliveryQueue: Sendable {
     /// committed whose answer never came back. - Returns: whether that is done.
     private func returnLostClaims(clock: any ServiceClock) async -> Bool {
         let kept = Array(held.withLockedValue { $0 })
+        // Only claims made before this look: one made later (should this statement commit late,
+        // past its deadline) is being sent.
+        let before = now()
         do {
             let returned = try await withDeadline(Self.storageDeadline, "returning lost claims", clock: clock) {
                 try await self.storage.write(self.database()) { db in
@@ -209,6 +219,7 @@ final class DeliveryQueue: Sendable {
                         .set("worker", to: String?.none)
                         .where("worker", .equal, self.name)
                         .where("status", .equal, DeliveryStatus.running.rawValue)
+                        .where("updated_at", .lessThan, before)
                     if !kept.isEmpty { update.where("id", .notIn, kept) }
                     return try await update.returning("id").all().count
                 }
@@ -565,12 +576,22 @@ final class DeliveryQueue: Sendable {
                     for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
                 }
             }
+            // A delivery erased with its user during the attempt has nowhere to log it.
+            let unrecorded = results.map(\.delivery.id).filter { !recorded.contains($0) }
+            var existing = recorded
+            if !unrecorded.isEmpty {
+                for row in try await db.sql.select().column("id").from("deliveries").where("id", .in, unrecorded).all()
+                {
+                    existing.insert(try row.decode(column: "id", as: UUID.self))
+                }
+            }
+            let logged = zip(results, attemptRows).filter { existing.contains($0.0.delivery.id) }.map(\.1)
             try await self.storage.insert(
                 into: "delivery_attempts",
                 columns: [
                     "id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error",
                 ],
-                rows: attemptRows, rowsPerStatement: 500, on: db)
+                rows: logged, rowsPerStatement: 500, on: db)
             var skips: [UUID: [String: [SkipReason: Int]]] = [:]
             for attempt in results {
                 switch attempt.result {
