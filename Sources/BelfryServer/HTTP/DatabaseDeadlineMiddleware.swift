@@ -1,4 +1,3 @@
-import NIOConcurrencyHelpers
 import Vapor
 
 /// While the database is in trouble (the monitor's `isTroubled`: it failed someone in the last
@@ -11,26 +10,10 @@ struct DatabaseDeadlineMiddleware: Middleware {
 
     func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
         guard let monitor = request.application.databaseMonitor else { return next.respond(to: request) }
-        let answer = request.eventLoop.makePromise(of: Response.self)
-        let answered = NIOLockedValueBox(false)
-        @Sendable func finish(_ result: Result<Response, any Error>) -> Bool {
-            guard
-                answered.withLockedValue({ done in
-                    defer { done = true }; return !done
-                })
-            else { return false }
-            answer.completeWith(result)
-            return true
+        let failure = DeadlineExceeded(what: "a request on a troubled database", seconds: TimeInterval(seconds))
+        return request.answer(from: next, within: seconds, expired: { monitor.noteFailure(failure) }) {
+            // A deadline is always one of `DatabaseFailure`'s: the 503 with its `Retry-After`.
+            monitor.isTroubled ? DatabaseFailure.answer(for: failure) : nil
         }
-        let deadline = request.eventLoop.scheduleTask(in: .seconds(seconds)) {
-            guard monitor.isTroubled else { return }
-            let failure = DeadlineExceeded(what: "a request on a troubled database", seconds: TimeInterval(seconds))
-            if finish(.failure(DatabaseFailure.answer(for: failure) ?? failure)) { monitor.noteFailure(failure) }
-        }
-        next.respond(to: request).whenComplete { result in
-            _ = finish(result)
-            deadline.cancel()
-        }
-        return answer.futureResult
     }
 }

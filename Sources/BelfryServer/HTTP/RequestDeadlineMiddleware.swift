@@ -10,29 +10,41 @@ struct RequestDeadlineMiddleware: Middleware {
     let seconds: Int
 
     func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
-        let answer = request.eventLoop.makePromise(of: Response.self)
+        request.answer(from: next, within: Int64(seconds)) {
+            request.logger.notice(
+                "request not read within the deadline", metadata: ["belfry.timeout_seconds": "\(seconds)"])
+            return BelfryError(
+                .requestTimeout,
+                "the request was not received within \(seconds) s (BELFRY_REQUEST_TIMEOUT); send it again")
+        }
+    }
+}
+
+extension Request {
+    /// `next`'s answer, unless `seconds` pass first and `expire` then gives an error to answer
+    /// with instead (nil: keep waiting for `next`). `expired` runs when that error was the answer.
+    /// The handler goes on either way: one waiting on a body that never comes ends when the idle
+    /// timeout closes the connection.
+    func answer(
+        from next: any Responder, within seconds: Int64, expired: @escaping @Sendable () -> Void = {},
+        orElse expire: @escaping @Sendable () -> (any Error)?
+    ) -> EventLoopFuture<Response> {
+        let answer = eventLoop.makePromise(of: Response.self)
         let answered = NIOLockedValueBox(false)
-        @Sendable func finish(_ result: Result<Response, any Error>) {
+        @Sendable func finish(_ result: Result<Response, any Error>) -> Bool {
             guard
                 answered.withLockedValue({ done in
                     defer { done = true }; return !done
                 })
-            else { return }
+            else { return false }
             answer.completeWith(result)
+            return true
         }
-        let deadline = request.eventLoop.scheduleTask(in: .seconds(Int64(seconds))) {
-            request.logger.notice(
-                "request not read within the deadline", metadata: ["belfry.timeout_seconds": "\(seconds)"])
-            finish(
-                .failure(
-                    BelfryError(
-                        .requestTimeout,
-                        "the request was not received within \(seconds) s (BELFRY_REQUEST_TIMEOUT); send it again")))
+        let deadline = eventLoop.scheduleTask(in: .seconds(seconds)) {
+            if let error = expire(), finish(.failure(error)) { expired() }
         }
-        // The handler goes on: one waiting on a body that never comes ends when the idle timeout
-        // closes the connection.
-        next.respond(to: request).whenComplete { result in
-            finish(result)
+        next.respond(to: self).whenComplete { result in
+            _ = finish(result)
             deadline.cancel()
         }
         return answer.futureResult
