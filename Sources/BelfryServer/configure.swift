@@ -161,15 +161,16 @@ public func configure(
         // On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
         // server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
         // events; the others poll, and keep going while they find work. SQLite has one writer.
-        let extraFanout = (1..<(database.kind == .postgres ? Fanout.postgresWorkers : 1)).map { index in
+        let fanoutLoops = (0..<(database.kind == .postgres ? Fanout.postgresWorkers : 1)).map { index in
             BackgroundService(
-                name: "fan-out \(index + 1)", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure,
-                deadline: 15
+                name: index == 0 ? "fan-out" : "fan-out \(index + 1)", interval: 1,
+                signal: index == 0 ? context.fanoutSignal : WorkSignal(), clock: clock, logger: logger,
+                onFailure: monitor.noteFailure, deadline: 15
             ) { try await fanout.processBatch(on: db()) }
         }
         app.lifecycle.use(
             BackgroundServices(
-                services: extraFanout + [
+                services: fanoutLoops + [
                     BackgroundService(
                         name: "database monitor", interval: 0.25, clock: clock, logger: logger,
                         onFailure: monitor.noteFailure
@@ -178,11 +179,6 @@ public func configure(
                         try await clock.sleep(for: pause - 0.25)
                         return false
                     },
-                    BackgroundService(
-                        name: "fan-out", interval: 1, signal: context.fanoutSignal, clock: clock, logger: logger,
-                        onFailure: monitor.noteFailure,
-                        deadline: 15
-                    ) { try await fanout.processBatch(on: db()) },
                     // Batches (digests) close on their own clock: a window's end, a daily hour.
                     BackgroundService(
                         name: "batches", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure
