@@ -83,9 +83,9 @@ final class BackgroundService: Sendable {
         state.withLockedValue { $0.task = task }
     }
 
-    /// 0.1 s, doubling with each failure in a row, at most the interval and 5 s, jittered.
+    /// The loops' backoff, never longer than the interval.
     func retryDelay(afterFailures failures: Int) -> TimeInterval {
-        min(interval, 5, 0.1 * pow(2, Double(min(failures - 1, 10)))) * (0.5 + jitter() / 2)
+        loopBackoff(afterFailures: failures, upTo: interval, jitter: jitter())
     }
 
     /// Starts no new step, and waits for the one under way to finish.
@@ -98,4 +98,11 @@ final class BackgroundService: Sendable {
         signal.wake()
         await task?.value
     }
+}
+
+/// How long a loop waits after `failures` failures in a row: 0.1 s, doubling with each, at most
+/// `ceiling` and 5 s, and from half to all of that by `jitter` (0..<1), so that loops that failed
+/// together do not try again together.
+func loopBackoff(afterFailures failures: Int, upTo ceiling: TimeInterval = 5, jitter: Double) -> TimeInterval {
+    min(ceiling, 5, 0.1 * pow(2, Double(min(max(failures, 1) - 1, 10)))) * (0.5 + jitter / 2)
 }
