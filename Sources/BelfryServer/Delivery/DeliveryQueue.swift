@@ -212,14 +212,7 @@ final class DeliveryQueue: Sendable {
         do {
             let returned = try await withDeadline(Self.storageDeadline, "returning lost claims", clock: clock) {
                 try await self.storage.write(self.database()) { db in
-                    let update = db.sql.update("deliveries")
-                        .set("status", to: DeliveryStatus.queued.rawValue)
-                        .set("attempts", to: SQLRaw("attempts - 1"))
-                        .set("lease_expires_at", to: Date?.none)
-                        .set("worker", to: String?.none)
-                        .where("worker", .equal, self.name)
-                        .where("status", .equal, DeliveryStatus.running.rawValue)
-                        .where("updated_at", .lessThan, before)
+                    let update = self.requeueing(on: db).where("updated_at", .lessThan, before)
                     if !kept.isEmpty { update.where("id", .notIn, kept) }
                     return try await update.returning("id").all().count
                 }
@@ -234,9 +227,9 @@ final class DeliveryQueue: Sendable {
         }
     }
 
-    /// Capped exponential backoff with jitter for a loop that failed `failures` times running.
+    /// The pipeline's backoff after `failures` failures in a row (see `loopBackoff`).
     func retryDelay(afterFailures failures: Int) -> TimeInterval {
-        min(5, 0.05 * pow(2, Double(min(failures, 10)))) * (0.5 + jitter() / 2)
+        loopBackoff(afterFailures: failures, jitter: jitter())
     }
 
     /// Deliveries whose channel has left the workspace config can never be claimed for a kind:
@@ -245,24 +238,20 @@ final class DeliveryQueue: Sendable {
         let known = workspace.channels.map(\.id)
         do {
             try await withDeadline(Self.storageDeadline, "failing deliveries of removed channels") {
-                try await self.failRemovedChannels(known)
+                try await self.storage.write(self.database()) { db in
+                    try await db.sql.update("deliveries")
+                        .set("status", to: DeliveryStatus.failed.rawValue)
+                        .set("last_error", to: "the channel is no longer in the workspace config")
+                        .set("lease_expires_at", to: Date?.none)
+                        .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
+                        .where("channel", .notIn, known)
+                        .run()
+                }
             }
         } catch {
             logger.error(
                 "could not fail the deliveries of removed channels",
                 metadata: ["belfry.error": "\(String(reflecting: error))"])
-        }
-    }
-
-    private func failRemovedChannels(_ known: [String]) async throws {
-        try await storage.write(database()) { db in
-            try await db.sql.update("deliveries")
-                .set("status", to: DeliveryStatus.failed.rawValue)
-                .set("last_error", to: "the channel is no longer in the workspace config")
-                .set("lease_expires_at", to: Date?.none)
-                .where("status", .in, [DeliveryStatus.queued.rawValue, DeliveryStatus.running.rawValue])
-                .where("channel", .notIn, known)
-                .run()
         }
     }
 
@@ -318,17 +307,20 @@ final class DeliveryQueue: Sendable {
     func release(_ ids: [UUID], postponedBy delay: TimeInterval = 0) async throws {
         let due = now().addingTimeInterval(delay)
         try await storage.write(database()) { db in
-            try await db.sql.update("deliveries")
-                .set("status", to: DeliveryStatus.queued.rawValue)
-                .set("attempts", to: SQLRaw("attempts - 1"))
-                .set("lease_expires_at", to: Date?.none)
-                .set("worker", to: String?.none)
-                .set("next_attempt_at", to: due)
-                .where("id", .in, ids)
-                .where("worker", .equal, self.name)
-                .where("status", .equal, DeliveryStatus.running.rawValue)
-                .run()
+            try await self.requeueing(on: db).set("next_attempt_at", to: due).where("id", .in, ids).run()
         }
+    }
+
+    /// An update that puts this worker's running deliveries back in the queue as if never
+    /// claimed; the caller narrows it to the ones it means.
+    private func requeueing(on db: any Database) -> SQLUpdateBuilder {
+        db.sql.update("deliveries")
+            .set("status", to: DeliveryStatus.queued.rawValue)
+            .set("attempts", to: SQLRaw("attempts - 1"))
+            .set("lease_expires_at", to: Date?.none)
+            .set("worker", to: String?.none)
+            .where("worker", .equal, name)
+            .where("status", .equal, DeliveryStatus.running.rawValue)
     }
 
     /// Claims up to `limit` due deliveries of any channel and returns them read whole.
@@ -622,30 +614,28 @@ final class DeliveryQueue: Sendable {
         }
     }
 
+    /// The delivery's state after `attempt`: its status, next attempt time, error and the
+    /// provider's status code.
     private func resolve(_ attempt: AttemptResult, now: Date) -> Resolution {
-        let (status, next, error, providerStatus) = resolve(
-            attempt.result, attempt: attempt.delivery.attempt, maxAttempts: attempt.maxAttempts, now: now,
-            deviceNoun: attempt.delivery.channel.kind.deviceNoun)
-        return Resolution(status: status, next: next, error: error, providerStatus: providerStatus)
-    }
-
-    /// The delivery's new status, next attempt time, error and provider status code.
-    private func resolve(
-        _ result: DeliveryResult, attempt: Int, maxAttempts: Int, now: Date, deviceNoun: String
-    ) -> (DeliveryStatus, Date, String?, Int?) {
-        switch result {
+        let (number, maxAttempts) = (attempt.delivery.attempt, attempt.maxAttempts)
+        switch attempt.result {
         case .delivered(let status):
-            return (.sent, now, nil, status)
+            return Resolution(status: .sent, next: now, error: nil, providerStatus: status)
         case .retry(let after, let reason, let status):
-            guard attempt < maxAttempts else { return (.dead, now, reason, status) }
-            let delay = backoff.delay(afterAttempt: attempt, retryAfter: after, jitter: jitter())
-            return (.queued, now.addingTimeInterval(delay), reason, status)
+            guard number < maxAttempts else {
+                return Resolution(status: .dead, next: now, error: reason, providerStatus: status)
+            }
+            let delay = backoff.delay(afterAttempt: number, retryAfter: after, jitter: jitter())
+            return Resolution(
+                status: .queued, next: now.addingTimeInterval(delay), error: reason, providerStatus: status)
         case .retire(_, let reason, let status):
-            return (.failed, now, "\(reason); the \(deviceNoun) is retired", status)
+            let noun = attempt.delivery.channel.kind.deviceNoun
+            return Resolution(
+                status: .failed, next: now, error: "\(reason); the \(noun) is retired", providerStatus: status)
         case .failed(let reason, let status):
-            return (.failed, now, reason, status)
+            return Resolution(status: .failed, next: now, error: reason, providerStatus: status)
         case .skipped(let reason):
-            return (.skipped, now, reason.rawValue, nil)
+            return Resolution(status: .skipped, next: now, error: reason.rawValue, providerStatus: nil)
         }
     }
 
