@@ -13,8 +13,8 @@ import NIOConcurrencyHelpers
 /// down that costs nothing, and once it is back the next query opens a fresh connection.
 ///
 /// The parts that meet database failures report them here (`noteFailure`): for 30 s after one,
-/// requests that wait on the database longer than 5 s are answered 503 rather than left to wait
-/// on a query that may never end.
+/// requests that wait on the database longer than 4 s (`DatabaseDeadlineMiddleware`) are answered
+/// 503 rather than left to wait on a query that may never end.
 final class DatabaseMonitor: Sendable {
     private struct State {
         var ready = true
@@ -59,14 +59,19 @@ final class DatabaseMonitor: Sendable {
         let now = self.now()
         let replace = state.withLockedValue { state -> Bool in
             state.lastFailure = now
-            guard error is DeadlineExceeded, now.timeIntervalSince(state.lastReplaced) >= 2 else { return false }
-            state.lastReplaced = now
-            return true
+            return error is DeadlineExceeded && Self.mayReplace(&state, now: now)
         }
         if replace {
             logger.warning("a database query outlived its deadline; replacing the connection pool")
             Task { await replacePool() }
         }
+    }
+
+    /// Whether the pool may be replaced now (at most every 2 s); if so, notes that it is.
+    private static func mayReplace(_ state: inout State, now: Date) -> Bool {
+        guard now.timeIntervalSince(state.lastReplaced) >= 2 else { return false }
+        state.lastReplaced = now
+        return true
     }
 
     /// Checks once; returns how long to wait before the next check.
@@ -91,9 +96,7 @@ final class DatabaseMonitor: Sendable {
                 state.failures += 1
                 state.lastFailure = now
                 if state.since == nil { state.since = now }
-                guard state.failures >= 2, now.timeIntervalSince(state.lastReplaced) >= 2 else { return (false, first) }
-                state.lastReplaced = now
-                return (true, first)
+                return (state.failures >= 2 && Self.mayReplace(&state, now: now), first)
             }
             if first {
                 logger.error(
