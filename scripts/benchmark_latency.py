@@ -13,12 +13,11 @@ import asyncio
 import json
 import multiprocessing
 import os
-import socket
 import sys
 import tempfile
 import time
 
-from benchmark_delivery import WORKSPACE
+from benchmark_delivery import WORKSPACE, free_port
 from benchmark_support import KEY, arguments, call, start_server
 
 CONNECTIONS = 16
@@ -108,9 +107,7 @@ def main():
     args = arguments(("--rate", int, 200), ("--seconds", int, 30))
 
     work = tempfile.mkdtemp(prefix="belfry-latency-")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        receiver_port = probe.getsockname()[1]
+    receiver_port = free_port()
     out = os.path.join(work, "arrivals.txt")
     ready = multiprocessing.Event()
     receiver = multiprocessing.Process(target=receive, args=(receiver_port, out, ready), daemon=True)
