@@ -162,11 +162,18 @@ def seed(server, with_console):
         notifications = inbox["notifications"]
     if not notifications:
         sys.exit("schemathesis_check: the seeded event reached no inbox in 30 s")
-    # The page session: the token exchanged at /preferences for its cookie; the page holds the CSRF token.
-    status, headers, _ = server.call("GET", "/preferences?" + urllib.parse.urlencode({"token": token}), bearer=None)
-    cookie = re.search(r"belfry_session=([^;]+)", headers.get("Set-Cookie", ""))
+    # The page session: the token's "continue as" page answered as a person would, for its cookie;
+    # the page holds the CSRF token.
+    status, headers, text = server.call("GET", "/preferences?" + urllib.parse.urlencode({"token": token}), bearer=None)
+    nonce = re.search(r"belfry_signin=([^;]+)", " ".join(headers.get_all("Set-Cookie") or []))
+    if status != 200 or not nonce:
+        sys.exit(f"schemathesis_check: /preferences?token= answered {status} without a sign-in page")
+    fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', text))
+    status, headers, _ = server.call("POST", "/web/session", bearer=None, form=fields,
+                                     cookie=f"belfry_signin={nonce.group(1)}")
+    cookie = re.search(r"belfry_session=([^;]+)", " ".join(headers.get_all("Set-Cookie") or []))
     if status != 303 or not cookie:
-        sys.exit(f"schemathesis_check: /preferences?token= answered {status} without a session cookie")
+        sys.exit(f"schemathesis_check: POST /web/session answered {status} without a session cookie")
     session = cookie.group(1)
     page = expect("opening the inbox page",
                   server.call("GET", "/inbox", bearer=None, cookie=f"belfry_session={session}"), 200)[2]

@@ -19,9 +19,15 @@ struct WebPagesTests {
             try await app.send(.GET, path, headers: cookie.map { ["Cookie": "\(WebSession.cookieName)=\($0)"] } ?? [:])
         }
 
-        func post(_ path: String, form: [(String, String)]) async throws -> TestingHTTPResponse {
+        func post(
+            _ path: String, form: [(String, String)], cookies: [String: String] = [:]
+        ) async throws -> TestingHTTPResponse {
             var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
-            if let cookie { headers.add(name: "Cookie", value: "\(WebSession.cookieName)=\(cookie)") }
+            var all = cookies
+            if let cookie { all[WebSession.cookieName] = cookie }
+            if !all.isEmpty {
+                headers.add(name: "Cookie", value: all.map { "\($0.key)=\($0.value)" }.joined(separator: "; "))
+            }
             let body = form.map { "\(Self.encode($0.0))=\(Self.encode($0.1))" }.joined(separator: "&")
             return try await app.testing().sendRequest(.POST, path, headers: headers, body: ByteBuffer(string: body))
         }
@@ -32,7 +38,18 @@ struct WebPagesTests {
 
         /// Signs in with a user token, as a link from an app would.
         static func signIn(_ app: Application, token: String, page: String = "preferences") async throws -> Browser {
-            let response = try await app.send(.GET, "/\(page)?token=\(token)")
+            try await Browser(app: app).follow("/\(page)?token=\(token)")
+        }
+
+        /// Opens an address with a token or link and answers its "continue as …?" page as a
+        /// person would: the browser it returns holds the session that started.
+        func follow(_ address: String) async throws -> Browser {
+            let asked = try await get(address)
+            #expect(asked.status == .ok)
+            #expect(WebPagesTests.sessionCookie(asked) == nil, "following a link signs no one in by itself")
+            let response = try await post(
+                "/web/session", form: WebPagesTests.hiddenFields(in: asked),
+                cookies: [WebSignIn.cookieName: try #require(WebPagesTests.cookie(WebSignIn.cookieName, in: asked))])
             #expect(response.status == .seeOther)
             // Unwrapped first: as the argument of an optional parameter, #require would check nothing.
             let cookie: String = try #require(sessionCookie(response), "a session cookie")
@@ -41,10 +58,23 @@ struct WebPagesTests {
     }
 
     static func sessionCookie(_ response: TestingHTTPResponse) -> String? {
+        cookie(WebSession.cookieName, in: response)
+    }
+
+    /// The value a response sets for the cookie `name`, if it sets one that is not being cleared.
+    static func cookie(_ name: String, in response: TestingHTTPResponse) -> String? {
         response.headers[.setCookie].lazy.compactMap { header -> String? in
-            guard header.hasPrefix("\(WebSession.cookieName)=") else { return nil }
-            return String(header.dropFirst(WebSession.cookieName.count + 1).prefix { $0 != ";" })
+            guard header.hasPrefix("\(name)=") else { return nil }
+            let value = String(header.dropFirst(name.count + 1).prefix { $0 != ";" })
+            return value.isEmpty ? nil : value
         }.first
+    }
+
+    /// The hidden fields of a page's form, as a browser would post them.
+    static func hiddenFields(in page: TestingHTTPResponse) -> [(String, String)] {
+        page.body.string.matches(of: /<input type="hidden" name="([^"]+)" value="([^"]*)">/).map {
+            (String($0.1), String($0.2))
+        }
     }
 
     static func csrf(in page: TestingHTTPResponse) throws -> String {
@@ -71,21 +101,31 @@ struct WebPagesTests {
         #expect(HTML.void("input", [.flag("checked", false), .value("1")]).rendered == #"<input value="1">"#)
     }
 
-    @Test("a user token becomes a Secure, HttpOnly, SameSite=Lax cookie and leaves the address")
+    @Test("a user token asks first, then becomes a Secure, HttpOnly, SameSite=Lax cookie and leaves the address")
     func tokenExchange() async throws {
         try await withBelfry(.sqlite) { app in
             let token = try await app.userToken("ada", tenants: ["enwiki", "dewiki"])
-            let response = try await app.send(.GET, "/preferences?token=\(token)&tenant=dewiki")
+            let asked = try await app.send(.GET, "/preferences?token=\(token)&tenant=dewiki")
+            #expect(asked.status == .ok)
+            #expect(asked.headers.first(name: "Referrer-Policy") == "no-referrer")
+            #expect(asked.body.string.contains("Continue as ada?"))
+            #expect(Self.sessionCookie(asked) == nil)
+            let nonceCookie = try #require(asked.headers[.setCookie].first { $0.hasPrefix(WebSignIn.cookieName) })
+            #expect(nonceCookie.contains("SameSite=Strict") && nonceCookie.contains("HttpOnly"))
+            let nonce = try #require(Self.cookie(WebSignIn.cookieName, in: asked))
+            let fields = Self.hiddenFields(in: asked)
+            let browser = Browser(app: app)
+            let response = try await browser.post(
+                "/web/session", form: fields, cookies: [WebSignIn.cookieName: nonce])
             #expect(response.status == .seeOther)
             #expect(response.headers.first(name: .location) == "/preferences?tenant=dewiki")
-            #expect(response.headers.first(name: "Referrer-Policy") == "no-referrer")
-            let setCookie = try #require(response.headers[.setCookie].first)
+            let setCookie = try #require(response.headers[.setCookie].first { $0.hasPrefix(WebSession.cookieName) })
             #expect(setCookie.contains("HttpOnly"))
             #expect(setCookie.contains("Secure"))
             #expect(setCookie.contains("SameSite=Lax"))
             let cookie: String = try #require(Self.sessionCookie(response), "a session cookie")
-            let browser = Browser(app: app, cookie: cookie)
-            let page = try await browser.get("/preferences?tenant=dewiki")
+            let signedIn = Browser(app: app, cookie: cookie)
+            let page = try await signedIn.get("/preferences?tenant=dewiki")
             #expect(page.status == .ok)
             #expect(page.headers.contentType == .html)
             #expect(page.headers.first(name: "Content-Security-Policy")?.contains("script-src 'self'") == true)
@@ -96,6 +136,27 @@ struct WebPagesTests {
             #expect(text.contains(#"name="category:mention""#))
             #expect(text.contains("German Wikipedia"))
             #expect(!text.contains(token))
+            // A browser already signed in as ada goes straight on.
+            let again = try await signedIn.get("/preferences?token=\(token)")
+            #expect(again.status == .seeOther)
+            #expect(again.headers.first(name: .location) == "/preferences")
+        }
+    }
+
+    @Test("a sign-in form posted from another site signs no one in (login CSRF)")
+    func loginCSRF() async throws {
+        try await withBelfry(.sqlite) { app in
+            let mallory = try await app.userToken("mallory")
+            // Mallory reads her own "continue" page, then has Ada's browser post its form.
+            let asked = try await app.send(.GET, "/inbox?token=\(mallory)")
+            let fields = Self.hiddenFields(in: asked)
+            #expect(fields.contains { $0.0 == "token" })
+            let victim = Browser(app: app)
+            for cookies in [[:], [WebSignIn.cookieName: "a-nonce-of-the-victims-own"]] {
+                let posted = try await victim.post("/web/session", form: fields, cookies: cookies)
+                #expect(posted.status == .forbidden)
+                #expect(Self.sessionCookie(posted) == nil)
+            }
         }
     }
 
@@ -146,10 +207,11 @@ struct WebPagesTests {
             // The page scripts' token endpoint needs the header.
             #expect(
                 try await app.send(
-                    .POST, "/web/session/token", headers: ["Cookie": "\(WebSession.cookieName)=\(browser.cookie ?? "")"]
+                    .POST, "/web/session/token?page=preferences",
+                    headers: ["Cookie": "\(WebSession.cookieName)=\(browser.cookie ?? "")"]
                 ).status == .forbidden)
             let minted = try await app.send(
-                .POST, "/web/session/token",
+                .POST, "/web/session/token?page=preferences",
                 headers: ["Cookie": "\(WebSession.cookieName)=\(browser.cookie ?? "")", "X-CSRF-Token": csrf])
             #expect(minted.status == .ok)
             let pageToken = try minted.decode(TokenGrant.self).token
@@ -182,7 +244,7 @@ struct WebPagesTests {
         }
     }
 
-    @Test("signed links work for their page until they expire")
+    @Test("signed links open their page only, and never for longer than the link")
     func signedLinks() async throws {
         let clock = TestClock()
         try await withBelfry(.sqlite, clock: clock) { app in
@@ -190,11 +252,12 @@ struct WebPagesTests {
             let id = try await Self.userID(app, "ada")
             let link = try app.belfry.webSigner.link(
                 page: "inbox", userID: id, externalID: "ada", now: clock.now, lifetime: 600)
-            let opened = try await app.send(.GET, "/inbox?link=\(link)")
-            #expect(opened.status == .seeOther)
-            #expect(opened.headers.first(name: .location) == "/inbox")
-            let browser = Browser(app: app, cookie: Self.sessionCookie(opened))
+            let browser = try await Browser(app: app).follow("/inbox?link=\(link)")
             #expect(try await browser.get("/inbox").status == .ok)
+            // The inbox's session does not open the preferences.
+            let other = try await browser.get("/preferences")
+            #expect(other.status == .unauthorized)
+            #expect(other.body.string.contains("another page only"))
 
             #expect(try await app.send(.GET, "/preferences?link=\(link)").status == .unauthorized)
             let tampered = link.replacingOccurrences(of: "inbox", with: "preferences")
@@ -209,9 +272,7 @@ struct WebPagesTests {
             let expired = try await app.send(.GET, "/inbox?link=\(link)")
             #expect(expired.status == .unauthorized)
             #expect(expired.body.string.contains("expired"))
-            // The session it started lasts its own lifetime, then ends too.
-            #expect(try await browser.get("/inbox").status == .ok)
-            clock.advance(by: TimeInterval(WebSession.lifetime))
+            // The session it started ended with the link.
             #expect(try await browser.get("/inbox").status == .unauthorized)
         }
     }

@@ -42,9 +42,10 @@ extension Request {
         }
     }
 
-    /// Requires a user token for a user that still exists.
-    func requireUser() async throws -> UserModel {
-        try await user(for: try await requireUserSubject())
+    /// Requires a user token for a user that still exists. A page's token passes only where
+    /// `page` names its page: the routes that page's scripts call.
+    func requireUser(page: WebLayout.Page? = nil) async throws -> UserModel {
+        try await user(for: try await requireUserSubject(page: page))
     }
 
     /// Requires a user token, without reading its user: the caller checks that the user still
@@ -52,7 +53,9 @@ extension Request {
     ///
     /// - Parameter allowingQueryToken: also accept the token as a `token` query parameter, for
     ///   browsers' EventSource, which cannot send headers. Request logs show paths only, not queries.
-    func requireUserSubject(allowingQueryToken: Bool = false) async throws -> UserTokens.Subject {
+    func requireUserSubject(
+        allowingQueryToken: Bool = false, page: WebLayout.Page? = nil
+    ) async throws -> UserTokens.Subject {
         let principal: Principal
         if allowingQueryToken, headers.bearerAuthorization == nil, let token = queryValue(named: "token") {
             principal = try await self.principal(for: token)
@@ -64,7 +67,18 @@ extension Request {
                 .forbidden,
                 "this endpoint acts as one user: send a user token (POST /v1/users/{user_id}/tokens), not an API key")
         }
+        try Self.check(subject, reaches: page)
         return subject
+    }
+
+    /// A page's token reaches its page's routes only: one taken from a page (or a link's session)
+    /// cannot read the user's devices or act as the user elsewhere.
+    private static func check(_ subject: UserTokens.Subject, reaches page: WebLayout.Page?) throws {
+        guard let scoped = subject.page, scoped != page else { return }
+        throw BelfryError(
+            .forbidden,
+            "this token belongs to the \(scoped.rawValue) page and reaches only the routes its scripts call; "
+                + "a backend mints user tokens with POST /v1/users/{user_id}/tokens")
     }
 
     /// The value of the query parameter `name` (the last of repeated values), read with the
@@ -88,14 +102,22 @@ extension Request {
             guard subject.externalID == externalID else {
                 throw BelfryError(.forbidden, "a user token only reaches its own user's data")
             }
+            try Self.check(subject, reaches: nil)
             return try await user(for: subject)
         }
     }
 
-    private func user(for subject: UserTokens.Subject) async throws -> UserModel {
+    /// The user of a verified token, if it still exists and the token's session has not ended.
+    func user(for subject: UserTokens.Subject) async throws -> UserModel {
         guard let user = try await UserModel.find(subject.userID, on: db) else { throw Self.userGone }
+        if let epoch = subject.epoch, epoch != user.sessionEpoch { throw Self.signedOut }
         return user
     }
+
+    /// A page token from before the user signed out everywhere.
+    static let signedOut = BelfryError(
+        .invalidToken, "this page's session has ended; open the page from your app or email again",
+        headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
 
     /// A valid token whose user was erased.
     static let userGone = BelfryError(.invalidToken, "the user of this token no longer exists")

@@ -13,6 +13,10 @@ struct UserTokens: Sendable {
         var aud: AudienceClaim
         var iat: IssuedAtClaim
         var exp: ExpirationClaim
+        /// A page token's page: such a token reaches only the routes that page's scripts call.
+        var scope: String?
+        /// A page token's session epoch: "sign out everywhere" ends it with its session.
+        var ep: Int?
 
         // Expiry is checked by `UserTokens.verify` against the server's clock, which tests control.
         func verify(using algorithm: some JWTAlgorithm) async throws {
@@ -34,6 +38,10 @@ struct UserTokens: Sendable {
         var externalID: String
         /// When the token stops being valid: a stream it opened ends then.
         var expiresAt: Date
+        /// For a page's token, the page whose routes it reaches; `nil` for a token the backend minted.
+        var page: WebLayout.Page?
+        /// For a page's token, the user's session epoch when it was minted.
+        var epoch: Int?
     }
 
     enum Failure: Error {
@@ -53,13 +61,19 @@ struct UserTokens: Sendable {
         self.lifetime = lifetime
     }
 
-    func mint(userID: UUID, externalID: String, now: Date, lifetime: Int? = nil) async throws -> Minted {
+    /// A token for `userID`. With `page`, a page token: it reaches only the routes of that page
+    /// and ends when the user's session epoch moves past `epoch`.
+    func mint(
+        userID: UUID, externalID: String, now: Date, lifetime: Int? = nil, page: WebLayout.Page? = nil,
+        epoch: Int? = nil
+    ) async throws -> Minted {
         // JWT times are whole seconds; round so `expires_at` matches the token's `exp` exactly.
         let issued = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let expiresAt = issued.addingTimeInterval(TimeInterval(lifetime ?? self.lifetime))
         let payload = Payload(
             sub: .init(value: externalID), uid: userID.uuidString, iss: .init(value: Self.issuer),
-            aud: .init(value: Self.audience), iat: .init(value: issued), exp: .init(value: expiresAt))
+            aud: .init(value: Self.audience), iat: .init(value: issued), exp: .init(value: expiresAt),
+            scope: page?.rawValue, ep: page == nil ? nil : epoch)
         return Minted(token: try await keys.sign(payload), expiresAt: expiresAt)
     }
 
@@ -76,6 +90,13 @@ struct UserTokens: Sendable {
             throw .expired
         }
         guard let userID = UUID(uuidString: payload.uid) else { throw .malformed }
-        return Subject(userID: userID, externalID: payload.sub.value, expiresAt: payload.exp.value)
+        var page: WebLayout.Page?
+        if let scope = payload.scope {
+            guard let named = WebLayout.Page(rawValue: scope) else { throw .malformed }
+            page = named
+        }
+        return Subject(
+            userID: userID, externalID: payload.sub.value, expiresAt: payload.exp.value, page: page,
+            epoch: page == nil ? nil : payload.ep ?? 0)
     }
 }

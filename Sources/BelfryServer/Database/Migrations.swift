@@ -18,6 +18,7 @@ enum BelfryMigrations {
         AddBatches(),
         AddConsoleHistory(),
         AddDeliveryClaimIndexes(),
+        AddSessionEpochs(),
     ]
 }
 

@@ -19,6 +19,8 @@ final class UserModel: Model, @unchecked Sendable {
     @OptionalField(key: "quiet_time_zone") var quietTimeZone: String?
     @Field(key: "created_at") var createdAt: Date
     @Field(key: "updated_at") var updatedAt: Date
+    /// Raised by "sign out everywhere": browser sessions and page tokens carrying an older one stop working.
+    @Field(key: "session_epoch") var sessionEpoch: Int
     @Children(for: \.$user) var tenants: [UserTenantModel]
 
     /// The user's quiet hours, if set.
@@ -33,6 +35,7 @@ final class UserModel: Model, @unchecked Sendable {
         self.externalID = externalID
         self.createdAt = now
         self.updatedAt = now
+        self.sessionEpoch = 0
     }
 }
 

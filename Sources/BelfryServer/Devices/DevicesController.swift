@@ -27,8 +27,10 @@ struct DevicesController: RouteCollection {
         return try Response.json(Key(publicKey: req.belfry.vapidKey.publicKeyBase64URL))
     }
 
+    /// The preference page's token registers and removes its browser's Web Push subscription.
     @Sendable func register(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let subject = try await req.requireUserSubject(page: .preferences)
+        let user = try await req.user(for: subject)
         let body = try req.decodeBody(
             DeviceRegistration.self,
             keys: [
@@ -39,6 +41,9 @@ struct DevicesController: RouteCollection {
                 "settings": ["alert", "sound", "badge", "notification_center"],
                 "subscription": ["endpoint", "keys", "expirationTime"], "subscription.keys": ["p256dh", "auth"],
             ])
+        if subject.page != nil, body.platform != .webPush {
+            throw BelfryError(.forbidden, "a page's token registers only its browser's web_push subscription")
+        }
         let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
         let (device, created) = try await req.belfry.deviceStore.register(
             registration, userID: try user.requireID(), on: req.db)
@@ -59,7 +64,7 @@ struct DevicesController: RouteCollection {
     }
 
     @Sendable func remove(req: Request) async throws -> HTTPStatus {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .preferences)
         let text = req.parameters.get("device_id") ?? ""
         // Another user's device answers exactly like one that does not exist.
         guard let id = UUID(uuidString: text),

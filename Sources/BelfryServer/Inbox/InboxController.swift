@@ -23,7 +23,7 @@ struct InboxController: RouteCollection {
     }
 
     @Sendable func list(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .inbox)
         var filter = InboxStore.Filter()
         if let status = req.query[String.self, at: "status"] {
             guard let parsed = InboxStore.Status(rawValue: status) else {
@@ -52,13 +52,13 @@ struct InboxController: RouteCollection {
     }
 
     @Sendable func counts(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .inbox)
         return try Response.json(
             try await store(req).counts(userID: try user.requireID(), tenant: try req.tenantFilter(), on: req.db))
     }
 
     private func mark(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .inbox)
         let text = req.parameters.get("notification_id") ?? ""
         // Another user's notification answers exactly like one that does not exist.
         let userID = try user.requireID()
@@ -72,7 +72,7 @@ struct InboxController: RouteCollection {
 
     /// A custom action chosen on a notification (seed 003's notification actions).
     @Sendable func respond(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .inbox)
         let text = req.parameters.get("notification_id") ?? ""
         let actionID = req.parameters.get("action_id") ?? ""
         let outcome: InboxStore.ActionOutcome =
@@ -95,7 +95,7 @@ struct InboxController: RouteCollection {
     }
 
     private func markAll(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(page: .inbox)
         let userID = try user.requireID()
         let tenant = try req.tenantFilter()
         let updated = try await req.belfry.inboxChanges.markAll(
@@ -115,7 +115,7 @@ extension InboxController {
     /// parameter. A `counts` event comes first; `Last-Event-ID` replays what a reconnecting
     /// client missed in the last few minutes; a comment every 15 s keeps proxies from closing it.
     @Sendable func stream(req: Request) async throws -> Response {
-        let subject = try await req.requireUserSubject(allowingQueryToken: true)
+        let subject = try await req.requireUserSubject(allowingQueryToken: true, page: .inbox)
         let userID = subject.userID
         let context = req.belfry
         // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
@@ -132,7 +132,10 @@ extension InboxController {
             user: userID, lastEventID: lastEventID, expiresAt: subject.expiresAt, stream: stream)
         let first: String
         do {
-            guard let counts = try await context.inboxStore.countsIfUserExists(userID: userID, on: req.db) else {
+            guard
+                let counts = try await context.inboxStore.countsIfUserExists(
+                    userID: userID, epoch: subject.epoch, on: req.db)
+            else {
                 throw Request.userGone
             }
             first = String(decoding: try Response.jsonEncoder.encode(counts), as: UTF8.self)

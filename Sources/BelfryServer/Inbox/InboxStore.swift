@@ -75,10 +75,12 @@ struct InboxStore: Sendable {
     /// A user's counts, or `nil` if the user no longer exists, in one statement: what a stream
     /// sends first. Written as SQL: Fluent's model reading (reflection) and SQLKit's query
     /// builder were half of the CPU time of opening a stream.
-    func countsIfUserExists(userID: UUID, on db: any Database) async throws -> InboxCounts? {
+    func countsIfUserExists(userID: UUID, epoch: Int? = nil, on db: any Database) async throws -> InboxCounts? {
+        // A page token's stream also needs the session it came from to be current.
+        let current = epoch.map { SQLQueryString("AND session_epoch = \(bind: $0)") } ?? ""
         let row = try await db.sql.raw(
             """
-            SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID)) AS users,
+            SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID) \(current)) AS users,
             \(unsafeRaw: Self.unreadSum) AS unread, \(unsafeRaw: Self.unseenSum) AS unseen
             FROM notifications
             WHERE user_id = \(bind: userID) AND in_inbox = \(bind: true) AND available_at <= \(bind: now())
@@ -279,7 +281,7 @@ extension BelfryContext {
 
 extension SQLPredicateBuilder {
     /// Rows meant for the inbox and due by `now`: what its reads and marks see. The stream's
-    /// first counts (``InboxStore/countsIfUserExists(userID:on:)``) say the same in SQL.
+    /// first counts (``InboxStore/countsIfUserExists(userID:epoch:on:)``) say the same in SQL.
     @discardableResult
     fileprivate func inInboxAndDue(by now: Date) -> Self {
         self.where("in_inbox", .equal, true).where("available_at", .lessThanOrEqual, now)

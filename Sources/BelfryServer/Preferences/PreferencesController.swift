@@ -8,11 +8,11 @@ import Vapor
 struct PreferencesController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         let me = routes.grouped("v1", "me", "preferences")
-        me.get(use: { req in try await show(req, user: try await req.requireUser()) })
+        me.get(use: { req in try await show(req, user: try await req.requireUser(page: .preferences)) })
         me.patch(
             "categories", ":category",
             use: { req in
-                let user = try await req.requireUser()
+                let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.category(
                     try req.pathParameter("category"),
                     try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
@@ -21,7 +21,7 @@ struct PreferencesController: RouteCollection {
         me.patch(
             "categories", ":category", "channels", ":channel",
             use: { req in
-                let user = try await req.requireUser()
+                let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.channelInCategory(
                     channel: try req.pathParameter("channel"), category: try req.pathParameter("category"),
                     try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
@@ -30,14 +30,15 @@ struct PreferencesController: RouteCollection {
         me.patch(
             "channels", ":channel",
             use: { req in
-                let user = try await req.requireUser()
+                let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.overallChannel(
                     try req.pathParameter("channel"),
                     try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self, keys: ["preference"])
                         .preference)
                 return try await patch(req, user: user, change: change)
             })
-        me.post("changes", use: { req in try await changeMany(req, user: try await req.requireUser()) })
+        me.post(
+            "changes", use: { req in try await changeMany(req, user: try await req.requireUser(page: .preferences)) })
 
         let server = routes.grouped("v1", "users", ":user_id", "preferences")
         server.get(use: { req in

@@ -2,6 +2,7 @@ import BelfryCore
 import BelfryMail
 import Fluent
 import Foundation
+import SQLKit
 import Vapor
 
 /// Server-side user management: `/v1/users/{user_id}` (API key).
@@ -12,6 +13,7 @@ struct UsersController: RouteCollection {
         users.get(use: show)
         users.delete(use: erase)
         users.post("tokens", use: mintToken)
+        users.delete("sessions", use: signOutEverywhere)
     }
 
     @Sendable func upsert(req: Request) async throws -> Response {
@@ -84,6 +86,21 @@ struct UsersController: RouteCollection {
         let externalID = try req.userIDParameter()
         try await UserErasure.erase(externalID, storage: req.belfry.database, on: req.db)
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
+        return .noContent
+    }
+
+    /// `DELETE /v1/users/{user_id}/sessions` (an API key, or the user's own token): signs the
+    /// user out of every browser. Their page sessions and the page tokens minted from them stop
+    /// working at their next request, on every instance; tokens the backend minted are not touched.
+    @Sendable func signOutEverywhere(req: Request) async throws -> HTTPStatus {
+        let user = try await req.requireServerOrPathUser()
+        let userID = try user.requireID()
+        try await req.belfry.database.write(req.db) { db in
+            try await db.sql.raw(
+                "UPDATE users SET session_epoch = session_epoch + 1 WHERE id = \(bind: userID)"
+            ).run()
+        }
+        req.logger.info("signed out everywhere", metadata: ["belfry.user": "\(user.externalID)"])
         return .noContent
     }
 

@@ -79,17 +79,13 @@ struct UnsubscribeController: RouteCollection {
                 "belfry.user": "\(target.user.externalID)", "belfry.scopes": "tenant:\(target.link.tenant)",
                 "belfry.changes": "1", "belfry.via": "unsubscribe link",
             ])
-        let preferences = try req.webSigner.link(
-            page: "preferences", userID: userID, externalID: target.user.externalID, now: req.belfry.now(),
-            lifetime: 3600)
-        let tenant = target.link.tenant.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        // The answer carries no credential: a one-click link travels in forwarded mail, and
+        // whoever holds it may turn these emails off, nothing more.
         return page(title: "You will get no more of these emails") {
             el("p", .role("status")) {
                 "“\(target.category.name)” emails on \(target.tenantName) are off. They still reach your inbox."
             }
-            el("p") {
-                el("a", .href("/preferences?link=\(preferences)&tenant=\(tenant)")) { "Choose what else you get" }
-            }
+            el("p") { "To choose what else you get, follow “Choose what you get” at the end of any of our emails." }
         }
     }
 

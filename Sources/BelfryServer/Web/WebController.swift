@@ -5,7 +5,8 @@ import Vapor
 
 /// The browser pages: `/preferences` and `/inbox` (server-rendered, working without JS), the
 /// token and link exchange that signs a browser in, the static assets, and the service worker.
-/// The pages' scripts call the JSON API with a short-lived user token the page hands them.
+/// The pages' scripts call the JSON API with a short-lived page token that reaches only the
+/// routes of the page that handed it out.
 struct WebController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         let pages = routes.grouped(WebErrorMiddleware())
@@ -13,6 +14,7 @@ struct WebController: RouteCollection {
         pages.post("preferences", use: savePreferences)
         pages.get("inbox", use: inbox)
         pages.post("inbox", use: changeInbox)
+        pages.post("web", "session", use: signIn)
         routes.post("web", "session", "token", use: apiToken)
         routes.get("web", ":file", use: asset)
         routes.get("sw.js", use: serviceWorker)
@@ -23,22 +25,37 @@ struct WebController: RouteCollection {
 
     // MARK: Signing in
 
-    /// Trades `?token=` (a user token) or `?link=` (a signed one-click link) for a session cookie,
-    /// and sends the browser on to the same page without the credential in its address.
-    private func exchange(_ req: Request, page: WebLayout.Page) async throws -> Response? {
-        let token = req.query[String.self, at: "token"]
-        let link = req.query[String.self, at: "link"]
+    /// What a token or a link on a page's address grants: one user, some pages, until a time.
+    private struct Grant {
+        var user: UserModel
+        var pages: [WebLayout.Page]
+        /// Seconds since 1970: a session started from it ends no later.
+        var until: Int
+    }
+
+    /// The grant of `?token=` (a backend's user token: both pages) or `?link=` (a signed link:
+    /// its page only) for `page`, or `nil` when the address carries neither.
+    private func grant(token: String?, link: String?, page: WebLayout.Page, _ req: Request) async throws -> Grant? {
         guard token != nil || link != nil else { return nil }
         let now = req.belfry.now()
         let userID: UUID
+        let pages: [WebLayout.Page]
+        let until: Int
         if let token {
+            let subject: UserTokens.Subject
             do {
-                userID = try await req.belfry.tokens.verify(token, now: now).userID
+                subject = try await req.belfry.tokens.verify(token, now: now)
             } catch .expired {
                 throw BelfryError(.tokenExpired, "This sign-in token has expired. Ask the app for a new link.")
             } catch {
                 throw BelfryError(.invalidToken, "This sign-in token is not valid.")
             }
+            guard subject.page == nil else {
+                throw BelfryError(.invalidToken, "This token belongs to a page's scripts and signs no one in.")
+            }
+            (userID, pages, until) = (
+                subject.userID, [.preferences, .inbox], Int(subject.expiresAt.timeIntervalSince1970)
+            )
         } else {
             guard let link, let parsed = req.webSigner.verify(link, as: WebLink.self), parsed.kind == "link" else {
                 throw BelfryError(.invalidLink, "This link is not valid. Ask for a new one.")
@@ -49,39 +66,103 @@ struct WebController: RouteCollection {
             guard parsed.page == page.rawValue else {
                 throw BelfryError(.invalidLink, "This link is for another page.")
             }
-            userID = parsed.uid
+            (userID, pages, until) = (parsed.uid, [page], parsed.exp)
         }
         guard let user = try await UserModel.find(userID, on: req.db) else {
             throw BelfryError(.invalidToken, "The account of this link no longer exists.")
         }
-        let session = req.webSigner.newSession(userID: try user.requireID(), externalID: user.externalID, now: now)
-        var location = "/\(page.rawValue)"
-        if let tenant = req.query[String.self, at: "tenant"], req.belfry.workspace.tenant(tenant) != nil {
-            location += "?tenant=\(tenant)"
+        return Grant(user: user, pages: pages, until: until)
+    }
+
+    /// `GET /{page}?token=…` or `?link=…`: asks before signing in. Following a link signs
+    /// nobody in by itself, so a link from another site cannot sign a browser in as the
+    /// link's owner (login CSRF); a browser already signed in as that user goes straight on.
+    private func exchange(_ req: Request, page: WebLayout.Page) async throws -> Response? {
+        let token = req.query[String.self, at: "token"]
+        let link = req.query[String.self, at: "link"]
+        guard let grant = try await grant(token: token, link: link, page: page, req) else { return nil }
+        let tenant = req.query[String.self, at: "tenant"].flatMap { req.belfry.workspace.tenant($0)?.id }
+        if let (session, user) = try await req.webSession(), user.id == grant.user.id,
+            session.opens(page, at: req.belfry.now())
+        {
+            return Self.redirect(req, to: page, tenant: tenant)
         }
-        let response = req.redirect(to: location, redirectType: .normal)
+        let nonce = randomToken(bytes: 16)
+        var fields = [("page", page.rawValue), ("_csrf", req.webSigner.csrfToken(nonce: "signin:\(nonce)"))]
+        if let token { fields.append(("token", token)) } else if let link { fields.append(("link", link)) }
+        if let tenant { fields.append(("tenant", tenant)) }
+        let response = WebResponse.html(
+            WebResponse.signInPage(page: page, userName: grant.user.externalID, fields: fields))
         WebResponse.secure(response)
-        response.cookies[WebSession.cookieName] = try req.sessionCookie(session)
-        req.logger.info(
-            "web session started", metadata: ["belfry.user": "\(user.externalID)", "belfry.page": "\(page.rawValue)"])
+        response.cookies[WebSignIn.cookieName] = HTTPCookies.Value(
+            string: nonce, maxAge: WebSignIn.lifetime, path: "/web/session", isSecure: true, isHTTPOnly: true,
+            sameSite: .strict)
         return response
     }
 
-    /// The signed-in session, or a page saying how to sign in.
-    private func requireSession(_ req: Request) async throws -> (WebSession, UserModel) {
+    /// `POST /web/session`: the form of the "continue as …?" page. Starts (or adds the page to)
+    /// the browser's session, never for longer than the token or link allows.
+    @Sendable func signIn(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        guard let page = form["page"].flatMap(WebLayout.Page.init(rawValue:)) else {
+            throw BelfryError.badRequest("A sign-in names its page: preferences or inbox.")
+        }
+        guard let nonce = req.cookies[WebSignIn.cookieName]?.string,
+            req.webSigner.checkCSRF(form["_csrf"], nonce: "signin:\(nonce)")
+        else {
+            throw BelfryError(
+                .csrfFailed, "This sign-in did not start on this site, or has expired. Open your link again.")
+        }
+        guard let grant = try await grant(token: form["token"], link: form["link"], page: page, req) else {
+            throw BelfryError(.invalidLink, "This sign-in carries no token or link. Open your link again.")
+        }
+        let now = req.belfry.now()
+        let existing = try await req.webSession()?.0
+        let session = try req.webSigner.session(
+            for: grant.user, pages: grant.pages, until: grant.until, now: now, adding: existing)
+        let response = Self.redirect(
+            req, to: page, tenant: form["tenant"].flatMap { req.belfry.workspace.tenant($0)?.id })
+        response.cookies[WebSession.cookieName] = try req.sessionCookie(session)
+        response.cookies[WebSignIn.cookieName] = HTTPCookies.Value(
+            string: "", expires: Date(timeIntervalSince1970: 0), maxAge: 0, path: "/web/session", isSecure: true,
+            isHTTPOnly: true, sameSite: .strict)
+        req.logger.info(
+            "web session started",
+            metadata: [
+                "belfry.user": "\(grant.user.externalID)",
+                "belfry.pages": "\(grant.pages.map(\.rawValue).joined(separator: ","))",
+            ])
+        return response
+    }
+
+    private static func redirect(_ req: Request, to page: WebLayout.Page, tenant: String?) -> Response {
+        var location = "/\(page.rawValue)"
+        if let tenant, let encoded = tenant.addingPercentEncoding(withAllowedCharacters: .alphanumerics) {
+            location += "?tenant=\(encoded)"
+        }
+        let response = req.redirect(to: location, redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    /// The signed-in session, if it opens `page`, or a page saying how to sign in.
+    private func requireSession(_ req: Request, page: WebLayout.Page) async throws -> (WebSession, UserModel) {
         guard let signedIn = try await req.webSession() else {
             throw BelfryError(.notSignedIn, "You are not signed in. Open this page from the link in your app or email.")
+        }
+        guard signedIn.0.opens(page, at: req.belfry.now()) else {
+            throw BelfryError(
+                .notSignedIn,
+                "Your link opened another page only. Open your \(page.title) from the link in your app or email.")
         }
         return signedIn
     }
 
-    /// A session and a matching CSRF token (form field `_csrf` or header `X-CSRF-Token`), for every change.
+    /// A session for `page` and a matching CSRF token (form field `_csrf` or header `X-CSRF-Token`), for every change.
     private func requireSessionForChange(
-        _ req: Request, form: [String: String] = [:]
-    ) async throws -> (
-        WebSession, UserModel
-    ) {
-        let (session, user) = try await requireSession(req)
+        _ req: Request, page: WebLayout.Page, form: [String: String] = [:]
+    ) async throws -> (WebSession, UserModel) {
+        let (session, user) = try await requireSession(req, page: page)
         let candidate = form["_csrf"] ?? req.headers.first(name: "X-CSRF-Token")
         guard req.webSigner.checkCSRF(candidate, for: session) else {
             throw BelfryError(
@@ -90,27 +171,37 @@ struct WebController: RouteCollection {
         return (session, user)
     }
 
+    /// A token for `page`'s scripts: it reaches only that page's routes, ends with the session
+    /// (and with "sign out everywhere"), and lives at most `pageTokenLifetime`.
+    private func pageToken(
+        _ req: Request, page: WebLayout.Page, session: WebSession, user: UserModel
+    ) async throws -> UserTokens.Minted {
+        let context = req.belfry
+        let now = context.now()
+        return try await context.tokens.mint(
+            userID: try user.requireID(), externalID: user.externalID, now: now,
+            lifetime: min(Self.pageTokenLifetime, session.remaining(page, at: now)), page: page,
+            epoch: user.sessionEpoch)
+    }
+
     private func layout(
         _ req: Request, page: WebLayout.Page, title: String, session: WebSession, user: UserModel, scripts: [String]
     ) async throws -> WebLayout {
-        let context = req.belfry
-        let userID = try user.requireID()
-        let counts = try await context.inboxStore.counts(userID: userID, tenant: nil, on: req.db)
-        let token = try await context.tokens.mint(
-            userID: userID, externalID: user.externalID, now: context.now(),
-            lifetime: min(Self.pageTokenLifetime, context.tokens.lifetime))
+        let counts = try await req.belfry.inboxStore.counts(userID: try user.requireID(), tenant: nil, on: req.db)
+        let token = try await pageToken(req, page: page, session: session, user: user)
         return WebLayout(
             page: page, title: title, userName: user.externalID, unread: counts.unread,
             csrf: req.webSigner.csrfToken(for: session), apiToken: token.token, scripts: scripts)
     }
 
-    /// `POST /web/session/token` (session cookie and `X-CSRF-Token`): a fresh user token for the page's scripts.
+    /// `POST /web/session/token?page=…` (session cookie and `X-CSRF-Token`): a fresh token for
+    /// the page's scripts, reaching that page's routes only.
     @Sendable func apiToken(req: Request) async throws -> Response {
-        let (_, user) = try await requireSessionForChange(req)
-        let context = req.belfry
-        let minted = try await context.tokens.mint(
-            userID: try user.requireID(), externalID: user.externalID, now: context.now(),
-            lifetime: min(Self.pageTokenLifetime, context.tokens.lifetime))
+        guard let page = req.query[String.self, at: "page"].flatMap(WebLayout.Page.init(rawValue:)) else {
+            throw BelfryError.badRequest("Name the page the token is for: ?page=preferences or ?page=inbox.")
+        }
+        let (session, user) = try await requireSessionForChange(req, page: page)
+        let minted = try await pageToken(req, page: page, session: session, user: user)
         let response = try Response.json(TokenGrant(token: minted.token, expiresAt: minted.expiresAt))
         response.headers.replaceOrAdd(name: .cacheControl, value: "no-store")
         return response
@@ -120,7 +211,7 @@ struct WebController: RouteCollection {
 
     @Sendable func preferences(req: Request) async throws -> Response {
         if let exchanged = try await exchange(req, page: .preferences) { return exchanged }
-        let (session, user) = try await requireSession(req)
+        let (session, user) = try await requireSession(req, page: .preferences)
         let flash: PreferenceCenterPage.Flash? =
             switch req.query[String.self, at: "saved"] {
             case "tenant": .init(text: "Saved.", isError: false)
@@ -150,7 +241,7 @@ struct WebController: RouteCollection {
     /// form post, so every editable item of the page is compared with what the form holds.
     @Sendable func savePreferences(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
-        let (session, user) = try await requireSessionForChange(req, form: form)
+        let (session, user) = try await requireSessionForChange(req, page: .preferences, form: form)
         let tenant = try req.webTenant(form["tenant"])
         let userID = try user.requireID()
         let store = req.belfry.preferenceStore
@@ -226,7 +317,7 @@ struct WebController: RouteCollection {
 
     @Sendable func inbox(req: Request) async throws -> Response {
         if let exchanged = try await exchange(req, page: .inbox) { return exchanged }
-        let (session, user) = try await requireSession(req)
+        let (session, user) = try await requireSession(req, page: .inbox)
         let filter = NotificationCenterPage.Filter(rawValue: req.query[String.self, at: "status"] ?? "all") ?? .all
         var storeFilter = InboxStore.Filter()
         storeFilter.status =
@@ -249,7 +340,7 @@ struct WebController: RouteCollection {
     /// or `action:<action id>`, with the notification's `id`.
     @Sendable func changeInbox(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
-        let (_, user) = try await requireSessionForChange(req, form: form)
+        let (_, user) = try await requireSessionForChange(req, page: .inbox, form: form)
         let userID = try user.requireID()
         let changes = req.belfry.inboxChanges
         let op = form["op"] ?? ""

@@ -3,8 +3,16 @@ import Foundation
 /// The frame every page shares: head with the page's scripts and tokens, the top bar with the
 /// bell, the toast region, and the main landmark.
 struct WebLayout {
-    enum Page: String {
+    enum Page: String, Sendable {
         case preferences, inbox
+
+        /// How a sentence names it: "your notification preferences".
+        var title: String {
+            switch self {
+            case .preferences: "notification preferences"
+            case .inbox: "inbox"
+            }
+        }
     }
 
     var page: Page
@@ -27,6 +35,7 @@ struct WebLayout {
                 WebResponse.headBasics
                 void("meta", .name("belfry-csrf"), .init("content", csrf))
                 void("meta", .name("belfry-token"), .init("content", apiToken))
+                void("meta", .name("belfry-page"), .init("content", page.rawValue))
                 el("title", .id("page-title"), .data("data-title", title)) { documentTitle }
                 void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
                 void("link", .init("rel", "icon"), .href("data:,"))

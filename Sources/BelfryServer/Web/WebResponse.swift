@@ -33,6 +33,31 @@ enum WebResponse {
         response.headers.replaceOrAdd(name: .cacheControl, value: "no-store")
     }
 
+    /// "Continue as …?": what a page's address with a token or link shows before anyone is
+    /// signed in. `fields` go back hidden in the form.
+    static func signInPage(page: WebLayout.Page, userName: String, fields: [(String, String)]) -> HTML {
+        el("html", .init("lang", "en")) {
+            el("head") {
+                WebResponse.headBasics
+                void("meta", .name("robots"), .init("content", "noindex"))
+                el("title") { "Continue as \(userName)? · Belfry" }
+                void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
+            }
+            el("body") {
+                el("main", .id("main"), .class("error-page sign-in-page")) {
+                    el("h1") { "Continue as \(userName)?" }
+                    el("p") { "This link opens the \(page.title) of \(userName). If that is not you, close this page." }
+                    el("form", .init("method", "post"), .init("action", "/web/session")) {
+                        for (name, value) in fields {
+                            void("input", .type("hidden"), .name(name), .value(value))
+                        }
+                        el("button", .type("submit"), .class("button"), .id("continue")) { "Continue" }
+                    }
+                }
+            }
+        }
+    }
+
     /// A page for an error, with what to do next.
     static func error(status: HTTPStatus, message: String) -> Response {
         let title = status.code == 401 ? "Sign-in needed" : status.code == 404 ? "Not found" : "Something went wrong"

@@ -4,20 +4,44 @@ import Fluent
 import Foundation
 import Vapor
 
-/// A signed-in browser: who it is, until when, and the nonce its CSRF token derives from.
-/// Kept whole in the session cookie, signed, so that any instance sharing the database can read it.
+/// A signed-in browser: who it is, which pages it opens until when, and the nonce its CSRF
+/// token derives from. Kept whole in the session cookie, signed, so that any instance sharing
+/// the database can read it.
 struct WebSession: Codable, Sendable {
     var kind = "session"
     /// The user's internal id: an erased user's session stops working even if the external id is reused.
     var uid: UUID
     var sub: String
     var sid: String
-    /// Expiry, seconds since 1970.
-    var exp: Int
+    /// The pages it opens, each until its own expiry (seconds since 1970): a link opens only its
+    /// page, and never for longer than the link itself would.
+    var pages: [String: Int]
+    /// The user's session epoch when it began: "sign out everywhere" raises the user's.
+    var ep: Int
 
     static let cookieName = "belfry_session"
-    /// How long a browser stays signed in after exchanging a token or a link.
+    /// The longest a browser stays signed in after exchanging a token or a link.
     static let lifetime = 12 * 3600
+
+    /// When the last of its pages closes: the cookie's own expiry.
+    var exp: Int { pages.values.max() ?? 0 }
+
+    func opens(_ page: WebLayout.Page, at now: Date) -> Bool {
+        (pages[page.rawValue] ?? 0) > Int(now.timeIntervalSince1970)
+    }
+
+    /// Seconds `page` stays open from `now`.
+    func remaining(_ page: WebLayout.Page, at now: Date) -> Int {
+        max(0, (pages[page.rawValue] ?? 0) - Int(now.timeIntervalSince1970))
+    }
+}
+
+/// A sign-in in progress: the page that asks "continue as …?" sets a random nonce in a cookie
+/// only this site reads, and its form carries a MAC of it, so a form posted from another site
+/// cannot sign a browser in as someone else.
+enum WebSignIn {
+    static let cookieName = "belfry_signin"
+    static let lifetime = 900
 }
 
 /// A one-click link for emails: opens `page` as the user until it expires.
@@ -89,10 +113,23 @@ struct WebSigner: Sendable {
         return HMAC<SHA256>.isValidAuthenticationCode(given, authenticating: Data("csrf:\(nonce)".utf8), using: key)
     }
 
-    func newSession(userID: UUID, externalID: String, now: Date) -> WebSession {
-        WebSession(
-            uid: userID, sub: externalID, sid: randomToken(bytes: 16),
-            exp: Int(now.timeIntervalSince1970) + WebSession.lifetime)
+    /// A session opening `pages` for `user` until `until` (capped at the session lifetime); it
+    /// adds to `existing` when that is the same user's current session, so a link to the inbox
+    /// does not close the preferences a token opened.
+    func session(
+        for user: UserModel, pages: [WebLayout.Page], until: Int, now: Date, adding existing: WebSession?
+    ) throws -> WebSession {
+        let userID = try user.requireID()
+        let expiry = min(until, Int(now.timeIntervalSince1970) + WebSession.lifetime)
+        var session = WebSession(
+            uid: userID, sub: user.externalID, sid: randomToken(bytes: 16), pages: [:], ep: user.sessionEpoch)
+        if let existing, existing.uid == userID, existing.ep == user.sessionEpoch {
+            session.pages = existing.pages.filter { $0.value > Int(now.timeIntervalSince1970) }
+        }
+        for page in pages {
+            session.pages[page.rawValue] = max(session.pages[page.rawValue] ?? 0, expiry)
+        }
+        return session
     }
 
     /// A link to `page` (`preferences` or `inbox`) that signs `user` in for `lifetime` seconds.
@@ -104,12 +141,13 @@ struct WebSigner: Sendable {
 extension Request {
     var webSigner: WebSigner { belfry.webSigner }
 
-    /// The signed-in browser's session and user, or `nil` when there is no valid, unexpired session.
+    /// The signed-in browser's session and user, or `nil` when there is no valid, unexpired
+    /// session of a user who has not signed out everywhere since.
     func webSession() async throws -> (WebSession, UserModel)? {
         guard let cookie = cookies[WebSession.cookieName]?.string,
             let session = webSigner.verify(cookie, as: WebSession.self), session.kind == "session",
             session.exp > Int(belfry.now().timeIntervalSince1970),
-            let user = try await UserModel.find(session.uid, on: db)
+            let user = try await UserModel.find(session.uid, on: db), user.sessionEpoch == session.ep
         else { return nil }
         return (session, user)
     }
@@ -119,7 +157,7 @@ extension Request {
     /// link followed from an email arrives signed in.
     func sessionCookie(_ session: WebSession) throws -> HTTPCookies.Value {
         HTTPCookies.Value(
-            string: try webSigner.sign(session), maxAge: WebSession.lifetime, path: "/",
-            isSecure: true, isHTTPOnly: true, sameSite: .lax)
+            string: try webSigner.sign(session), maxAge: max(0, session.exp - Int(belfry.now().timeIntervalSince1970)),
+            path: "/", isSecure: true, isHTTPOnly: true, sameSite: .lax)
     }
 }

@@ -7,9 +7,10 @@ window.Belfry = (() => {
   const csrf = meta("belfry-csrf");
   let token = meta("belfry-token");
 
-  // The page's token lives 15 minutes; the session cookie (HttpOnly) buys a new one.
+  // The page's token lives 15 minutes and reaches this page's routes only; the session cookie
+  // (HttpOnly) buys a new one.
   async function refreshToken() {
-    const response = await fetch("/web/session/token", {
+    const response = await fetch(`/web/session/token?page=${encodeURIComponent(meta("belfry-page"))}`, {
       method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": csrf },
     });
     if (!response.ok) {
