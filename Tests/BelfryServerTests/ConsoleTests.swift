@@ -125,4 +125,29 @@ struct ConsoleTests {
             #expect(try await app.send(.GET, "/admin/live").status == .unauthorized)
         }
     }
+
+    @Test("signing out ends every console session of that key, copied cookies too", arguments: TestDatabase.allCases)
+    func signOutRevokes(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            func signIn() async throws -> HTTPHeaders {
+                let signedIn = try await app.send(
+                    .POST, "/admin/session", rawBody: "api_key=\(testAPIKey)", headers: Self.form)
+                let cookie = try #require(signedIn.headers.setCookie?[ConsoleSession.cookieName])
+                return ["Cookie": "\(ConsoleSession.cookieName)=\(cookie.string)"]
+            }
+            let laptop = try await signIn()
+            let copied = laptop
+            let phone = try await signIn()
+            let page = try await app.send(.GET, "/admin", headers: laptop).body.string
+            let csrf = try #require(page.firstMatch(of: /name="_csrf" value="([^"]+)"/)?.output.1)
+            let out = try await app.send(.POST, "/admin/signout", rawBody: "_csrf=\(csrf)", headers: Self.form(laptop))
+            #expect(out.status == .seeOther)
+            for session in [copied, phone] {
+                #expect(try await app.send(.GET, "/admin/live", headers: session).status == .unauthorized)
+                #expect(try await app.send(.GET, "/admin", headers: session).body.string.contains(#"type="password""#))
+            }
+            let fresh = try await signIn()
+            #expect(try await app.send(.GET, "/admin", headers: fresh).body.string.contains("stat-dead"))
+        }
+    }
 }

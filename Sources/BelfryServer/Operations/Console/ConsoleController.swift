@@ -12,6 +12,8 @@ struct ConsoleSession: Codable, Sendable {
     var key: String
     /// Expiry, seconds since 1970.
     var exp: Int
+    /// The key's console epoch when it began: signing out raises it and ends every session of the key.
+    var ep: Int
 
     static let cookieName = "belfry_console"
     static let lifetime = 8 * 3600
@@ -44,8 +46,10 @@ struct ConsoleController: RouteCollection {
                 ConsolePages.signIn(message: "That is not one of this server's API keys."), status: .unauthorized)
         }
         let now = Int(req.belfry.now().timeIntervalSince1970)
+        let fingerprint = APIKeys.fingerprint(key)
+        let epoch = try await CredentialEpochs.current(CredentialEpochs.console(fingerprint), on: req.db)
         let session = ConsoleSession(
-            sid: randomToken(bytes: 16), key: APIKeys.fingerprint(key), exp: now + ConsoleSession.lifetime)
+            sid: randomToken(bytes: 16), key: fingerprint, exp: now + ConsoleSession.lifetime, ep: epoch)
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
@@ -56,7 +60,11 @@ struct ConsoleController: RouteCollection {
     }
 
     @Sendable func signOut(req: Request) async throws -> Response {
-        _ = try requireSessionForChange(req, form: try WebForm.parse(req))
+        let session = try await requireSessionForChange(req, form: try WebForm.parse(req))
+        // Server-side: the cookie may have been copied, and a cleared cookie revokes nothing.
+        let credential = CredentialEpochs.console(session.key)
+        try await req.belfry.database.write(req.db) { db in try await CredentialEpochs.raise(credential, on: db) }
+        req.logger.info("console signed out")
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
@@ -65,24 +73,26 @@ struct ConsoleController: RouteCollection {
         return response
     }
 
-    /// The signed-in session, if the cookie is valid, unexpired and its key still configured.
-    private func session(_ req: Request) -> ConsoleSession? {
+    /// The signed-in session, if the cookie is valid, unexpired, its key still configured and
+    /// not signed out since.
+    private func session(_ req: Request) async throws -> ConsoleSession? {
         guard let cookie = req.cookies[ConsoleSession.cookieName]?.string,
             let session = req.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
-            session.exp > Int(req.belfry.now().timeIntervalSince1970), req.belfry.apiKeys.has(fingerprint: session.key)
+            session.exp > Int(req.belfry.now().timeIntervalSince1970), req.belfry.apiKeys.has(fingerprint: session.key),
+            try await CredentialEpochs.current(CredentialEpochs.console(session.key), on: req.db) == session.ep
         else { return nil }
         return session
     }
 
-    private func requireSession(_ req: Request) throws -> ConsoleSession {
-        guard let session = session(req) else {
+    private func requireSession(_ req: Request) async throws -> ConsoleSession {
+        guard let session = try await session(req) else {
             throw BelfryError(.notSignedIn, "Sign in to the console at /admin with an API key.")
         }
         return session
     }
 
-    private func requireSessionForChange(_ req: Request, form: [String: String]) throws -> ConsoleSession {
-        let session = try requireSession(req)
+    private func requireSessionForChange(_ req: Request, form: [String: String]) async throws -> ConsoleSession {
+        let session = try await requireSession(req)
         guard req.webSigner.checkCSRF(form["_csrf"], nonce: session.csrfNonce) else {
             throw BelfryError(
                 .csrfFailed, "This form has expired or did not come from this site. Reload the page and try again.")
@@ -93,7 +103,7 @@ struct ConsoleController: RouteCollection {
     // MARK: Pages
 
     @Sendable func overview(req: Request) async throws -> Response {
-        guard let session = session(req) else {
+        guard let session = try await session(req) else {
             return WebResponse.html(ConsolePages.signIn(message: nil))
         }
         let context = req.belfry
@@ -107,7 +117,7 @@ struct ConsoleController: RouteCollection {
     }
 
     @Sendable func event(req: Request) async throws -> Response {
-        let session = try requireSession(req)
+        let session = try await requireSession(req)
         let id = try Self.eventID(req)
         guard let detail = try await req.belfry.consoleData.event(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
@@ -120,7 +130,7 @@ struct ConsoleController: RouteCollection {
     /// Queues the event's dead deliveries again, then goes back where the button was.
     @Sendable func retry(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
-        _ = try requireSessionForChange(req, form: form)
+        _ = try await requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
         let context = req.belfry
         guard try await context.eventIntake.exists(id, on: req.db) else {
@@ -154,7 +164,7 @@ struct ConsoleController: RouteCollection {
     /// `GET /admin/live`: server-sent events. Every two seconds the overview is read again, and
     /// an `overview` event carries the sections that changed, as HTML by element id.
     @Sendable func live(req: Request) async throws -> Response {
-        let session = try requireSession(req)
+        let session = try await requireSession(req)
         let context = req.belfry
         let csrf = req.webSigner.csrfToken(nonce: session.csrfNonce)
         let db = req.db
