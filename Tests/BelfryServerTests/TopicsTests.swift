@@ -36,23 +36,69 @@ struct TopicsTests {
                 try await app.send(.GET, "/v1/topics/never-used", bearer: testAPIKey).decode(TopicSummary.self)
                     .subscribers == 0)
 
-            // A user token follows and leaves topics for its own user only.
+            // A user token follows (a followable topic) and leaves topics for its own user only.
             let ada = try await app.userToken("ada")
             #expect(
-                try await app.send(.PUT, "/v1/me/topics/project-42", bearer: ada).decode(UserTopics.self).topics == [
-                    "page:Bell_tower", "project-42",
-                ])
-            #expect(try await app.send(.PUT, "/v1/me/topics/project-42", bearer: ada).status == .ok, "again: no change")
+                try await app.send(.PUT, "/v1/me/topics/page:Main_Page", bearer: ada).decode(UserTopics.self).topics
+                    == ["page:Bell_tower", "page:Main_Page"])
+            #expect(try await app.send(.PUT, "/v1/me/topics/page:Main_Page", bearer: ada).status == .ok, "again")
             #expect(
                 try await app.send(.DELETE, "/v1/me/topics/page:Bell_tower", bearer: ada).decode(UserTopics.self)
-                    .topics == ["project-42"])
+                    .topics == ["page:Main_Page"])
             #expect(
-                try await app.send(.GET, "/v1/me/topics", bearer: ada).decode(UserTopics.self).topics == ["project-42"])
+                try await app.send(.GET, "/v1/me/topics", bearer: ada).decode(UserTopics.self).topics == [
+                    "page:Main_Page"
+                ])
             #expect(try await Self.put(app, "project-42", ["ada"]).decode(TopicSummary.self).subscribers == 1)
             #expect(
                 try await app.send(
                     .PUT, "/v1/topics/project-42/subscribers", bearer: ada, json: TopicSubscribers(users: ["bob"])
                 ).status == .forbidden)
+        }
+    }
+
+    @Test("users follow only the topics the workspace lists; the rest are the backend's")
+    func followableOnly() async throws {
+        try await withBelfry(.sqlite) { app in
+            #expect(try await Self.put(app, "project-secret", ["alice"]).status == .ok)
+            let mallory = try await app.userToken("mallory")
+            let refused = try await app.send(.PUT, "/v1/me/topics/project-secret", bearer: mallory)
+            #expect(refused.status == .forbidden)
+            #expect(try refused.decode(ErrorBody.self).error.code == "topic_not_followable")
+            #expect(refused.body.string.contains("followable_topics"))
+            #expect(try await app.send(.GET, "/v1/me/topics", bearer: mallory).decode(UserTopics.self).topics == [])
+
+            // The confidential event reaches Alice only.
+            let sent = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey,
+                json: EventRequest(
+                    category: "mention", topic: "project-secret",
+                    content: .init(title: "Confidential: layoffs list", body: "…")))
+            #expect(sent.status == .accepted)
+            try await EventsAPITests.fanOut(app)
+            let status = try await EventsAPITests.status(app, try sent.decode(EventAccepted.self).eventID)
+            #expect(status.notifications == 1, "Alice's only")
+        }
+    }
+
+    @Test("followable topics are names or prefixes ending in *")
+    func followablePatterns() throws {
+        var workspace = WorkspaceConfig.demo
+        workspace.followableTopics = ["page:*", "announcements"]
+        #expect(workspace.userMayFollow("page:Bell_tower"))
+        #expect(workspace.userMayFollow("announcements"))
+        #expect(!workspace.userMayFollow("announcements-internal"))
+        #expect(!workspace.userMayFollow("project-secret"))
+        workspace.followableTopics = nil
+        #expect(!workspace.userMayFollow("page:Bell_tower"))
+        let bad =
+            #"{"channels":[{"id":"inbox","kind":"inbox"}],"categories":[{"id":"c","name":"C","channels":["inbox"]}],"tenants":[{"id":"t","name":"T"}],"followable_topics":["page:*","bad topic","a*b"]}"#
+        #expect {
+            try WorkspaceConfig.decodeFile(Data(bad.utf8))
+        } throws: { error in
+            let text = "\(error)"
+            return text.contains("followable_topics[1]") && text.contains("followable_topics[2]")
+                && !text.contains("followable_topics[0]")
         }
     }
 

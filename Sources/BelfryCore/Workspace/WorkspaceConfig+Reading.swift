@@ -2,7 +2,9 @@ import Foundation
 
 extension WorkspaceConfig {
     /// The top-level keys a workspace file may have.
-    public static let fileKeys: Set<String> = ["channels", "sections", "categories", "tenants", "default_tenant"]
+    public static let fileKeys: Set<String> = [
+        "channels", "sections", "categories", "tenants", "default_tenant", "followable_topics",
+    ]
 
     /// Reads and validates a workspace file's JSON.
     ///
@@ -51,9 +53,24 @@ extension WorkspaceConfig {
         {
             root["default_tenant"].fail("\"\(defaultTenant)\" is not one of the tenants")
         }
+        let followable = root["followable_topics"].list().compactMap(readTopicPattern)
         return WorkspaceConfig(
             channels: channels, sections: sections, categories: categories, tenants: tenants,
-            defaultTenant: defaultTenant)
+            defaultTenant: defaultTenant, followableTopics: root["followable_topics"].isPresent ? followable : nil)
+    }
+
+    /// A topic name, or a prefix of one followed by `*`.
+    private static func readTopicPattern(_ node: ConfigNode) -> String? {
+        guard let pattern = node.string(required: true, maxLength: 129) else { return nil }
+        let name = pattern.hasSuffix("*") ? String(pattern.dropLast()) : pattern
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.@:+-")
+        guard name.count <= 128, name.allSatisfy(allowed.contains), !(name.isEmpty && !pattern.hasSuffix("*")) else {
+            node.fail(
+                "\"\(pattern.prefix(40))\" is neither a topic name (1 to 128 letters, digits or any of _ . @ : + -) "
+                    + "nor such a prefix ending in *")
+            return nil
+        }
+        return pattern
     }
 
     /// Ids already read, for checking references to them.

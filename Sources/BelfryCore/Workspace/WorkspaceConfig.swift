@@ -12,24 +12,37 @@ public struct WorkspaceConfig: Codable, Hashable, Sendable {
     public var tenants: [TenantDefinition]
     /// The tenant used by requests that name none.
     public var defaultTenant: String
+    /// The topics users may follow themselves: names, or prefixes ending in `*` (`page:*`). Every
+    /// other topic is the backend's to manage; `nil` or empty means users follow none themselves.
+    public var followableTopics: [String]?
 
     public init(
         channels: [ChannelDefinition],
         sections: [SectionDefinition],
         categories: [CategoryDefinition],
         tenants: [TenantDefinition],
-        defaultTenant: String
+        defaultTenant: String,
+        followableTopics: [String]? = nil
     ) {
         self.channels = channels
         self.sections = sections
         self.categories = categories
         self.tenants = tenants
         self.defaultTenant = defaultTenant
+        self.followableTopics = followableTopics
     }
 
     enum CodingKeys: String, CodingKey {
         case channels, sections, categories, tenants
         case defaultTenant = "default_tenant"
+        case followableTopics = "followable_topics"
+    }
+
+    /// Whether a user may follow `topic` with their own token.
+    public func userMayFollow(_ topic: String) -> Bool {
+        (followableTopics ?? []).contains { pattern in
+            pattern.hasSuffix("*") ? topic.hasPrefix(pattern.dropLast()) : topic == pattern
+        }
     }
 
     public func channel(_ id: String) -> ChannelDefinition? {

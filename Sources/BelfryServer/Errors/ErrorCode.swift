@@ -13,6 +13,7 @@ enum ErrorCode: String, Sendable, CaseIterable {
     case linkExpired = "link_expired"
     case forbidden
     case csrfFailed = "csrf_failed"
+    case topicNotFollowable = "topic_not_followable"
     case notFound = "not_found"
     case tenantNotFound = "tenant_not_found"
     case categoryNotFound = "category_not_found"
@@ -32,6 +33,8 @@ enum ErrorCode: String, Sendable, CaseIterable {
     case requestTimeout = "request_timeout"
     case unsupportedMediaType = "unsupported_media_type"
     case invalidRequest = "invalid_request"
+    case deviceLimitReached = "device_limit_reached"
+    case rateLimited = "rate_limited"
     case idempotencyKeyReused = "idempotency_key_reused"
     case internalError = "internal_error"
     case notReady = "not_ready"
@@ -42,7 +45,7 @@ enum ErrorCode: String, Sendable, CaseIterable {
         switch self {
         case .badRequest: .badRequest
         case .unauthorized, .invalidToken, .tokenExpired, .notSignedIn, .invalidLink, .linkExpired: .unauthorized
-        case .forbidden, .csrfFailed: .forbidden
+        case .forbidden, .csrfFailed, .topicNotFollowable: .forbidden
         case .notFound, .tenantNotFound, .categoryNotFound, .channelNotFound, .channelNotInCategory, .eventNotFound,
             .userNotFound, .deviceNotFound, .notificationNotFound, .actionNotFound, .quietHoursNotSet, .webPushOff:
             .notFound
@@ -52,7 +55,8 @@ enum ErrorCode: String, Sendable, CaseIterable {
         case .payloadTooLarge: .payloadTooLarge
         case .requestTimeout: .requestTimeout
         case .unsupportedMediaType: .unsupportedMediaType
-        case .invalidRequest, .idempotencyKeyReused: .unprocessableEntity
+        case .invalidRequest, .idempotencyKeyReused, .deviceLimitReached: .unprocessableEntity
+        case .rateLimited: .tooManyRequests
         case .internalError: .internalServerError
         case .notReady, .databaseUnavailable, .storageUnavailable: .serviceUnavailable
         }

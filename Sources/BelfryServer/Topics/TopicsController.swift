@@ -51,9 +51,17 @@ struct TopicsController: RouteCollection {
             UserTopics(topics: try await req.belfry.topicStore.topics(of: try user.requireID(), on: req.db)))
     }
 
+    /// Only the topics the workspace lets users follow: the rest (a project's members, a private
+    /// page's watchers) are the backend's to grant. Leaving any topic is always the user's choice.
     @Sendable func follow(req: Request) async throws -> Response {
         let user = try await req.requireUser()
         let topic = try req.topicParameter()
+        guard req.belfry.workspace.userMayFollow(topic) else {
+            throw BelfryError(
+                .topicNotFollowable,
+                "users may not follow \"\(topic)\" themselves: the workspace's followable_topics "
+                    + "does not list it, so only the backend adds its subscribers")
+        }
         try await req.belfry.topicStore.subscribe(userID: try user.requireID(), to: topic, on: req.db)
         return try await mine(req: req)
     }
