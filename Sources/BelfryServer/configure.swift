@@ -34,6 +34,8 @@ public struct ConfigureOptions: Sendable {
     public var jitter: @Sendable () -> Double
     /// Run fan-out and delivery workers in the background while the application runs (`belfry serve`).
     public var runWorkers: Bool
+    /// Looks up push services' host names (the system's resolver; a table in tests).
+    var resolver: HostResolver = .system
 
     public init(
         migrate: Bool = true, runWorkers: Bool = false, now: @escaping @Sendable () -> Date = { Date() },
@@ -148,7 +150,8 @@ public func configure(
     app.databaseMonitor = monitor
     let queue = DeliveryQueue(
         database: db, storage: context.database, workspace: context.workspace,
-        providers: try deliveryProviders(app, settings, database: db), metrics: context.metrics, now: now,
+        providers: try deliveryProviders(app, settings, resolver: options.resolver, database: db),
+        metrics: context.metrics, now: now,
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
         signal: context.deliverySignal, onStorageFailure: monitor.noteFailure)
     app.deliveryQueue = queue
@@ -242,7 +245,8 @@ public func configure(
 
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
 private func deliveryProviders(
-    _ app: Application, _ settings: ServerConfiguration, database: @escaping @Sendable () -> any Database
+    _ app: Application, _ settings: ServerConfiguration, resolver: HostResolver,
+    database: @escaping @Sendable () -> any Database
 ) throws -> [ChannelKind: any DeliveryProvider] {
     let context = app.belfry
     var providers: [ChannelKind: any DeliveryProvider] = [
@@ -268,7 +272,15 @@ private func deliveryProviders(
             provider: try APNsProvider(configuration: apns, client: http2, now: context.now))
     }
     if let subject = settings.vapidSubject {
-        providers[.webPush] = WebPushChannel(client: client, key: context.vapidKey, subject: subject, now: context.now)
+        let clients = PinnedClients(
+            shared: client, allowingLoopback: settings.webPushAllowsLoopback, resolver: resolver,
+            now: context.now
+        ) { [eventLoopGroup = app.eventLoopGroup, pem = settings.extraCertificatesPEM] dnsOverride in
+            try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: pem, dnsOverride: dnsOverride)
+        }
+        app.lifecycle.use(PinnedClientsShutdown(clients: clients))
+        providers[.webPush] = WebPushChannel(
+            clients: clients, key: context.vapidKey, subject: subject, now: context.now)
     }
     return providers
 }
@@ -353,6 +365,15 @@ private struct HTTPClientShutdown: LifecycleHandler {
 
     func shutdownAsync(_ application: Application) async {
         try? await client.shutdown()
+    }
+}
+
+/// Shuts the Web Push clients down with the application.
+private struct PinnedClientsShutdown: LifecycleHandler {
+    let clients: PinnedClients
+
+    func shutdownAsync(_ application: Application) async {
+        await clients.shutdown()
     }
 }
 

@@ -49,7 +49,7 @@ struct LogHygieneTests {
             "BELFRY_APNS_KEY_ID": apns.keyID, "BELFRY_APNS_TEAM_ID": apns.teamID,
             "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_APNS_URL": apns.url,
             "BELFRY_EXTRA_CA_FILE": directory.appendingPathComponent("ca.pem").path,
-            "BELFRY_VAPID_SUBJECT": "mailto:ops@example.org",
+            "BELFRY_VAPID_SUBJECT": "mailto:ops@example.org", "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK": "true",
             "BELFRY_VAPID_PRIVATE_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
             "BELFRY_SMTP_URL": "smtp://\(SMTPTestServer.user):\(SMTPTestServer.password)@localhost:\(mail.port)",
             "BELFRY_EMAIL_FROM": "Belfry <notify@example.org>", "BELFRY_PUBLIC_URL": "https://notify.example.org",

@@ -250,10 +250,10 @@ struct ServerConfigurationTests {
         }
         let fromFile = try resolve(["BELFRY_CONFIG": "belfry.json", "BELFRY_VAPID_PRIVATE_KEY_PATH": "vapid.pem"])
         #expect(fromFile.vapidSubject == "mailto:ops@example.org")
-        #expect(fromFile.webPushAllowsLoopbackHTTP)
+        #expect(fromFile.webPushAllowsLoopback)
         #expect(fromFile.vapidKeyPEM == key)
         let off = try resolve([:])
-        #expect(off.vapidSubject == nil && !off.webPushAllowsLoopbackHTTP && off.vapidKeyPEM == nil)
+        #expect(off.vapidSubject == nil && !off.webPushAllowsLoopback && off.vapidKeyPEM == nil)
 
         let error = try #require(throws: ConfigError.self) {
             try resolve([

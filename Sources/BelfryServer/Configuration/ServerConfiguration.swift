@@ -36,6 +36,7 @@ public struct ServerConfiguration: Sendable {
     public var deliveryLease: Int
     /// Days after which read or archived inbox notifications are purged.
     public var retentionDays: Int
+    public var maxDevicesPerUser: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
     public var webhook: Webhook?
     /// The APNs provider's token key and ids; `nil` turns APNs off.
@@ -45,7 +46,7 @@ public struct ServerConfiguration: Sendable {
     /// The VAPID signing key (PEM); `nil` means one is created and kept in the database.
     public var vapidKeyPEM: String?
     /// Accept `http://` push endpoints on loopback (local test endpoints only).
-    public var webPushAllowsLoopbackHTTP: Bool
+    public var webPushAllowsLoopback: Bool
     /// Certificates (PEM) trusted for outbound TLS besides the system's, for test servers and corporate proxies.
     public var extraCertificatesPEM: String?
     /// The email channel's relay and sender; `nil` turns email off.
@@ -111,12 +112,13 @@ public struct ServerConfiguration: Sendable {
         idleTimeout: Int = 60,
         deliveryLease: Int = 120,
         retentionDays: Int = 90,
+        maxDevicesPerUser: Int = 20,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
         extraCertificatesPEM: String? = nil,
         vapidSubject: String? = nil,
         vapidKeyPEM: String? = nil,
-        webPushAllowsLoopbackHTTP: Bool = false,
+        webPushAllowsLoopback: Bool = false,
         email: Email? = nil,
         publicURL: String? = nil,
         metricsToken: String? = nil
@@ -136,12 +138,13 @@ public struct ServerConfiguration: Sendable {
         self.idleTimeout = idleTimeout
         self.deliveryLease = deliveryLease
         self.retentionDays = retentionDays
+        self.maxDevicesPerUser = maxDevicesPerUser
         self.webhook = webhook
         self.apns = apns
         self.extraCertificatesPEM = extraCertificatesPEM
         self.vapidSubject = vapidSubject
         self.vapidKeyPEM = vapidKeyPEM
-        self.webPushAllowsLoopbackHTTP = webPushAllowsLoopbackHTTP
+        self.webPushAllowsLoopback = webPushAllowsLoopback
         self.email = email
         self.publicURL = publicURL
         self.metricsToken = metricsToken
@@ -278,6 +281,8 @@ public struct ServerConfiguration: Sendable {
 
         let retentionDays =
             pick(.retentionDays) { parseInt($0, in: 1...3650) } ?? 90
+        let maxDevicesPerUser =
+            pick(.maxDevicesPerUser) { parseInt($0, in: 1...1000) } ?? 20
         let webhookURL = pick(.webhookURL) {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
@@ -420,9 +425,9 @@ public struct ServerConfiguration: Sendable {
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, logFormat: logFormat, maxBodySize: maxBodySize,
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
-            retentionDays: retentionDays, webhook: webhook,
+            retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
-            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopbackHTTP: allowLoopbackHTTP,
+            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
     }
 

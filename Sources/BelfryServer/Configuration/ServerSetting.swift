@@ -77,6 +77,9 @@ public struct ServerSetting: Sendable {
     static let retentionDays = Self(
         summary: "days after which read or archived inbox notifications are purged (1 to 3650)",
         environment: "BELFRY_RETENTION_DAYS", file: "retention_days", defaultValue: "`90`")
+    static let maxDevicesPerUser = Self(
+        summary: "devices (apps and browsers) one user may register; more get 422 (1 to 1000)",
+        environment: "BELFRY_MAX_DEVICES_PER_USER", file: "max_devices_per_user", defaultValue: "`20`")
     static let webhookURL = Self(
         summary: "webhook channel URL (http or https)", environment: "BELFRY_WEBHOOK_URL", file: "webhook_url",
         defaultValue: "off")
@@ -109,7 +112,8 @@ public struct ServerSetting: Sendable {
         file: "vapid_private_key_path",
         defaultValue: "created once and kept in the database")
     static let webPushLoopbackHTTP = Self(
-        summary: "accept `http://` push endpoints on loopback", environment: "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK",
+        summary: "accept push endpoints at loopback IP addresses, over `http://` too (for tests only)",
+        environment: "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK",
         file: "webpush_allow_http_loopback", defaultValue: "`false`")
     static let smtpURL = Self(
         summary:
@@ -128,7 +132,8 @@ public struct ServerSetting: Sendable {
     /// Every setting, in the guide's order.
     public static let all: [ServerSetting] = [
         config, hostname, port, database, apiKeys, tokenSecret, tokenLifetime, logLevel, logFormat, maxBodySize,
-        requestTimeout, idleTimeout, deliveryLease, retentionDays, webhookURL, webhookSecret, apnsKey, apnsKeyID,
+        requestTimeout, idleTimeout, deliveryLease, retentionDays, maxDevicesPerUser, webhookURL, webhookSecret,
+        apnsKey, apnsKeyID,
         apnsTeamID, apnsTopic, apnsURL, extraCertificates, vapidSubject, vapidKey, webPushLoopbackHTTP, smtpURL,
         emailFrom, publicURL, metricsToken,
     ]

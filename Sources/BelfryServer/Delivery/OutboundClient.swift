@@ -24,10 +24,14 @@ extension HTTPClient {
     /// open (HTTP/2 where the server offers it, so one connection carries many requests at
     /// once), trusts the extra certificates, and never follows redirects: a 301 would turn a
     /// signed POST into a GET elsewhere and its 2xx would count as delivered.
-    static func outbound(eventLoopGroup: any EventLoopGroup, extraCertificatesPEM: String?) throws -> HTTPClient {
+    /// `dnsOverride` maps host names to the addresses to connect to instead of resolving them.
+    static func outbound(
+        eventLoopGroup: any EventLoopGroup, extraCertificatesPEM: String?, dnsOverride: [String: String] = [:]
+    ) throws -> HTTPClient {
         var configuration = HTTPClient.Configuration(
             tlsConfiguration: try .outbound(extraCertificatesPEM: extraCertificatesPEM),
             redirectConfiguration: .disallow)
+        configuration.dnsOverride = dnsOverride
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
         configuration.httpVersion = .automatic
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = outboundConnectionsPerHost

@@ -59,13 +59,61 @@ struct DeviceStore: Sendable {
         var userAgent: String?
     }
 
-    /// Stores a registration: a new device, or the same token's device updated (and moved to
-    /// `userID`, and active again if it had been retired).
-    /// - Returns: the device, and whether it is new.
-    func register(_ registration: Registration, userID: UUID, on db: any Database) async throws -> (Device, Bool) {
+    /// What a registration did.
+    struct Registered: Sendable {
+        var device: Device
+        var created: Bool
+        /// The user the token or subscription belonged to before, when it moved to this user.
+        var movedFrom: UUID?
+    }
+
+    /// Stores a registration: a new device, or the same token's device updated (and active again
+    /// if it had been retired). A token another user registered moves to `userID` as a new
+    /// device, the old one removed, so that nothing queued for its previous owner reaches the
+    /// new one; a Web Push subscription moves only with its keys, which only its browser has.
+    /// A user holds at most `limit` active devices.
+    func register(
+        _ registration: Registration, userID: UUID, limit: Int, on db: any Database
+    ) async throws -> Registered {
         let now = now()
         let newID = UUID()
-        let id: UUID = try await storage.write(db) { tx in
+        let kind = storage.kind
+        let (id, movedFrom): (UUID, UUID?) = try await storage.write(db) { tx in
+            if kind == .postgres {
+                // Concurrent registrations of one user count their devices one after another.
+                try await tx.sql.raw("SELECT id FROM users WHERE id = \(bind: userID) FOR UPDATE").run()
+            }
+            let current = try await tx.sql.select().columns("id", "user_id", "p256dh", "auth_secret").from("devices")
+                .where("platform", .equal, registration.platform.rawValue)
+                .where("address", .equal, registration.address).first()
+            var movedFrom: UUID?
+            if let current, let owner = try current.decode(column: "user_id", as: UUID?.self), owner != userID {
+                if registration.platform == .webPush {
+                    let keys = (
+                        try current.decode(column: "p256dh", as: String?.self),
+                        try current.decode(column: "auth_secret", as: String?.self)
+                    )
+                    guard keys.0 == registration.p256dh, keys.1 == registration.authSecret else {
+                        throw BelfryError.invalid(
+                            "field \"subscription\": this endpoint is registered with other keys; "
+                                + "subscribe again in this browser for a new endpoint")
+                    }
+                }
+                try await tx.sql.delete(from: "devices")
+                    .where("id", .equal, try current.decode(column: "id", as: UUID.self)).run()
+                movedFrom = owner
+            }
+            if current == nil || movedFrom != nil {
+                let row = try await tx.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "count")
+                    .from("devices").where("user_id", .equal, userID).where("retired_at", .is, SQLLiteral.null)
+                    .first()
+                if try row?.decode(column: "count", as: Int.self) ?? 0 >= limit {
+                    throw BelfryError(
+                        .deviceLimitReached,
+                        "a user may register at most \(limit) devices (max_devices_per_user); "
+                            + "remove one with DELETE /v1/me/devices/{device_id} first")
+                }
+            }
             let row = try await tx.sql.insert(into: "devices")
                 .columns(Self.columns)
                 .values(
@@ -78,7 +126,7 @@ struct DeviceStore: Sendable {
                     registration.settings.notificationCenter.rawValue
                 )
                 .onConflict(with: ["platform", "address"]) { update in
-                    Self.columns.filter { !["id", "platform", "address", "created_at"].contains($0) }
+                    Self.columns.filter { !["id", "user_id", "platform", "address", "created_at"].contains($0) }
                         .reduce(update) { $0.set(excludedValueOf: $1) }
                 }
                 .returning("id")
@@ -86,12 +134,12 @@ struct DeviceStore: Sendable {
             guard let row else {
                 throw BelfryError(.internalError, "the device was not stored")
             }
-            return try row.decode(column: "id", as: UUID.self)
+            return (try row.decode(column: "id", as: UUID.self), movedFrom)
         }
         guard let device = try await device(id, on: db) else {
             throw BelfryError(.internalError, "the device was not stored")
         }
-        return (device, id == newID)
+        return Registered(device: device, created: id == newID, movedFrom: movedFrom)
     }
 
     func device(_ id: UUID, on db: any Database) async throws -> Device? {

@@ -44,9 +44,10 @@ struct DevicesController: RouteCollection {
         if subject.page != nil, body.platform != .webPush {
             throw BelfryError(.forbidden, "a page's token registers only its browser's web_push subscription")
         }
-        let registration = try Self.validate(body, allowingLoopbackHTTP: req.belfry.settings.webPushAllowsLoopbackHTTP)
-        let (device, created) = try await req.belfry.deviceStore.register(
-            registration, userID: try user.requireID(), on: req.db)
+        let registration = try Self.validate(body, allowingLoopback: req.belfry.settings.webPushAllowsLoopback)
+        let registered = try await req.belfry.deviceStore.register(
+            registration, userID: try user.requireID(), limit: req.belfry.settings.maxDevicesPerUser, on: req.db)
+        let device = registered.device
         req.logger.info(
             "device registered",
             metadata: [
@@ -54,7 +55,15 @@ struct DevicesController: RouteCollection {
                 "belfry.platform": "\(device.platform.rawValue)",
                 "belfry.authorization": "\(device.authorization.rawValue)",
             ])
-        return try Response.json(device.record, status: created ? .created : .ok)
+        if let previous = registered.movedFrom {
+            req.logger.warning(
+                "device moved between users",
+                metadata: [
+                    "belfry.user": "\(user.externalID)", "belfry.device": "\(device.id)",
+                    "belfry.previous_user_id": "\(previous)",
+                ])
+        }
+        return try Response.json(device.record, status: registered.created ? .created : .ok)
     }
 
     @Sendable func list(req: Request) async throws -> Response {
@@ -75,8 +84,9 @@ struct DevicesController: RouteCollection {
         return .noContent
     }
 
-    /// Checks a registration and turns it into what is stored.
-    static func validate(_ body: DeviceRegistration, allowingLoopbackHTTP: Bool) throws -> DeviceStore.Registration {
+    /// Checks a registration and turns it into what is stored. `allowingLoopback` lets Web Push
+    /// endpoints point at loopback IP addresses, for tests.
+    static func validate(_ body: DeviceRegistration, allowingLoopback: Bool) throws -> DeviceStore.Registration {
         func check(_ value: String?, _ field: String, max: Int) throws {
             guard let value else { return }
             guard !value.isEmpty, value.count <= max else {
@@ -122,12 +132,8 @@ struct DevicesController: RouteCollection {
                 throw BelfryError.invalid("field \"\(field)\" is for apns devices")
             }
             let endpoint = subscription.endpoint
-            guard endpoint.count <= 2048, let url = URL(string: endpoint), let host = url.host, !host.isEmpty,
-                url.scheme == "https" || (url.scheme == "http" && allowingLoopbackHTTP && Self.isLoopback(host))
-            else {
-                throw BelfryError.invalid(
-                    "field \"subscription.endpoint\" must be an https URL of at most 2048 characters"
-                        + (allowingLoopbackHTTP ? " (or http on loopback)" : ""))
+            if let problem = PushEndpoint.problem(with: endpoint, allowingLoopback: allowingLoopback) {
+                throw BelfryError.invalid("field \"subscription.endpoint\" \(problem)")
             }
             do {
                 _ = try WebPushSubscriberKeys(p256dh: subscription.keys.p256dh, auth: subscription.keys.auth)
@@ -140,9 +146,5 @@ struct DevicesController: RouteCollection {
                 settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
                 userAgent: body.userAgent)
         }
-    }
-
-    private static func isLoopback(_ host: String) -> Bool {
-        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
     }
 }

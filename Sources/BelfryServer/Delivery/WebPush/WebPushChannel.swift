@@ -11,7 +11,7 @@ struct WebPushChannel: DeliveryProvider {
     /// Four weeks, what push services keep at most, when neither the event nor the category says.
     static let defaultTTL = 28 * 86_400
 
-    let client: HTTPClient
+    let clients: PinnedClients
     let tokens: VAPIDTokens
     let now: @Sendable () -> Date
 
@@ -25,8 +25,12 @@ struct WebPushChannel: DeliveryProvider {
         delivery.device.flatMap { URL(string: $0.address) }.flatMap(VAPIDKey.origin(of:))
     }
 
-    init(client: HTTPClient, key: VAPIDKey, subject: String, now: @escaping @Sendable () -> Date) {
-        self.client = client
+    /// How long a push service has to answer: they answer in well under a second, and a
+    /// subscription pointing at a host that never answers holds a slot no longer than this.
+    static let timeout: TimeAmount = .seconds(5)
+
+    init(clients: PinnedClients, key: VAPIDKey, subject: String, now: @escaping @Sendable () -> Date) {
+        self.clients = clients
         self.now = now
         tokens = VAPIDTokens(key: key, subject: subject, now: now)
     }
@@ -39,6 +43,15 @@ struct WebPushChannel: DeliveryProvider {
         else {
             return .failed(reason: "the stored subscription is incomplete")
         }
+        let client: HTTPClient
+        do {
+            client = try await clients.client(for: endpoint)
+        } catch .notPublic(let host, let address) {
+            return .retire(
+                device: device.id, reason: "the push service \(host) resolves to \(address), which is not public")
+        } catch {
+            return .retry(reason: "the push service could not be reached: \(error)")
+        }
         do {
             let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
             let body = try WebPushEncryption.encrypt(
@@ -49,7 +62,7 @@ struct WebPushChannel: DeliveryProvider {
             for (name, value) in WebPushMessage.headers(for: content) { request.headers.add(name: name, value: value) }
             request.headers.add(name: "Authorization", value: try tokens.authorization(for: origin))
             request.body = .bytes(ByteBuffer(bytes: body))
-            let response = try await client.execute(request, timeout: .seconds(30))
+            let response = try await client.execute(request, timeout: Self.timeout)
             let text = String(buffer: try await response.body.collect(upTo: 16 * 1024))
             return Self.result(
                 status: Int(response.status.code), body: text,
