@@ -45,6 +45,14 @@ public enum Base64URL {
         return Data(base64Encoded: Data(standard))
     }
 
+    /// Decodes unpadded base64url only in its one canonical spelling: the unused low bits of the
+    /// last character must be zero, so no two strings decode to the same bytes. Signatures are
+    /// read with it: a token with a flipped last character is a different token, and refused.
+    public static func decodeCanonical(_ string: String) -> Data? {
+        guard let data = decode(string), encode(data) == string else { return nil }
+        return data
+    }
+
     private static func isAlphabet(_ byte: UInt8) -> Bool {
         switch byte {
         case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),

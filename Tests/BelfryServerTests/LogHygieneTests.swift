@@ -192,7 +192,8 @@ struct LogHygieneTests {
     }
 
     @Test(
-        "redaction blanks bearer credentials, token and link query values, JWTs and signed links, and leaves the rest")
+        "redaction blanks credentials, token and link values, CSRF tokens, cookies, JWTs and signed links, and leaves the rest"
+    )
     func redaction() {
         let jwt = "eyJ0eXAiOiJKV1QifQ.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJl"
         let cases = [
@@ -207,6 +208,16 @@ struct LogHygieneTests {
             ),
             ("POST /unsubscribe/eyJraW5kIjoidW5zdWJzY3JpYmUifQ.bWFjLXNpZw", "POST /unsubscribe/[redacted]"),
             ("GET /v1/events/01A2 answered 200", "GET /v1/events/01A2 answered 200"),
+            (
+                #"headers: ["X-CSRF-Token": "HbxvOoMzY0ujsloEjkcGPCC0", "Accept": "*/*"]"#,
+                #"headers: ["X-CSRF-Token": "[redacted]", "Accept": "*/*"]"#
+            ),
+            ("x-csrf-token: HbxvOoMzY0ujsloEjkcGPCC0", "x-csrf-token: [redacted]"),
+            (
+                "Cookie: belfry_signin=Qk9iX2; belfry_session=abc.def",
+                "Cookie: belfry_signin=[redacted]; belfry_session=[redacted]"
+            ),
+            ("body: _csrf=HbxvOoMz&op=read", "body: _csrf=[redacted]&op=read"),
         ]
         for (line, redacted) in cases {
             #expect(LogRedaction.redact(line) == redacted)

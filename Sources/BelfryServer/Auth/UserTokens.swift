@@ -1,3 +1,4 @@
+import BelfryWebPush
 import Foundation
 import JWTKit
 
@@ -78,6 +79,12 @@ struct UserTokens: Sendable {
     }
 
     func verify(_ token: String, now: Date) async throws(Failure) -> Subject {
+        // One spelling per token: JWTKit's decoder also takes a signature whose last character
+        // carries stray low bits.
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts.allSatisfy({ Base64URL.decodeCanonical(String($0)) != nil }) else {
+            throw .malformed
+        }
         let payload: Payload
         do {
             payload = try await keys.verify(token, as: Payload.self)

@@ -43,18 +43,21 @@ enum LogRedaction {
         }
     }
 
-    /// `text` with bearer credentials, `token` and `link` query values, and anything shaped like
-    /// a JWT or one of Belfry's signed values (`base64url(JSON).signature`: sign-in links, session
-    /// cookies, unsubscribe links) replaced by `[redacted]`.
+    /// `text` with bearer credentials, `token` and `link` query values, CSRF tokens (header or
+    /// field), Belfry's cookies, and anything shaped like a JWT or one of Belfry's signed values
+    /// (`base64url(JSON).signature`: sign-in links, session cookies, unsubscribe links) replaced
+    /// by `[redacted]`.
     static func redact(_ text: String) -> String {
         // Most lines hold none of these: leave them untouched, cheaply.
         guard
             text.contains("earer") || text.contains("token=") || text.contains("link=") || text.contains("eyJ")
-                || text.contains("vapid")
+                || text.contains("vapid") || text.contains("srf") || text.contains("SRF") || text.contains("belfry_")
         else { return text }
         var text = text
         text.replace(/(?i)(bearer|basic|vapid)\s+[^\s;,"]+/) { match in "\(match.output.1) [redacted]" }
         text.replace(/(?i)([?&](?:token|link)=)[^&\s"]+/) { match in "\(match.output.1)[redacted]" }
+        text.replace(/(?i)(x-csrf-token"?\s*[:=]\s*"?)[^\s,;"\]]+/) { match in "\(match.output.1)[redacted]" }
+        text.replace(/(?i)((?:_csrf|belfry_[a-z]+)=)[^&;\s"]+/) { match in "\(match.output.1)[redacted]" }
         text.replace(/eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]*)?/) { _ in "[redacted]" }
         return text
     }

@@ -36,6 +36,26 @@ enum UserErasure {
             try await sql.delete(from: "batches").where("user_id", .equal, userID).run()
             try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
             try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
+            // An event for this user alone says what it said to them: its content goes too (the
+            // event stays, counted, for its statuses). Shared events keep theirs.
+            try await sql.raw(
+                """
+                UPDATE events SET title = '', body = '', url = NULL, image_url = NULL, data = NULL \
+                WHERE recipients = 1 AND id IN \
+                (SELECT event_id FROM event_recipients WHERE external_id = \(bind: externalID))
+                """
+            ).run()
+            // A topic event part-way through its subscribers remembers the last one done: the
+            // subscriber before this user serves as well, and keeps no trace of the user's id.
+            try await sql.raw(
+                """
+                UPDATE events SET topic_cursor = COALESCE(\
+                (SELECT s.user_id FROM topic_subscriptions s \
+                WHERE s.topic = events.topic AND s.user_id < \(bind: userID) ORDER BY s.user_id DESC LIMIT 1), \
+                \(bind: Fanout.beforeEveryUser)) \
+                WHERE topic_cursor = \(bind: userID)
+                """
+            ).run()
             // Events not yet fanned out would otherwise create the user again; fanned-out ones
             // need their recipient lists no more.
             try await sql.delete(from: "event_recipients").where("external_id", .equal, externalID).run()

@@ -144,9 +144,12 @@ struct UsersController: RouteCollection {
         {
             problems.append("field \"locale\" must be a language tag such as de or pt-BR, got \"\(locale)\"")
         }
-        for (index, tenant) in (body.tenants ?? []).enumerated() where workspace.tenant(tenant) == nil {
-            problems.append("field \"tenants[\(index)]\": no tenant \"\(tenant)\" in this workspace")
+        // Named up to a few: the answer to a list of thousands stays short.
+        let unknown = (body.tenants ?? []).enumerated().filter { workspace.tenant($0.element) == nil }
+        for (index, tenant) in unknown.prefix(3) {
+            problems.append("field \"tenants[\(index)]\": no tenant \"\(tenant.prefix(80))\" in this workspace")
         }
+        if unknown.count > 3 { problems.append("\(unknown.count - 3) more tenants are unknown") }
         if !problems.isEmpty {
             throw BelfryError.invalid(problems.joined(separator: "; "))
         }

@@ -87,8 +87,8 @@ struct WebSigner: Sendable {
     /// The payload, if the signature holds; `nil` for anything tampered with or malformed.
     func verify<T: Decodable>(_ text: String, as type: T.Type) -> T? {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let payload = Base64URL.decode(String(parts[0])),
-            let mac = Base64URL.decode(String(parts[1])),
+        guard parts.count == 2, let payload = Base64URL.decodeCanonical(String(parts[0])),
+            let mac = Base64URL.decodeCanonical(String(parts[1])),
             HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: payload, using: key)
         else { return nil }
         return try? JSONDecoder().decode(T.self, from: payload)
@@ -109,7 +109,7 @@ struct WebSigner: Sendable {
     }
 
     func checkCSRF(_ candidate: String?, nonce: String) -> Bool {
-        guard let candidate, let given = Base64URL.decode(candidate) else { return false }
+        guard let candidate, let given = Base64URL.decodeCanonical(candidate) else { return false }
         return HMAC<SHA256>.isValidAuthenticationCode(given, authenticating: Data("csrf:\(nonce)".utf8), using: key)
     }
 
