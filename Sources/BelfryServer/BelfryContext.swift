@@ -12,7 +12,10 @@ import Vapor
 struct BelfryContext: Sendable {
     let settings: ServerConfiguration
     let database: BelfryDatabase
+    /// The keys of the configuration: the bootstrap admin keys.
     let apiKeys: APIKeys
+    /// The keys created at run time, with scopes.
+    let keyStore: KeyStore
     let tokens: UserTokens
     /// Signs the web pages' session cookies, CSRF tokens and one-click links.
     let webSigner: WebSigner

@@ -126,6 +126,7 @@ public func configure(
         settings: settings,
         database: database,
         apiKeys: apiKeys,
+        keyStore: KeyStore(storage: database, now: now),
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
         webSigner: WebSigner(secret: secret),
         now: now,
@@ -159,6 +160,8 @@ public func configure(
         let clock = ServerClock()
         let fanout = context.fanout
         let retention = context.inboxRetention
+        let audit = context.auditLog
+        let retentionDays = settings.retentionDays
         let consoleData = context.consoleData
         let logger = app.logger
         // On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
@@ -216,6 +219,7 @@ public func configure(
                         if purged > 0 {
                             logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
                         }
+                        try await audit.purge(olderThan: retentionDays, on: db())
                         return false
                     },
                 ]))

@@ -3,8 +3,8 @@ import Vapor
 
 /// Who made a request.
 enum Principal: Sendable {
-    /// A backend holding an API key.
-    case server
+    /// A backend holding an API key, with what the key may do.
+    case server(KeyGrant)
     /// A client holding a user token.
     case user(UserTokens.Subject)
 }
@@ -21,7 +21,8 @@ extension Request {
     }
 
     func principal(for bearer: String) async throws -> Principal {
-        if belfry.apiKeys.accepts(bearer) { return .server }
+        if belfry.apiKeys.accepts(bearer) { return .server(.environment(bearer)) }
+        if let grant = try await belfry.keyStore.grant(for: bearer, on: db) { return .server(grant) }
         do {
             return .user(try await belfry.tokens.verify(bearer, now: belfry.now()))
         } catch .expired {
@@ -35,11 +36,21 @@ extension Request {
         }
     }
 
-    /// Requires an API key.
-    func requireServer() async throws {
-        guard case .server = try await principal() else {
+    /// Requires an API key whose scope is `admin` or one of `scopes` (`admin` alone when none
+    /// are given).
+    @discardableResult
+    func requireServer(_ scopes: KeyScope...) async throws -> KeyGrant {
+        guard case .server(let grant) = try await principal() else {
             throw BelfryError(.forbidden, "this endpoint needs an API key, not a user token")
         }
+        let allowed = scopes.isEmpty ? [.admin] : scopes
+        guard allowed.contains(where: grant.scope.permits) else {
+            throw BelfryError(
+                .forbidden,
+                "the key \"\(grant.name)\" has the \(grant.scope.rawValue) scope; this endpoint needs "
+                    + (allowed + (allowed.contains(.admin) ? [] : [.admin])).map(\.rawValue).joined(separator: " or "))
+        }
+        return grant
     }
 
     /// Requires a user token for a user that still exists. A page's token passes only where
@@ -96,7 +107,12 @@ extension Request {
         let principal = try await principal()
         let externalID = try userIDParameter()
         switch principal {
-        case .server:
+        case .server(let grant):
+            guard grant.scope == .admin else {
+                throw BelfryError(
+                    .forbidden,
+                    "the key \"\(grant.name)\" has the \(grant.scope.rawValue) scope; this endpoint needs admin")
+            }
             return try await UserModel.find(externalID: externalID, on: db)
         case .user(let subject):
             guard subject.externalID == externalID else {

@@ -13,6 +13,7 @@ public struct BelfryCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, LinkCommand.self,
             ConfigCommand.self, TopicsCommand.self, EventsCommand.self, UsersCommand.self, DevicesCommand.self,
+            KeysCommand.self, AuditCommand.self,
         ]
     )
 
@@ -151,6 +152,11 @@ struct ServeCommand: AsyncParsableCommand {
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port
+            let fingerprint = settings.fingerprint(workspace: app.belfry.workspaceFingerprint)
+            try await app.belfry.auditLog.record(
+                .serverStarted, by: "server", subject: "\(settings.hostname):\(port)",
+                detail: "configuration \(fingerprint), workspace \(app.belfry.workspaceFingerprint)"
+                    + ", workers \(noWorkers ? "off" : "on")", on: app.db)
             say("Belfry listening on http://\(settings.hostname):\(port)")
             try await app.running?.onStop.get()
         }

@@ -92,7 +92,11 @@ struct EventsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let queued = try await target.run { app, event in
-                try await app.belfry.deadLetters.retry(event: event, on: app.db)
+                let queued = try await app.belfry.deadLetters.retry(event: event, on: app.db)
+                try await app.belfry.auditLog.record(
+                    .deliveriesRetried, by: "cli", subject: event.uuidString.lowercased(), detail: "\(queued) queued",
+                    on: app.db)
+                return queued
             }
             say("\(queued) dead \(queued == 1 ? "delivery" : "deliveries") queued again")
         }

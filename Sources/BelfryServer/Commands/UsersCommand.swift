@@ -80,6 +80,7 @@ struct UsersCommand: AsyncParsableCommand {
             let user = target.user
             try await target.run { app in
                 try await UserErasure.erase(user, storage: app.belfry.database, on: app.db)
+                try await app.belfry.auditLog.record(.userErased, by: "cli", subject: user, on: app.db)
             }
             say("erased \(user)")
         }

@@ -514,3 +514,24 @@ extension WorkspaceConfig {
         }
     }()
 }
+
+extension ServerConfiguration {
+    /// A short digest of what a start runs with: every setting and the workspace, secrets
+    /// counted only through their own digests. The audit log records it at each start, so a
+    /// changed configuration shows as a new fingerprint.
+    func fingerprint(workspace workspaceFingerprint: String) -> String {
+        func secret(_ text: String?) -> String { text.map { APIKeys.fingerprint($0) } ?? "-" }
+        let lines: [String] = [
+            "hostname=\(hostname)", "port=\(port)", "database=\(database)", "workspace=\(workspaceFingerprint)",
+            "api_keys=\(apiKeys.map { secret($0) }.sorted())", "token_secret=\(secret(tokenSecret))",
+            "token_ttl=\(tokenLifetime)", "log=\(logLevel) \(logFormat)", "max_body=\(maxBodySize)",
+            "timeouts=\(requestTimeout) \(idleTimeout) \(deliveryLease)", "retention=\(retentionDays)",
+            "max_devices=\(maxDevicesPerUser)", "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
+            "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",
+            "vapid=\(vapidSubject ?? "-") \(secret(vapidKeyPEM)) \(webPushAllowsLoopback)",
+            "extra_ca=\(secret(extraCertificatesPEM))", "email=\(email.map { "\($0.smtp) \($0.from)" } ?? "-")",
+            "public_url=\(publicURL ?? "-")", "metrics_token=\(secret(metricsToken))",
+        ]
+        return APIKeys.fingerprint(lines.joined(separator: "\n"))
+    }
+}

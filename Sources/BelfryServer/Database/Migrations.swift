@@ -19,6 +19,7 @@ enum BelfryMigrations {
         AddConsoleHistory(),
         AddDeliveryClaimIndexes(),
         AddSessionEpochs(),
+        CreateAPIKeysAndAuditLog(),
     ]
 }
 

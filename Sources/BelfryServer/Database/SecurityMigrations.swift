@@ -20,3 +20,36 @@ struct AddSessionEpochs: AsyncMigration {
         try await database.schema(UserModel.schema).deleteField("session_epoch").update()
     }
 }
+
+/// API keys created with `belfry keys create`, each with a scope, kept as SHA-256 digests; and
+/// the audit log of what operators and keys did.
+struct CreateAPIKeysAndAuditLog: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("api_keys")
+            .id()
+            .field("name", .string, .required)
+            .field("scope", .string, .required)
+            .field("digest", .string, .required)
+            .field("fingerprint", .string, .required)
+            .field("created_at", .datetime, .required)
+            .field("last_used_at", .datetime)
+            .field("revoked_at", .datetime)
+            .unique(on: "name")
+            .unique(on: "digest")
+            .create()
+        try await database.schema("audit_log")
+            .id()
+            .field("at", .datetime, .required)
+            .field("actor", .string, .required)
+            .field("action", .string, .required)
+            .field("subject", .string)
+            .field("detail", .string)
+            .create()
+        try await database.sql.raw("CREATE INDEX audit_log_at ON audit_log (at)").run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("audit_log").delete()
+        try await database.schema("api_keys").delete()
+    }
+}

@@ -56,12 +56,16 @@ struct DevicesController: RouteCollection {
                 "belfry.authorization": "\(device.authorization.rawValue)",
             ])
         if let previous = registered.movedFrom {
+            let previousID = try await UserModel.find(previous, on: req.db)?.externalID ?? previous.uuidString
             req.logger.warning(
                 "device moved between users",
                 metadata: [
                     "belfry.user": "\(user.externalID)", "belfry.device": "\(device.id)",
-                    "belfry.previous_user_id": "\(previous)",
+                    "belfry.previous_user": "\(previousID)",
                 ])
+            try await req.belfry.auditLog.record(
+                .deviceMoved, by: "user:\(user.externalID)", subject: device.id.uuidString.lowercased(),
+                detail: "\(device.platform.rawValue) device moved from \(previousID) to \(user.externalID)", on: req.db)
         }
         return try Response.json(device.record, status: registered.created ? .created : .ok)
     }

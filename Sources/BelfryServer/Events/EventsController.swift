@@ -14,7 +14,7 @@ struct EventsController: RouteCollection {
     }
 
     @Sendable func trigger(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(.publish)
         var event = try req.decodeBody(
             EventRequest.self,
             keys: [
@@ -45,7 +45,7 @@ struct EventsController: RouteCollection {
     }
 
     @Sendable func status(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(.read, .publish)
         guard let id = req.parameters.get("event_id").flatMap(UUID.init(uuidString:)) else {
             throw BelfryError(.eventNotFound, "no event \"\(req.parameters.get("event_id") ?? "")\"")
         }

@@ -12,6 +12,7 @@ struct OperationsController: RouteCollection {
         routes.get("metrics", use: metrics)
         routes.get("openapi.yaml", use: openAPI)
         routes.get("v1", "config", use: config)
+        routes.get("v1", "audit", use: audit)
     }
 
     struct Status: Encodable {
@@ -66,6 +67,24 @@ struct OperationsController: RouteCollection {
         var headers = HTTPHeaders()
         headers.contentType = HTTPMediaType(type: "application", subType: "yaml")
         return Response(status: .ok, headers: headers, body: .init(string: OpenAPIDocument.text))
+    }
+
+    /// `GET /v1/audit?limit=&before=` (an admin key): the audit log, newest first.
+    @Sendable func audit(req: Request) async throws -> Response {
+        try await req.requireServer()
+        let limit = try req.query.get(Int?.self, at: "limit") ?? 100
+        guard (1...1000).contains(limit) else {
+            throw BelfryError.invalid("query \"limit\" must be from 1 to 1000, got \(limit)")
+        }
+        var before: UUID?
+        if let text = try req.query.get(String?.self, at: "before") {
+            guard let id = UUID(uuidString: text) else {
+                throw BelfryError.invalid("query \"before\" must be an entry's id (a UUID), got \"\(text.prefix(40))\"")
+            }
+            before = id
+        }
+        let page = try await req.belfry.auditLog.entries(limit: limit, before: before, on: req.db)
+        return try Response.json(page)
     }
 
     /// The workspace in force: channels, sections, categories (their actions and push hints)

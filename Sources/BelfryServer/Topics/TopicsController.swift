@@ -19,7 +19,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func addSubscribers(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(.publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
         let added = try await req.belfry.topicStore.subscribe(users, to: topic, on: req.db)
@@ -30,7 +30,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func removeSubscribers(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(.publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
         let removed = try await req.belfry.topicStore.unsubscribe(users, from: topic, on: req.db)
@@ -41,7 +41,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func show(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(.read, .publish)
         return try await summary(req, try req.topicParameter())
     }
 

@@ -82,10 +82,11 @@ struct UsersController: RouteCollection {
 
     /// Erases the user and everything stored about them.
     @Sendable func erase(req: Request) async throws -> HTTPStatus {
-        try await req.requireServer()
+        let grant = try await req.requireServer()
         let externalID = try req.userIDParameter()
         try await UserErasure.erase(externalID, storage: req.belfry.database, on: req.db)
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
+        try await req.belfry.auditLog.record(.userErased, by: grant.actor, subject: externalID, on: req.db)
         return .noContent
     }
 
@@ -95,12 +96,18 @@ struct UsersController: RouteCollection {
     @Sendable func signOutEverywhere(req: Request) async throws -> HTTPStatus {
         let user = try await req.requireServerOrPathUser()
         let userID = try user.requireID()
+        let actor: String =
+            switch try await req.principal() {
+            case .server(let grant): grant.actor
+            case .user: "user:\(user.externalID)"
+            }
         try await req.belfry.database.write(req.db) { db in
             try await db.sql.raw(
                 "UPDATE users SET session_epoch = session_epoch + 1 WHERE id = \(bind: userID)"
             ).run()
         }
         req.logger.info("signed out everywhere", metadata: ["belfry.user": "\(user.externalID)"])
+        try await req.belfry.auditLog.record(.userSignedOut, by: actor, subject: user.externalID, on: req.db)
         return .noContent
     }
 

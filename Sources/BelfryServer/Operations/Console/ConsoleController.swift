@@ -14,6 +14,10 @@ struct ConsoleSession: Codable, Sendable {
     var exp: Int
     /// The key's console epoch when it began: signing out raises it and ends every session of the key.
     var ep: Int
+    /// The key's name, for the audit log: `environment` for the configuration's keys.
+    var name: String
+
+    var actor: String { "console:\(name)" }
 
     static let cookieName = "belfry_console"
     static let lifetime = 8 * 3600
@@ -31,6 +35,9 @@ struct ConsoleController: RouteCollection {
         console.get("events", ":event_id", use: event)
         console.post("events", ":event_id", "retry", use: retry)
         console.get("live", use: live)
+        console.get("keys", use: keys)
+        console.post("keys", "revoke", use: revokeKey)
+        console.get("audit", use: audit)
     }
 
     /// Seconds between the live feed's reads.
@@ -38,24 +45,40 @@ struct ConsoleController: RouteCollection {
 
     // MARK: Signing in
 
+    /// The key a console sign-in offers, if it is an admin key: one of the configuration's, or
+    /// a stored key with the admin scope.
+    private func adminGrant(_ key: String, _ req: Request) async throws -> KeyGrant? {
+        if req.belfry.apiKeys.accepts(key) { return .environment(key) }
+        guard let grant = try await req.belfry.keyStore.grant(for: key, on: req.db), grant.scope == .admin else {
+            return nil
+        }
+        return grant
+    }
+
     @Sendable func signIn(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
-        guard let key = form["api_key"], !key.isEmpty, req.belfry.apiKeys.accepts(key) else {
+        guard let key = form["api_key"], !key.isEmpty, let grant = try await adminGrant(key, req) else {
             req.logger.warning("console sign-in refused")
+            let address = req.peerAddress?.ipAddress ?? "unknown"
+            try await req.belfry.auditLog.record(
+                .consoleSignInFailed, by: "address:\(address)", detail: "not an admin API key", on: req.db)
             return WebResponse.html(
-                ConsolePages.signIn(message: "That is not one of this server's API keys."), status: .unauthorized)
+                ConsolePages.signIn(message: "That is not one of this server's admin API keys."), status: .unauthorized)
         }
         let now = Int(req.belfry.now().timeIntervalSince1970)
-        let fingerprint = APIKeys.fingerprint(key)
+        let fingerprint = grant.fingerprint
         let epoch = try await CredentialEpochs.current(CredentialEpochs.console(fingerprint), on: req.db)
         let session = ConsoleSession(
-            sid: randomToken(bytes: 16), key: fingerprint, exp: now + ConsoleSession.lifetime, ep: epoch)
+            sid: randomToken(bytes: 16), key: fingerprint, exp: now + ConsoleSession.lifetime, ep: epoch,
+            name: grant.name)
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
             string: try req.webSigner.sign(session), maxAge: ConsoleSession.lifetime, path: "/admin",
             isSecure: true, isHTTPOnly: true, sameSite: .strict)
         req.logger.info("console session started")
+        try await req.belfry.auditLog.record(
+            .consoleSignIn, by: session.actor, detail: "key fingerprint \(fingerprint)", on: req.db)
         return response
     }
 
@@ -65,6 +88,7 @@ struct ConsoleController: RouteCollection {
         let credential = CredentialEpochs.console(session.key)
         try await req.belfry.database.write(req.db) { db in try await CredentialEpochs.raise(credential, on: db) }
         req.logger.info("console signed out")
+        try await req.belfry.auditLog.record(.consoleSignOut, by: session.actor, on: req.db)
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
@@ -78,7 +102,13 @@ struct ConsoleController: RouteCollection {
     private func session(_ req: Request) async throws -> ConsoleSession? {
         guard let cookie = req.cookies[ConsoleSession.cookieName]?.string,
             let session = req.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
-            session.exp > Int(req.belfry.now().timeIntervalSince1970), req.belfry.apiKeys.has(fingerprint: session.key),
+            session.exp > Int(req.belfry.now().timeIntervalSince1970)
+        else { return nil }
+        let keyActive =
+            if req.belfry.apiKeys.has(fingerprint: session.key) { true } else {
+                try await req.belfry.keyStore.isActive(fingerprint: session.key, on: req.db)
+            }
+        guard keyActive,
             try await CredentialEpochs.current(CredentialEpochs.console(session.key), on: req.db) == session.ep
         else { return nil }
         return session
@@ -130,7 +160,7 @@ struct ConsoleController: RouteCollection {
     /// Queues the event's dead deliveries again, then goes back where the button was.
     @Sendable func retry(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
-        _ = try await requireSessionForChange(req, form: form)
+        let session = try await requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
         let context = req.belfry
         guard try await context.eventIntake.exists(id, on: req.db) else {
@@ -138,6 +168,9 @@ struct ConsoleController: RouteCollection {
         }
         let queued = try await context.deadLetters.retry(event: id, on: req.db)
         if queued > 0 { context.deliveryWake() }
+        try await context.auditLog.record(
+            .deliveriesRetried, by: session.actor, subject: id.uuidString.lowercased(), detail: "\(queued) queued",
+            on: req.db)
         req.logger.info(
             "dead deliveries queued again",
             metadata: ["belfry.event": "\(id)", "belfry.queued": "\(queued)", "belfry.via": "console"])
@@ -145,6 +178,39 @@ struct ConsoleController: RouteCollection {
         let response = req.redirect(to: "\(back)?retried=\(queued)", redirectType: .normal)
         WebResponse.secure(response)
         return response
+    }
+
+    // MARK: Keys and the audit log
+
+    @Sendable func keys(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        let flash = req.query[String.self, at: "revoked"].map { "The key \"\($0)\" is revoked." }
+        return WebResponse.html(
+            ConsolePages.keys(
+                try await req.belfry.keyStore.list(on: req.db), csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
+                flash: flash))
+    }
+
+    @Sendable func revokeKey(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        let session = try await requireSessionForChange(req, form: form)
+        let name = form["name"] ?? ""
+        guard try await req.belfry.keyStore.revoke(name: name, on: req.db) else {
+            throw BelfryError(.notFound, "There is no active key named \"\(name.prefix(64))\".")
+        }
+        try await req.belfry.auditLog.record(.keyRevoked, by: session.actor, subject: name, on: req.db)
+        let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let response = req.redirect(to: "/admin/keys?revoked=\(encoded)", redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    @Sendable func audit(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        let before = req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:))
+        let page = try await req.belfry.auditLog.entries(limit: 100, before: before, on: req.db)
+        return WebResponse.html(
+            ConsolePages.audit(page, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     private static func retried(_ count: Int) -> String {

@@ -23,7 +23,11 @@ enum ConsolePages {
                         el("span", .class("brand")) { "Belfry console" }
                         if let csrf {
                             el("nav", .aria("aria-label", "Console")) {
-                                el("ul") { el("li") { el("a", .href("/admin")) { "Overview" } } }
+                                el("ul") {
+                                    el("li") { el("a", .href("/admin")) { "Overview" } }
+                                    el("li") { el("a", .href("/admin/keys")) { "API keys" } }
+                                    el("li") { el("a", .href("/admin/audit")) { "Audit log" } }
+                                }
                             }
                             el("form", .init("method", "post"), .init("action", "/admin/signout"), .class("signout")) {
                                 void("input", .type("hidden"), .name("_csrf"), .value(csrf))
@@ -49,7 +53,7 @@ enum ConsolePages {
                     "input", .type("password"), .id("api-key"), .name("api_key"),
                     .init("autocomplete", "current-password"),
                     .flag("required"))
-                el("p", .class("hint")) { "One of the server's API keys (BELFRY_API_KEY)." }
+                el("p", .class("hint")) { "An admin API key: one of BELFRY_API_KEY, or made with belfry keys create." }
                 el("button", .type("submit")) { "Sign in" }
             }
         }
@@ -324,6 +328,98 @@ enum ConsolePages {
             void("input", .type("hidden"), .name("return"), .value(returnTo))
             el("button", .type("submit"), .aria("aria-label", "\(label): the dead deliveries of event \(event)")) {
                 label
+            }
+        }
+    }
+
+    // MARK: Keys and the audit log
+
+    /// The stored keys, each active one with a revoke button; the configuration's keys are not listed.
+    static func keys(_ keys: [KeyRecord], csrf: String, flash: String?) -> HTML {
+        document(title: "API keys", csrf: csrf) {
+            el("h1") { "API keys" }
+            if let flash {
+                el("p", .class("flash"), .role("status")) { flash }
+            }
+            el("p", .class("muted")) {
+                "Keys made with belfry keys create NAME --scope admin|publish|read. The keys of BELFRY_API_KEY are "
+                    + "admin keys and not listed here."
+            }
+            if keys.isEmpty {
+                el("p", .class("empty")) { "No stored keys." }
+            } else {
+                el("table", .class("data"), .id("keys")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Name", "Scope", "Fingerprint", "Created", "Last used", "State"] {
+                                el("th", .init("scope", "col")) { heading }
+                            }
+                            el("td") {}
+                        }
+                    }
+                    el("tbody") {
+                        for key in keys {
+                            el("tr") {
+                                el("td") { key.name }
+                                el("td") { key.scope.rawValue }
+                                el("td", .class("mono")) { key.fingerprint }
+                                el("td") { timestamp(key.createdAt) }
+                                el("td") { key.lastUsedAt.map(timestamp) ?? "never" }
+                                el("td") { key.revokedAt.map { "revoked \(timestamp($0))" } ?? "active" }
+                                el("td") {
+                                    if key.revokedAt == nil {
+                                        el(
+                                            "form", .init("method", "post"), .init("action", "/admin/keys/revoke"),
+                                            .class("inline")
+                                        ) {
+                                            void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+                                            void("input", .type("hidden"), .name("name"), .value(key.name))
+                                            el(
+                                                "button", .type("submit"),
+                                                .aria("aria-label", "Revoke the key \(key.name)")
+                                            ) {
+                                                "Revoke"
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    static func audit(_ page: AuditPage, csrf: String) -> HTML {
+        document(title: "Audit log", csrf: csrf) {
+            el("h1") { "Audit log" }
+            if page.entries.isEmpty {
+                el("p", .class("empty")) { "Nothing yet." }
+            } else {
+                el("table", .class("data"), .id("audit")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Time", "Who", "What", "Subject", "Detail"] {
+                                el("th", .init("scope", "col")) { heading }
+                            }
+                        }
+                    }
+                    el("tbody") {
+                        for entry in page.entries {
+                            el("tr") {
+                                el("td") { timestamp(entry.at) }
+                                el("td", .class("mono")) { entry.actor }
+                                el("td") { entry.action }
+                                el("td", .class("mono")) { entry.subject ?? "" }
+                                el("td") { entry.detail ?? "" }
+                            }
+                        }
+                    }
+                }
+                if let next = page.nextBefore {
+                    el("p") { el("a", .href("/admin/audit?before=\(next)")) { "Older entries" } }
+                }
             }
         }
     }

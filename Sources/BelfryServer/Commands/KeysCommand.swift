@@ -1,0 +1,133 @@
+import ArgumentParser
+import BelfryCore
+import Foundation
+import Vapor
+
+/// `belfry keys`: API keys with scopes, kept in the database as digests. The keys of
+/// `BELFRY_API_KEY` stay the bootstrap admin keys beside them.
+struct KeysCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keys", abstract: "Create, list and revoke API keys with scopes.",
+        subcommands: [Create.self, List.self, Revoke.self], defaultSubcommand: List.self)
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a key and print it, this once: admin (everything), publish (send events, manage "
+                + "topic subscribers) or read (event statuses, topics).")
+
+        @ArgumentParser.Argument(help: "The key's name: \(KeyStore.nameRule).")
+        var name: String
+
+        @ArgumentParser.Option(help: "admin, publish or read.")
+        var scope: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            guard KeyScope(rawValue: scope) != nil else {
+                throw ValidationError("--scope must be admin, publish or read, got \"\(scope)\"")
+            }
+            guard KeyStore.isValidName(name) else {
+                throw ValidationError("the name must be \(KeyStore.nameRule), got \"\(name)\"")
+            }
+        }
+
+        func run() async throws {
+            let (name, scope) = (name, KeyScope(rawValue: scope) ?? .read)
+            let created = try await withKeys(storage) { app in
+                let created = try await app.belfry.keyStore.create(name: name, scope: scope, on: app.db)
+                try await app.belfry.auditLog.record(
+                    .keyCreated, by: "cli", subject: name,
+                    detail: "scope \(scope.rawValue), fingerprint \(created.record.fingerprint)", on: app.db)
+                return created
+            }
+            FileHandle.standardError.write(
+                Data("Created the \(scope.rawValue) key \"\(name)\". It is shown only this once:\n".utf8))
+            say(created.key)
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Keys one a line: name, scope, fingerprint, created, last used, revoked.")
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            let keys = try await withKeys(storage) { app in try await app.belfry.keyStore.list(on: app.db) }
+            if keys.isEmpty { say("no keys (the BELFRY_API_KEY keys are not listed)") }
+            for key in keys {
+                say(
+                    [
+                        key.name, key.scope.rawValue, key.fingerprint, key.createdAt.ISO8601Format(),
+                        key.lastUsedAt.map { "used \($0.ISO8601Format())" } ?? "never used",
+                        key.revokedAt.map { "revoked \($0.ISO8601Format())" } ?? "active",
+                    ].joined(separator: "\t"))
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a key: every instance refuses it within seconds, and its console sessions end.")
+
+        @ArgumentParser.Argument(help: "The key's name.")
+        var name: String
+
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            let name = name
+            let revoked = try await withKeys(storage) { app in
+                let revoked = try await app.belfry.keyStore.revoke(name: name, on: app.db)
+                if revoked { try await app.belfry.auditLog.record(.keyRevoked, by: "cli", subject: name, on: app.db) }
+                return revoked
+            }
+            guard revoked else { throw ValidationError("there is no active key named \"\(name)\"") }
+            say("revoked \(name)")
+        }
+    }
+}
+
+/// `belfry audit`: the audit log, newest first.
+struct AuditCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit",
+        abstract: "The audit log, newest first: time, actor, action, subject, detail.")
+
+    @ArgumentParser.Option(help: "How many (1 to 10000).")
+    var limit = 100
+
+    @OptionGroup var storage: StorageOptions
+
+    func validate() throws {
+        guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be from 1 to 10000") }
+    }
+
+    func run() async throws {
+        let limit = limit
+        let page = try await withKeys(storage) { app in
+            try await app.belfry.auditLog.entries(limit: limit, before: nil, on: app.db)
+        }
+        if page.entries.isEmpty { say("no entries") }
+        for entry in page.entries {
+            say(
+                [entry.at.ISO8601Format(), entry.actor, entry.action, entry.subject ?? "-", entry.detail ?? ""]
+                    .joined(separator: "\t"))
+        }
+    }
+}
+
+/// Runs `body` on the configured database, a refusal reported as a usage error.
+private func withKeys<T>(
+    _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
+) async throws -> T {
+    let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+        do {
+            return try await body(app)
+        } catch let error as BelfryError where error.code == .invalidRequest {
+            throw ValidationError(error.message)
+        }
+    }
+}
