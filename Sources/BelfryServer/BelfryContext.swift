@@ -16,6 +16,8 @@ struct BelfryContext: Sendable {
     let apiKeys: APIKeys
     /// The keys created at run time, with scopes.
     let keyStore: KeyStore
+    /// The request limits' token buckets, in this instance's memory.
+    let rateLimiter: RateLimiter
     let tokens: UserTokens
     /// Signs the web pages' session cookies, CSRF tokens and one-click links.
     let webSigner: WebSigner

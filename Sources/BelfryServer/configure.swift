@@ -127,6 +127,7 @@ public func configure(
         database: database,
         apiKeys: apiKeys,
         keyStore: KeyStore(storage: database, now: now),
+        rateLimiter: RateLimiter(limits: settings.rateLimits, now: now),
         tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
         webSigner: WebSigner(secret: secret),
         now: now,
@@ -232,6 +233,7 @@ public func configure(
     app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))
     app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
     app.middleware.use(QueryCheckMiddleware())
+    app.middleware.use(RateLimitMiddleware())
     try app.register(collection: OperationsController())
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())

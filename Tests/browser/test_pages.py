@@ -63,6 +63,8 @@ class Server:
             os.environ,
             BELFRY_API_KEY=self.api_key,
             BELFRY_VAPID_SUBJECT="mailto:browser-tests@example.org",
+            # Every test signs in from 127.0.0.1: more than one address's default share a minute.
+            BELFRY_RATE_LIMITS="public=1000/min,signin=100/min",
             BELFRY_LOG_LEVEL="warning",
             **(environment or {}),
         )

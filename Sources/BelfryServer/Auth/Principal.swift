@@ -21,6 +21,20 @@ extension Request {
     }
 
     func principal(for bearer: String) async throws -> Principal {
+        // Read once per request: the rate limit reads it before the route does.
+        if let known = storage[KnownPrincipal.self], known.bearer == bearer { return known.principal }
+        let principal = try await verifiedPrincipal(for: bearer)
+        storage[KnownPrincipal.self] = KnownPrincipal(bearer: bearer, principal: principal)
+        return principal
+    }
+
+    private struct KnownPrincipal: StorageKey, Sendable {
+        typealias Value = KnownPrincipal
+        var bearer: String
+        var principal: Principal
+    }
+
+    private func verifiedPrincipal(for bearer: String) async throws -> Principal {
         if belfry.apiKeys.accepts(bearer) { return .server(.environment(bearer)) }
         if let grant = try await belfry.keyStore.grant(for: bearer, on: db) { return .server(grant) }
         do {

@@ -37,6 +37,8 @@ public struct ServerConfiguration: Sendable {
     /// Days after which read or archived inbox notifications are purged.
     public var retentionDays: Int
     public var maxDevicesPerUser: Int
+    public var rateLimits: RateLimits
+    public var maxStreamsPerUser: Int
     /// Where the webhook channel posts, and the secret that signs its requests; `nil` turns the channel off.
     public var webhook: Webhook?
     /// The APNs provider's token key and ids; `nil` turns APNs off.
@@ -113,6 +115,8 @@ public struct ServerConfiguration: Sendable {
         deliveryLease: Int = 120,
         retentionDays: Int = 90,
         maxDevicesPerUser: Int = 20,
+        rateLimits: RateLimits = .defaults,
+        maxStreamsPerUser: Int = 10,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
         extraCertificatesPEM: String? = nil,
@@ -139,6 +143,8 @@ public struct ServerConfiguration: Sendable {
         self.deliveryLease = deliveryLease
         self.retentionDays = retentionDays
         self.maxDevicesPerUser = maxDevicesPerUser
+        self.rateLimits = rateLimits
+        self.maxStreamsPerUser = maxStreamsPerUser
         self.webhook = webhook
         self.apns = apns
         self.extraCertificatesPEM = extraCertificatesPEM
@@ -283,6 +289,9 @@ public struct ServerConfiguration: Sendable {
             pick(.retentionDays) { parseInt($0, in: 1...3650) } ?? 90
         let maxDevicesPerUser =
             pick(.maxDevicesPerUser) { parseInt($0, in: 1...1000) } ?? 20
+        let rateLimits = pick(.rateLimits) { RateLimits.parse($0) } ?? .defaults
+        let maxStreamsPerUser =
+            pick(.maxStreamsPerUser) { parseInt($0, in: 1...1000) } ?? 10
         let webhookURL = pick(.webhookURL) {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
@@ -425,7 +434,8 @@ public struct ServerConfiguration: Sendable {
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, logFormat: logFormat, maxBodySize: maxBodySize,
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
-            retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser, webhook: webhook,
+            retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
+            rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
             apns: apns, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
@@ -526,7 +536,8 @@ extension ServerConfiguration {
             "api_keys=\(apiKeys.map { secret($0) }.sorted())", "token_secret=\(secret(tokenSecret))",
             "token_ttl=\(tokenLifetime)", "log=\(logLevel) \(logFormat)", "max_body=\(maxBodySize)",
             "timeouts=\(requestTimeout) \(idleTimeout) \(deliveryLease)", "retention=\(retentionDays)",
-            "max_devices=\(maxDevicesPerUser)", "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
+            "max_devices=\(maxDevicesPerUser)", "rate_limits=\(rateLimits)", "max_streams=\(maxStreamsPerUser)",
+            "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
             "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",
             "vapid=\(vapidSubject ?? "-") \(secret(vapidKeyPEM)) \(webPushAllowsLoopback)",
             "extra_ca=\(secret(extraCertificatesPEM))", "email=\(email.map { "\($0.smtp) \($0.from)" } ?? "-")",

@@ -80,6 +80,15 @@ public struct ServerSetting: Sendable {
     static let maxDevicesPerUser = Self(
         summary: "devices (apps and browsers) one user may register; more get 422 (1 to 1000)",
         environment: "BELFRY_MAX_DEVICES_PER_USER", file: "max_devices_per_user", defaultValue: "`20`")
+    static let rateLimits = Self(
+        summary:
+            "requests allowed per API key, per user, and per address for console sign-ins and link pages "
+            + "(`CLASS=N/s`, `N/min` or `N/h`, or `CLASS=off`, comma-separated; the classes given replace the defaults)",
+        environment: "BELFRY_RATE_LIMITS", file: "rate_limits",
+        defaultValue: "`api=10000/s,user=600/min,signin=10/min,public=120/min`")
+    static let maxStreamsPerUser = Self(
+        summary: "inbox streams one user may hold open on one instance; more get 429 (1 to 1000)",
+        environment: "BELFRY_MAX_STREAMS_PER_USER", file: "max_streams_per_user", defaultValue: "`10`")
     static let webhookURL = Self(
         summary: "webhook channel URL (http or https)", environment: "BELFRY_WEBHOOK_URL", file: "webhook_url",
         defaultValue: "off")
@@ -132,7 +141,8 @@ public struct ServerSetting: Sendable {
     /// Every setting, in the guide's order.
     public static let all: [ServerSetting] = [
         config, hostname, port, database, apiKeys, tokenSecret, tokenLifetime, logLevel, logFormat, maxBodySize,
-        requestTimeout, idleTimeout, deliveryLease, retentionDays, maxDevicesPerUser, webhookURL, webhookSecret,
+        requestTimeout, idleTimeout, deliveryLease, retentionDays, maxDevicesPerUser, rateLimits,
+        maxStreamsPerUser, webhookURL, webhookSecret,
         apnsKey, apnsKeyID,
         apnsTeamID, apnsTopic, apnsURL, extraCertificates, vapidSubject, vapidKey, webPushLoopbackHTTP, smtpURL,
         emailFrom, publicURL, metricsToken,

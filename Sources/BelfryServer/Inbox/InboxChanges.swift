@@ -25,7 +25,7 @@ struct InboxChanges: Sendable {
         to id: UUID, action: String, userID: UUID, on db: any Database
     ) async throws -> InboxStore.ActionOutcome {
         let outcome = try await store.respond(to: id, action: action, userID: userID, on: db)
-        if case .recorded(let item, _) = outcome { await events.updated(item, user: userID, on: db) }
+        if case .recorded(let item, _, _) = outcome { await events.updated(item, user: userID, on: db) }
         return outcome
     }
 

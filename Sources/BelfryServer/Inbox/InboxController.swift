@@ -85,12 +85,14 @@ struct InboxController: RouteCollection {
             throw BelfryError(.notificationNotFound, "no notification \"\(text)\" in your inbox")
         case .unknownAction:
             throw BelfryError(.actionNotFound, "this notification has no action \"\(actionID)\"")
-        case .recorded(let item, let forwarded):
+        case .recorded(let item, let forwarded, let action):
             struct Answer: Encodable {
                 var notification: InboxNotification
                 var forwarded: Bool
+                /// The answer that counts: the first one given to this notification.
+                var action: String
             }
-            return try Response.json(Answer(notification: item, forwarded: forwarded))
+            return try Response.json(Answer(notification: item, forwarded: forwarded, action: action))
         }
     }
 
@@ -128,8 +130,17 @@ extension InboxController {
         // Subscribed before the counts are read, so that nothing published meanwhile is missed:
         // it waits in the stream until the response starts.
         let stream = InboxStreamWriter(eventLoop: req.eventLoop, instanceTag: context.instanceTag)
-        context.inboxHub.subscribe(
-            user: userID, lastEventID: lastEventID, expiresAt: subject.expiresAt, stream: stream)
+        let limit = context.settings.maxStreamsPerUser
+        guard
+            context.inboxHub.subscribe(
+                user: userID, lastEventID: lastEventID, expiresAt: subject.expiresAt, limit: limit, stream: stream)
+        else {
+            stream.finish()
+            throw BelfryError(
+                .rateLimited,
+                "a user may hold \(limit) streams open at once (BELFRY_MAX_STREAMS_PER_USER); close one first",
+                headers: ["Retry-After": "15"])
+        }
         let first: String
         do {
             guard

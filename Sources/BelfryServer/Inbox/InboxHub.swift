@@ -78,10 +78,15 @@ final class InboxHub: Sendable {
     /// Adds `stream` to `user`'s streams, with what they missed since `lastEventID` first. The
     /// stream gets a heartbeat every 15 seconds, and `tokenExpired` once `expiresAt` has passed;
     /// when it ends, for whatever reason, it leaves the hub.
-    func subscribe(user: UUID, lastEventID: Int?, expiresAt: Date = .distantFuture, stream: InboxStreamWriter) {
+    /// - Returns: false, adding nothing, when `user` has `limit` streams open here already.
+    @discardableResult
+    func subscribe(
+        user: UUID, lastEventID: Int?, expiresAt: Date = .distantFuture, limit: Int = .max, stream: InboxStreamWriter
+    ) -> Bool {
         let now = self.now()
         let key = UUID()
-        let (finished, startTicker) = state.withLockedValue { state -> (Bool, Bool) in
+        let (opened, finished, startTicker) = state.withLockedValue { state -> (Bool, Bool, Bool) in
+            guard (state.subscribers[user]?.count ?? 0) < limit else { return (false, false, false) }
             if let lastEventID {
                 let missed = (state.recent[user] ?? []).filter {
                     $0.event.id > lastEventID && now.timeIntervalSince($0.at) < Self.replayWindow
@@ -90,14 +95,16 @@ final class InboxHub: Sendable {
                 // (The stream cannot call back into the hub yet: `onEnd` comes below.)
                 if !missed.isEmpty { stream.send(.events(missed.map(\.event))) }
             }
-            guard !state.finished else { return (true, false) }
+            guard !state.finished else { return (true, true, false) }
             state.subscribers[user, default: [:]][key] = Subscriber(stream: stream, expiresAt: expiresAt)
             defer { state.tickerStarted = true }
-            return (false, !state.tickerStarted)
+            return (true, false, !state.tickerStarted)
         }
+        guard opened else { return false }
         stream.onEnd { [weak self] in self?.remove(key, of: user) }
         if finished { stream.finish() }
         if startTicker { startTicking() }
+        return true
     }
 
     private func remove(_ key: UUID, of user: UUID) {

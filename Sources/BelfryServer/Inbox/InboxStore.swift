@@ -151,11 +151,13 @@ struct InboxStore: Sendable {
     enum ActionOutcome: Sendable {
         case notFound
         case unknownAction
-        case recorded(InboxNotification, forwarded: Bool)
+        /// `action` is the answer that counts: the first one given.
+        case recorded(InboxNotification, forwarded: Bool, action: String)
     }
 
     /// Records the user's answer to one of a notification's actions, marks it read, and queues
     /// the answer for the workspace's webhook channel (if it has one), all in one transaction.
+    /// Only the first answer counts.
     func respond(
         to id: UUID, action actionID: String, userID: UUID, on db: any Database
     ) async throws
@@ -174,14 +176,24 @@ struct InboxStore: Sendable {
             else {
                 return .unknownAction
             }
-            try await tx.sql.insert(into: "notification_actions").columns(
-                "id", "notification_id", "action_id", "created_at"
-            )
-            .values(UUID(), id, actionID, now).run()
+            // Marked read first: on PostgreSQL that locks the row, so that of two answers at
+            // once the second sees the first.
             let update = tx.sql.update("notifications")
             Self.apply(.read, to: update, now: now)
             try await update.where("id", .equal, id).run()
-            if let webhook {
+            // One answer per notification: a repeat (a double tap, a retried request, another
+            // device) records nothing and sends nothing, and gets the first answer back.
+            let first = try await tx.sql.select().column("action_id").from("notification_actions")
+                .where("notification_id", .equal, id).orderBy("created_at").limit(1).first()
+                .map { try $0.decode(column: "action_id", as: String.self) }
+            let answered = first != nil
+            if !answered {
+                try await tx.sql.insert(into: "notification_actions").columns(
+                    "id", "notification_id", "action_id", "created_at"
+                )
+                .values(UUID(), id, actionID, now).run()
+            }
+            if let webhook, !answered {
                 try await tx.sql.insert(into: "deliveries")
                     .columns(
                         "id", "notification_id", "event_id", "user_id", "channel", "kind", "action_id", "status",
@@ -196,9 +208,9 @@ struct InboxStore: Sendable {
             let item = try await tx.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id)
                 .first()
             guard let item else { return .notFound }
-            return .recorded(try self.item(item), forwarded: webhook != nil)
+            return .recorded(try self.item(item), forwarded: webhook != nil && !answered, action: first ?? actionID)
         }
-        if case .recorded(_, true) = outcome { wakeDeliveries() }
+        if case .recorded(_, true, _) = outcome { wakeDeliveries() }
         return outcome
     }
 

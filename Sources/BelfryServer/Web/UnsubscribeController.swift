@@ -10,7 +10,7 @@ import Vapor
 /// unsubscribe anyone.
 struct UnsubscribeController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
-        let pages = routes.grouped(WebErrorMiddleware())
+        let pages = routes.grouped(WebErrorMiddleware(), RateLimitMiddleware(byAddress: .public))
         pages.get("unsubscribe", ":token", use: confirm)
         pages.post("unsubscribe", ":token", use: unsubscribe)
     }

@@ -14,7 +14,7 @@ struct WebController: RouteCollection {
         pages.post("preferences", use: savePreferences)
         pages.get("inbox", use: inbox)
         pages.post("inbox", use: changeInbox)
-        pages.post("web", "session", use: signIn)
+        pages.grouped(RateLimitMiddleware(byAddress: .public)).post("web", "session", use: signIn)
         routes.post("web", "session", "token", use: apiToken)
         routes.get("web", ":file", use: asset)
         routes.get("sw.js", use: serviceWorker)
@@ -80,6 +80,13 @@ struct WebController: RouteCollection {
     private func exchange(_ req: Request, page: WebLayout.Page) async throws -> Response? {
         let token = req.query[String.self, at: "token"]
         let link = req.query[String.self, at: "link"]
+        guard token != nil || link != nil else { return nil }
+        // Tries at links count against the address, like the sign-in form's.
+        if let decision = req.belfry.rateLimiter.take(.public, caller: req.remoteAddress?.ipAddress ?? "unknown"),
+            !decision.allowed
+        {
+            throw decision.refusal
+        }
         guard let grant = try await grant(token: token, link: link, page: page, req) else { return nil }
         let tenant = req.query[String.self, at: "tenant"].flatMap { req.belfry.workspace.tenant($0)?.id }
         if let (session, user) = try await req.webSession(), user.id == grant.user.id,

@@ -60,7 +60,13 @@ enum WebResponse {
 
     /// A page for an error, with what to do next.
     static func error(status: HTTPStatus, message: String) -> Response {
-        let title = status.code == 401 ? "Sign-in needed" : status.code == 404 ? "Not found" : "Something went wrong"
+        let title =
+            switch status.code {
+            case 401: "Sign-in needed"
+            case 404: "Not found"
+            case 429: "Too many requests"
+            default: "Something went wrong"
+            }
         let page = el("html", .init("lang", "en")) {
             el("head") {
                 WebResponse.headBasics
@@ -89,7 +95,12 @@ struct WebErrorMiddleware: Middleware {
             if failure.status.code >= 500 {
                 request.logger.error("page failed", metadata: ["belfry.error": "\(String(reflecting: error))"])
             }
-            return WebResponse.error(status: failure.status, message: failure.message)
+            let page = WebResponse.error(status: failure.status, message: failure.message)
+            // Retry-After and the RateLimit fields of a 429, Retry-After of a 503.
+            for (name, value) in failure.headers where page.headers[name].isEmpty {
+                page.headers.add(name: name, value: value)
+            }
+            return page
         }
     }
 }

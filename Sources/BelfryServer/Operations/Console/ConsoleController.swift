@@ -30,7 +30,7 @@ struct ConsoleController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         let console = routes.grouped("admin").grouped(WebErrorMiddleware())
         console.get(use: overview)
-        console.post("session", use: signIn)
+        console.grouped(RateLimitMiddleware(byAddress: .signin)).post("session", use: signIn)
         console.post("signout", use: signOut)
         console.get("events", ":event_id", use: event)
         console.post("events", ":event_id", "retry", use: retry)
@@ -59,7 +59,7 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         guard let key = form["api_key"], !key.isEmpty, let grant = try await adminGrant(key, req) else {
             req.logger.warning("console sign-in refused")
-            let address = req.peerAddress?.ipAddress ?? "unknown"
+            let address = req.remoteAddress?.ipAddress ?? "unknown"
             try await req.belfry.auditLog.record(
                 .consoleSignInFailed, by: "address:\(address)", detail: "not an admin API key", on: req.db)
             return WebResponse.html(
