@@ -234,18 +234,9 @@ struct DeviceAbuseTests {
 
     @Test("twenty devices at a tarpit hold only their own deliveries: another user's webhook goes out meanwhile")
     func tarpit() async throws {
-        // Accepts connections, says nothing, never closes them.
-        let tarpit = try BackgroundProcess(
-            "/usr/bin/env",
-            [
-                "python3", "-c",
-                "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(256)\n"
-                    + "print('listening', s.getsockname()[1], flush=True)\nheld = []\n"
-                    + "while True:\n    held.append(s.accept()); print('accepted', len(held), flush=True)",
-            ])
-        defer { tarpit.terminate() }
-        let output = try await tarpit.waitForOutput(containing: "listening ")
-        let port = Int(try #require(output.firstMatch(of: /listening (\d+)/)).output.1)!
+        let tarpit = try await SilentServer()
+        defer { tarpit.stop() }
+        let port = tarpit.port
         let receiver = try await WebhookReceiver(answers: "200")
         defer { receiver.stop() }
         try await withBelfry(.sqlite, webhook: receiver.webhook) { settings in
@@ -275,7 +266,7 @@ struct DeviceAbuseTests {
                 try await Task.sleep(for: .milliseconds(20))
             }
             // Alice's webhook arrived while Mallory's push requests sat in the tarpit, unanswered.
-            let held = tarpit.output.matches(of: /accepted (\d+)/).count
+            let held = tarpit.accepted
             #expect(webhookAfter != nil, "alice's webhook arrived")
             #expect(held >= 1, "the tarpit was holding mallory's requests meanwhile")
             _ = try await run.value

@@ -331,18 +331,9 @@ struct EmailChannelTests {
 
     @Test("a relay that never answers costs an attempt at most half the lease, and the delivery is retried")
     func silentRelay() async throws {
-        // Accepts connections and never says a word.
-        let silent = try BackgroundProcess(
-            "/usr/bin/env",
-            [
-                "python3", "-c",
-                "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
-                    + "print('listening', s.getsockname()[1], flush=True)\nheld = []\n"
-                    + "while True: held.append(s.accept())",
-            ])
-        defer { silent.terminate() }
-        let output = try await silent.waitForOutput(containing: "listening ")
-        let port = Int(try #require(output.firstMatch(of: /listening (\d+)/)).output.1)!
+        let silent = try await SilentServer()
+        defer { silent.stop() }
+        let port = silent.port
         try await withBelfry(.sqlite, workspace: Self.workspace, jitter: 1) { settings in
             settings.email = .init(
                 smtp: SMTPLocation(host: "127.0.0.1", port: port, security: .none), from: "n@example.org")

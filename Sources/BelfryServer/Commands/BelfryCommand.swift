@@ -98,6 +98,21 @@ func withConfiguredApp<T>(
     }
 }
 
+/// Runs `body` on the configured database; a refusal with one of `usageErrors` is reported as a
+/// usage error, worded as the API words it.
+func withStorage<T>(
+    _ storage: StorageOptions, usageErrors: Set<ErrorCode>, _ body: @escaping (Application) async throws -> T
+) async throws -> T {
+    let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
+    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+        do {
+            return try await body(app)
+        } catch let error as BelfryError where usageErrors.contains(error.code) {
+            throw ValidationError(error.message)
+        }
+    }
+}
+
 /// Shown on standard error, so that a command's own output (a token, say) stays clean for scripts.
 private func announceDevelopmentKey(_ report: StartupReport) {
     guard let key = report.createdDevelopmentKey else { return }

@@ -118,16 +118,9 @@ struct AuditCommand: AsyncParsableCommand {
     }
 }
 
-/// Runs `body` on the configured database, a refusal reported as a usage error.
+/// Runs `body` on the configured database, a refused name reported as a usage error.
 private func withKeys<T>(
     _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
 ) async throws -> T {
-    let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-        do {
-            return try await body(app)
-        } catch let error as BelfryError where error.code == .invalidRequest {
-            throw ValidationError(error.message)
-        }
-    }
+    try await withStorage(storage, usageErrors: [.invalidRequest], body)
 }

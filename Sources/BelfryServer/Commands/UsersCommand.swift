@@ -128,17 +128,9 @@ struct DevicesCommand: AsyncParsableCommand {
     }
 }
 
-/// Runs `body` on the configured database; a user it does not find is a usage error, reported
-/// as the API words it.
+/// Runs `body` on the configured database; a user it does not find is a usage error.
 private func withUsers<T>(
     _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
 ) async throws -> T {
-    let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-        do {
-            return try await body(app)
-        } catch let error as BelfryError where error.code == .userNotFound {
-            throw ValidationError(error.message)
-        }
-    }
+    try await withStorage(storage, usageErrors: [.userNotFound], body)
 }

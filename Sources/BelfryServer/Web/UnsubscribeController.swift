@@ -102,20 +102,6 @@ struct UnsubscribeController: RouteCollection {
     }
 
     private func page(title: String, @HTMLBuilder content: () -> [HTML]) -> Response {
-        let document = el("html", .init("lang", "en")) {
-            el("head") {
-                WebResponse.headBasics
-                void("meta", .name("robots"), .init("content", "noindex"))
-                el("title") { "\(title) · Belfry" }
-                void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
-            }
-            el("body") {
-                el("main", .id("main"), .class("error-page unsubscribe-page")) {
-                    el("h1") { title }
-                    content()
-                }
-            }
-        }
-        return WebResponse.html(document)
+        WebResponse.html(WebResponse.standalone(title: title, kind: "unsubscribe-page", content: content))
     }
 }

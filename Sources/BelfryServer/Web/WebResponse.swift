@@ -33,27 +33,35 @@ enum WebResponse {
         response.headers.replaceOrAdd(name: .cacheControl, value: "no-store")
     }
 
-    /// "Continue as …?": what a page's address with a token or link shows before anyone is
-    /// signed in. `fields` go back hidden in the form.
-    static func signInPage(page: WebLayout.Page, userName: String, fields: [(String, String)]) -> HTML {
+    /// A page of its own, without the signed-in frame: a heading and `content`, kept out of
+    /// search engines. Errors, "continue as …?" and the unsubscribe pages.
+    static func standalone(title: String, kind: String? = nil, @HTMLBuilder content: () -> [HTML]) -> HTML {
         el("html", .init("lang", "en")) {
             el("head") {
                 WebResponse.headBasics
                 void("meta", .name("robots"), .init("content", "noindex"))
-                el("title") { "Continue as \(userName)? · Belfry" }
+                el("title") { "\(title) · Belfry" }
                 void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
             }
             el("body") {
-                el("main", .id("main"), .class("error-page sign-in-page")) {
-                    el("h1") { "Continue as \(userName)?" }
-                    el("p") { "This link opens the \(page.title) of \(userName). If that is not you, close this page." }
-                    el("form", .init("method", "post"), .init("action", "/web/session")) {
-                        for (name, value) in fields {
-                            void("input", .type("hidden"), .name(name), .value(value))
-                        }
-                        el("button", .type("submit"), .class("button"), .id("continue")) { "Continue" }
-                    }
+                el("main", .id("main"), .class(["error-page", kind].compactMap { $0 }.joined(separator: " "))) {
+                    el("h1") { title }
+                    content()
                 }
+            }
+        }
+    }
+
+    /// "Continue as …?": what a page's address with a token or link shows before anyone is
+    /// signed in. `fields` go back hidden in the form.
+    static func signInPage(page: WebLayout.Page, userName: String, fields: [(String, String)]) -> HTML {
+        standalone(title: "Continue as \(userName)?", kind: "sign-in-page") {
+            el("p") { "This link opens the \(page.title) of \(userName). If that is not you, close this page." }
+            el("form", .init("method", "post"), .init("action", "/web/session")) {
+                for (name, value) in fields {
+                    void("input", .type("hidden"), .name(name), .value(value))
+                }
+                el("button", .type("submit"), .class("button"), .id("continue")) { "Continue" }
             }
         }
     }
@@ -67,20 +75,10 @@ enum WebResponse {
             case 429: "Too many requests"
             default: "Something went wrong"
             }
-        let page = el("html", .init("lang", "en")) {
-            el("head") {
-                WebResponse.headBasics
-                el("title") { "\(title) · Belfry" }
-                void("link", .init("rel", "stylesheet"), .href(WebAssets.path("belfry.css")))
-            }
-            el("body") {
-                el("main", .id("main"), .class("error-page")) {
-                    el("h1") { title }
-                    el("p", .class("error-message")) { message }
-                    if status.code != 401 {
-                        el("p") { el("a", .href("/inbox")) { "Go to your inbox" } }
-                    }
-                }
+        let page = standalone(title: title) {
+            el("p", .class("error-message")) { message }
+            if status.code != 401 {
+                el("p") { el("a", .href("/inbox")) { "Go to your inbox" } }
             }
         }
         return html(page, status: status)
