@@ -781,7 +781,7 @@ class ConsoleTests(PagesTestCase):
     def test_sign_in_refuses_a_wrong_key_then_opens_with_the_right_one(self):
         self.driver.delete_all_cookies()
         self.console_sign_in("not-a-key-of-this-server")
-        self.assertIn("not one of this server's API keys", self.find(".flash-error").text)
+        self.assertIn("not one of this server's admin API keys", self.find(".flash-error").text)
         self.assertIsNone(self.driver.get_cookie("belfry_console"))
         self.console_sign_in()
         self.assertEqual(self.driver.current_url, self.server.base + "/admin")
