@@ -64,7 +64,7 @@ struct ConsoleTests {
             // The overview reads its events' statuses together; each is what the event's own
             // status says, and an unknown id is left out.
             let second = try await DeliveryQueueTests.trigger(app, to: ["carol"])
-            let intake = app.belfry.eventIntake
+            let intake = app.belfry.eventStatuses
             let together = try await intake.statuses(of: [event, second, UUID()], on: app.db)
             #expect(Set(together.keys) == [event, second])
             #expect(together[event] == (try await intake.status(of: event, on: app.db)))

@@ -33,7 +33,7 @@ struct EventsCommand: AsyncParsableCommand {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let wanted = state.flatMap(EventStatus.FanoutState.init(rawValue:))
             let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await app.belfry.eventIntake.recent(state: wanted, limit: limit, on: app.db)
+                try await app.belfry.eventStatuses.recent(state: wanted, limit: limit, on: app.db)
             }
             if events.isEmpty { say("no events") }
             for event in events {
@@ -62,7 +62,7 @@ struct EventsCommand: AsyncParsableCommand {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let event = UUID(uuidString: id)!  // checked in validate()
             return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                guard try await app.belfry.eventIntake.exists(event, on: app.db) else {
+                guard try await app.belfry.eventStatuses.exists(event, on: app.db) else {
                     throw ValidationError("no event \(id)")
                 }
                 return try await body(app, event)
@@ -78,7 +78,7 @@ struct EventsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let status = try await target.run { app, event in
-                try await app.belfry.eventIntake.status(of: event, on: app.db)
+                try await app.belfry.eventStatuses.status(of: event, on: app.db)
             }
             try sayJSON(status)
         }

@@ -28,37 +28,6 @@ struct DeadLetters: Sendable {
     }
 }
 
-/// An event as `belfry events list` shows it.
-struct EventSummary: Sendable {
-    var id: UUID
-    var state: String
-    var category: String
-    var tenant: String
-    var createdAt: Date
-    var recipients: Int
-    var processed: Int
-}
-
-extension EventIntake {
-    /// The newest events first, optionally in one fan-out state.
-    func recent(state: EventStatus.FanoutState?, limit: Int, on db: any Database) async throws -> [EventSummary] {
-        let select = db.sql.select()
-            .columns("id", "state", "category", "tenant", "created_at", "recipients", "processed")
-            .from("events")
-        if let state { select.where("state", .equal, state.rawValue) }
-        return try await select.orderBy("created_at", .descending).limit(limit).all().map { row in
-            EventSummary(
-                id: try row.decode(column: "id", as: UUID.self),
-                state: try row.decode(column: "state", as: String.self),
-                category: try row.decode(column: "category", as: String.self),
-                tenant: try row.decode(column: "tenant", as: String.self),
-                createdAt: try row.decode(column: "created_at", as: Date.self),
-                recipients: try row.decode(column: "recipients", as: Int.self),
-                processed: try row.decode(column: "processed", as: Int.self))
-        }
-    }
-}
-
 extension BelfryContext {
     var deadLetters: DeadLetters { DeadLetters(storage: database, now: now) }
 }

@@ -49,7 +49,7 @@ struct EventsController: RouteCollection {
         guard let id = req.parameters.get("event_id").flatMap(UUID.init(uuidString:)) else {
             throw BelfryError(.eventNotFound, "no event \"\(req.parameters.get("event_id") ?? "")\"")
         }
-        guard let status = try await req.belfry.eventIntake.status(of: id, on: req.db) else {
+        guard let status = try await req.belfry.eventStatuses.status(of: id, on: req.db) else {
             throw BelfryError(.eventNotFound, "no event \"\(id)\"")
         }
         return try Response.json(status)

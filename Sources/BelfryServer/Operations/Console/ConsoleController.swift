@@ -163,7 +163,7 @@ struct ConsoleController: RouteCollection {
         let session = try await requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
         let context = req.belfry
-        guard try await context.eventIntake.exists(id, on: req.db) else {
+        guard try await context.eventStatuses.exists(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
         }
         let queued = try await context.deadLetters.retry(event: id, on: req.db)

@@ -7,7 +7,7 @@ import SQLKit
 /// shows the same.
 struct ConsoleData: Sendable {
     let storage: BelfryDatabase
-    let intake: EventIntake
+    let events: EventStatusQuery
     let now: @Sendable () -> Date
 
     static let recentEvents = 15
@@ -74,8 +74,8 @@ struct ConsoleData: Sendable {
 
     func overview(on db: any Database) async throws -> Overview {
         let sql = db.sql
-        let recent = try await intake.recent(state: nil, limit: Self.recentEvents, on: db).map(\.id)
-        let statuses = try await intake.statuses(of: recent, on: db)
+        let recent = try await events.recent(state: nil, limit: Self.recentEvents, on: db).map(\.id)
+        let statuses = try await events.statuses(of: recent, on: db)
         let events = recent.compactMap { statuses[$0] }
         let dead = try await sql.select()
             .columns(
@@ -153,7 +153,7 @@ struct ConsoleData: Sendable {
 
     /// An event's status, and its deliveries with every attempt.
     func event(_ id: UUID, on db: any Database) async throws -> EventDetail? {
-        guard let status = try await intake.status(of: id, on: db) else { return nil }
+        guard let status = try await events.status(of: id, on: db) else { return nil }
         let sql = db.sql
         var rows = try await sql.select()
             .columns(
@@ -219,5 +219,5 @@ struct ConsoleData: Sendable {
 }
 
 extension BelfryContext {
-    var consoleData: ConsoleData { ConsoleData(storage: database, intake: eventIntake, now: now) }
+    var consoleData: ConsoleData { ConsoleData(storage: database, events: eventStatuses, now: now) }
 }

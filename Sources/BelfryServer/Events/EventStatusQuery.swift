@@ -1,0 +1,145 @@
+import BelfryCore
+import Fluent
+import Foundation
+import SQLKit
+
+/// What became of events: the read model behind `GET /v1/events/{id}`, `belfry events` and the
+/// console, counted from the events, their skips, notifications and deliveries.
+struct EventStatusQuery: Sendable {
+    let workspace: WorkspaceConfig
+
+    /// The newest events first, optionally in one fan-out state.
+    func recent(state: EventStatus.FanoutState?, limit: Int, on db: any Database) async throws -> [EventSummary] {
+        let select = db.sql.select()
+            .columns("id", "state", "category", "tenant", "created_at", "recipients", "processed")
+            .from("events")
+        if let state { select.where("state", .equal, state.rawValue) }
+        return try await select.orderBy("created_at", .descending).limit(limit).all().map { row in
+            EventSummary(
+                id: try row.decode(column: "id", as: UUID.self),
+                state: try row.decode(column: "state", as: String.self),
+                category: try row.decode(column: "category", as: String.self),
+                tenant: try row.decode(column: "tenant", as: String.self),
+                createdAt: try row.decode(column: "created_at", as: Date.self),
+                recipients: try row.decode(column: "recipients", as: Int.self),
+                processed: try row.decode(column: "processed", as: Int.self))
+        }
+    }
+
+    /// Whether the event is stored: one indexed read, where `status(of:)` counts everything.
+    func exists(_ id: UUID, on db: any Database) async throws -> Bool {
+        try await db.sql.select().column("id").from("events").where("id", .equal, id).limit(1).first() != nil
+    }
+
+    func status(of id: UUID, on db: any Database) async throws -> EventStatus? {
+        try await statuses(of: [id], on: db)[id]
+    }
+
+    /// The statuses of the events `ids` that exist, in five grouped queries whatever their
+    /// number (the console shows fifteen at a time).
+    func statuses(of ids: [UUID], on db: any Database) async throws -> [UUID: EventStatus] {
+        guard !ids.isEmpty else { return [:] }
+        let sql = db.sql
+        let events = try await sql.select()
+            .columns(
+                "id", "category", "tenant", "state", "created_at", "not_before", "recipients", "processed",
+                "last_error", "batched"
+            )
+            .from("events").where("id", .in, ids).all()
+        guard !events.isEmpty else { return [:] }
+
+        var notifications: [UUID: (all: Int, inInbox: Int?)] = [:]
+        for row in try await sql.select().column("event_id")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
+            .from("notifications").where("event_id", .in, ids).groupBy("event_id").all()
+        {
+            notifications[try row.decode(column: "event_id", as: UUID.self)] = (
+                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self)
+            )
+        }
+        var deliveries: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "status")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from("deliveries").where("event_id", .in, ids)
+            .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
+            .groupBy("event_id").groupBy("channel").groupBy("status").all()
+        {
+            deliveries[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+        }
+        var skipped: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from("event_skips")
+            .where("event_id", .in, ids).all()
+        {
+            skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
+        }
+        // The newest error of each channel's deliveries not sent; of errors from the same
+        // moment, a final one (failed, dead) before one that will be retried.
+        var lastErrors: [UUID: [String: String]] = [:]
+        let newest = SQLRaw(
+            "ROW_NUMBER() OVER (PARTITION BY event_id, channel ORDER BY updated_at DESC, "
+                + "CASE WHEN status IN ('\(DeliveryStatus.failed.rawValue)', '\(DeliveryStatus.dead.rawValue)') "
+                + "THEN 0 ELSE 1 END, id DESC)")
+        let ranked = sql.select().columns("event_id", "channel", "last_error").column(newest, as: "rank")
+            .from("deliveries").where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
+            .where("status", .notEqual, DeliveryStatus.sent.rawValue)
+        for row in try await sql.select().columns("event_id", "channel", "last_error")
+            .from(SQLAlias(SQLGroupExpression(ranked.query), as: SQLIdentifier("ranked")))
+            .where("rank", .equal, 1).all()
+        {
+            lastErrors[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self)] = try row.decode(
+                    column: "last_error", as: String.self)
+        }
+
+        let inboxChannel = workspace.channels.first { $0.kind == .inbox }?.id
+        var statuses: [UUID: EventStatus] = [:]
+        for event in events {
+            let id = try event.decode(column: "id", as: UUID.self)
+            var counts = deliveries[id] ?? [:]
+            // An inbox notification delivered at fan-out has no delivery row (the notification
+            // is its record); one that was due later has one. So the inbox notifications without
+            // a row were delivered.
+            if let inboxChannel, let inInbox = notifications[id]?.inInbox {
+                let withRows = counts[inboxChannel, default: [:]].values.reduce(0, +)
+                if inInbox > withRows {
+                    counts[inboxChannel, default: [:]][DeliveryStatus.sent.rawValue, default: 0] += inInbox - withRows
+                }
+            }
+            statuses[id] = EventStatus(
+                id: id,
+                category: try event.decode(column: "category", as: String.self),
+                tenant: try event.decode(column: "tenant", as: String.self),
+                state: EventStatus.FanoutState(rawValue: try event.decode(column: "state", as: String.self))
+                    ?? .pending,
+                createdAt: try event.decode(column: "created_at", as: Date.self),
+                notBefore: try event.decode(column: "not_before", as: Date.self),
+                recipients: try event.decode(column: "recipients", as: Int.self),
+                processed: try event.decode(column: "processed", as: Int.self),
+                notifications: notifications[id]?.all ?? 0, deliveries: counts, skipped: skipped[id] ?? [:],
+                lastErrors: lastErrors[id] ?? [:],
+                error: try event.decode(column: "last_error", as: String?.self),
+                batched: try event.decode(column: "batched", as: Int.self))
+        }
+        return statuses
+    }
+}
+
+/// An event as `belfry events list` shows it.
+struct EventSummary: Sendable {
+    var id: UUID
+    var state: String
+    var category: String
+    var tenant: String
+    var createdAt: Date
+    var recipients: Int
+    var processed: Int
+}
+
+extension BelfryContext {
+    var eventStatuses: EventStatusQuery { EventStatusQuery(workspace: workspace) }
+}

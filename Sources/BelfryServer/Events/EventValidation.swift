@@ -1,0 +1,183 @@
+import BelfryAPNs
+import BelfryCore
+import BelfryWebPush
+import Crypto
+import Fluent
+import Foundation
+import SQLKit
+
+/// Checking an event against the workspace before it is stored: every problem at once.
+extension EventIntake {
+    /// A checked event, ready to store.
+    struct Checked: Sendable {
+        var category: CategoryDefinition
+        var tenant: String
+        /// Empty for a topic event.
+        var recipients: [String]
+        var topic: String?
+        /// Stored for a topic event; already taken out of `recipients` otherwise.
+        var exclude: [String]
+        var content: EventRequest.Content
+        var data: String?
+        var idempotencyKey: String?
+        var notBefore: Date
+        /// A rule read in each recipient's time zone: their notification is due at its next match.
+        var calendar: CalendarRule?
+        /// The schedule as asked for, so that a retry can be recognised.
+        var schedule: EventRequest.Schedule?
+        var ttlSeconds: Int?
+    }
+
+    /// Checks an event against the workspace, reporting every problem at once.
+    static func validate(_ event: EventRequest, workspace: WorkspaceConfig, now: Date) throws -> Checked {
+        guard let category = workspace.category(event.category) else {
+            throw BelfryError(.categoryNotFound, "no category \"\(event.category)\" in this workspace")
+        }
+        let tenant = event.tenant ?? workspace.defaultTenant
+        guard workspace.tenant(tenant) != nil else {
+            throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
+        }
+        var problems: [String] = []
+        if let topic = event.topic {
+            if !event.recipients.isEmpty {
+                problems.append("give \"recipients\" or \"topic\", not both")
+            }
+            if !TopicName.isValid(topic) {
+                problems.append("field \"topic\" must be \(TopicName.rule), got \"\(topic.prefix(40))\"")
+            }
+        } else if event.recipients.isEmpty || event.recipients.count > maxRecipients {
+            problems.append(
+                "field \"recipients\" must list 1 to \(maxRecipients) user ids, got \(event.recipients.count); "
+                    + "send larger audiences in several events, or name a \"topic\"")
+        }
+        for (field, ids) in [("recipients", event.recipients), ("exclude", event.exclude ?? [])] {
+            for (index, id) in ids.enumerated().filter({ !UserID.isValid($0.element) }).prefix(3) {
+                problems.append(
+                    "field \"\(field)[\(index)]\": \"\(id.prefix(40))\" is not a valid user id (\(UserID.rule))")
+            }
+        }
+        if let exclude = event.exclude, exclude.count > maxRecipients {
+            problems.append("field \"exclude\" may list at most \(maxRecipients) user ids, got \(exclude.count)")
+        }
+        let title = event.content.title.trimmingCharacters(in: .whitespacesAndNewlines)
+        if title.isEmpty || event.content.title.count > maxTitleLength {
+            problems.append(
+                "field \"content.title\" must have 1 to \(maxTitleLength) characters, got \(event.content.title.count)")
+        }
+        problems += [
+            TextCheck.controlCharacters(in: event.content.title, field: "content.title"),
+            TextCheck.controlCharacters(in: event.content.body, field: "content.body", multiline: true),
+        ].compactMap { $0 }
+        if event.content.body.utf8.count > maxBodyBytes {
+            problems.append(
+                "field \"content.body\" is \(event.content.body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
+        }
+        for (field, url) in [("content.url", event.content.url), ("content.image_url", event.content.imageURL)] {
+            guard let url else { continue }
+            let parsed = URL(string: url)
+            if url.count > 2048 || !["http", "https"].contains(parsed?.scheme ?? "") || parsed?.host == nil {
+                problems.append("field \"\(field)\" must be an http or https URL, got \"\(url.prefix(80))\"")
+            }
+        }
+        if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
+            problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
+        }
+        var data: String?
+        if let fields = event.data {
+            // Every reader of the data (the inbox, the streams, each provider) decodes it again
+            // inside the notification around it: one limit here keeps all of them well within
+            // what their decoders take.
+            let depth = JSONValue.object(fields).depth
+            if depth > maxDataDepth {
+                problems.append("field \"data\" nests \(depth) levels deep; at most \(maxDataDepth) allowed")
+            }
+            let encoded = try JSONEncoder().encode(fields)
+            if encoded.count > maxDataBytes {
+                problems.append("field \"data\" is \(encoded.count) bytes as JSON; at most \(maxDataBytes) allowed")
+            }
+            data = String(decoding: encoded, as: UTF8.self)
+        }
+        if let key = event.idempotencyKey, key.isEmpty || key.count > 255 {
+            problems.append("the idempotency key must have 1 to 255 characters")
+        }
+        var notBefore = now
+        var calendar: CalendarRule?
+        if let schedule = event.schedule {
+            let year: TimeInterval = 366 * 24 * 3600
+            let given = [schedule.sendAt != nil, schedule.delaySeconds != nil, schedule.calendar != nil].filter { $0 }
+            if given.count != 1 {
+                problems.append("field \"schedule\" takes one of \"send_at\", \"delay_seconds\" or \"calendar\"")
+            }
+            if let sendAt = schedule.sendAt {
+                if sendAt.timeIntervalSince(now) > year {
+                    problems.append("field \"schedule.send_at\" must be within a year")
+                }
+                notBefore = max(now, sendAt)
+            }
+            if let delay = schedule.delaySeconds {
+                if !(0...Int(year)).contains(delay) {
+                    problems.append("field \"schedule.delay_seconds\" must be from 0 to \(Int(year)), got \(delay)")
+                }
+                notBefore = now.addingTimeInterval(TimeInterval(max(delay, 0)))
+            }
+            if let rule = schedule.calendar {
+                problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
+                if rule.problems.isEmpty, rule.nextDate(after: now, in: .gmt) == nil {
+                    problems.append("field \"schedule.calendar\": no date matches it (such as 30 February)")
+                }
+                if rule.repeats {
+                    problems.append(
+                        "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
+                }
+                calendar = rule
+            }
+        }
+        if problems.isEmpty {
+            problems += pushSizeProblems(event, category: category, tenant: tenant, data: data, workspace: workspace)
+        }
+        if !problems.isEmpty {
+            throw BelfryError.invalid(problems.joined(separator: "; "))
+        }
+        // One notification per person, however often the list names them; none for those left out.
+        let excluded = Set(event.exclude ?? [])
+        var seen = excluded
+        let recipients = event.recipients.filter { seen.insert($0).inserted }
+        return Checked(
+            category: category, tenant: tenant, recipients: recipients, topic: event.topic,
+            exclude: Array(excluded).sorted(), content: event.content, data: data,
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
+            ttlSeconds: event.ttlSeconds)
+    }
+
+    /// Four weeks, the longest any push service keeps a message.
+    static let maxTTL = 28 * 86_400
+
+    /// The event is refused when the largest push it can make (every field, a large badge) is
+    /// over what a push channel of its category takes: 4096 bytes of APNs payload, or 4096
+    /// bytes of encrypted Web Push body.
+    private static func pushSizeProblems(
+        _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
+    ) -> [String] {
+        let kinds = Set(category.channels.compactMap { workspace.channel($0.channel)?.kind })
+        let content = DeliveryContent(
+            deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
+            title: event.content.title, body: event.content.body, url: event.content.url,
+            imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
+        var problems: [String] = []
+        if kinds.contains(.apns), case let size = APNsPayload.largestSize(APNsNotification(content)),
+            size > APNsPayload.maxSize
+        {
+            problems.append(
+                "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
+                    + "shorten the content or the data")
+        }
+        if kinds.contains(.webPush), case let size = WebPushMessage.largestEncryptedSize(content),
+            size > WebPushEncryption.maxPayloadSize
+        {
+            problems.append(
+                "the encrypted Web Push message would be \(size) bytes; push services take at most "
+                    + "\(WebPushEncryption.maxPayloadSize): shorten the content or the data")
+        }
+        return problems
+    }
+}
