@@ -56,6 +56,7 @@ let package = Package(
                 "BelfryAPNs",
                 "BelfryWebPush",
                 "BelfryMail",
+                "BelfryHTTP2",
                 .product(name: "Vapor", package: "vapor"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Fluent", package: "fluent"),
@@ -98,6 +99,20 @@ let package = Package(
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // An HTTP/2-only client over TLS for push services (APNs, and FCM next): a connection per
+        // origin, a stream per request, on SwiftNIO only.
+        .target(
+            name: "BelfryHTTP2",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
@@ -162,6 +177,15 @@ let package = Package(
         .testTarget(
             name: "BelfryAPNsTests",
             dependencies: ["BelfryAPNs", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryHTTP2Tests",
+            dependencies: [
+                "BelfryHTTP2",
+                "BelfryTestServers",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

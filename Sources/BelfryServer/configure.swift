@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BelfryCore
+import BelfryHTTP2
 import BelfryMail
 import BelfryWebPush
 import Fluent
@@ -272,7 +273,8 @@ private func deliveryProviders(
         providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
     }
     if let apns = settings.apns {
-        let http2 = try HTTP2Client(group: app.eventLoopGroup, extraCertificatesPEM: settings.extraCertificatesPEM)
+        let http2 = try HTTP2Client(
+            group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
         app.lifecycle.use(HTTP2ClientShutdown(client: http2))
         providers[.apns] = APNsChannel(
             provider: try APNsProvider(configuration: apns, client: http2, now: context.now))

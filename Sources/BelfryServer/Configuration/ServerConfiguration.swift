@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryHTTP2
 import BelfryMail
 import BelfryWebPush
 import Crypto

@@ -1,5 +1,6 @@
 import BelfryAPNs
 import BelfryCore
+import BelfryHTTP2
 import Foundation
 import NIOCore
 
@@ -21,7 +22,8 @@ package enum APNsBenchmark {
         count: Int, concurrency: Int, apns: ServerConfiguration.APNs, extraCertificatesPEM: String,
         eventLoopGroup: any EventLoopGroup
     ) async throws -> Result {
-        let client = try HTTP2Client(group: eventLoopGroup, extraCertificatesPEM: extraCertificatesPEM)
+        let client = try HTTP2Client(
+            group: eventLoopGroup, tls: try .outbound(extraCertificatesPEM: extraCertificatesPEM))
         defer { Task { await client.shutdown() } }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
         let device = APNsDevice(

@@ -1,5 +1,6 @@
 import BelfryAPNs
 import BelfryCore
+import BelfryHTTP2
 import Crypto
 import Foundation
 import NIOCore

@@ -6,22 +6,22 @@ import NIOHTTP2
 import NIOPosix
 import NIOSSL
 
-/// An HTTP/2-only client over TLS for APNs: one long-lived connection per origin, every request
-/// a stream on it.
+/// An HTTP/2-only client over TLS for push services (APNs now): one long-lived connection per
+/// origin, every request a stream on it.
 ///
 /// A request is a HEADERS and a DATA frame on a stream id of its own, written by the
 /// connection's one handler, which collects the answer by that id (``ConnectionHandler``). The
 /// general-purpose client (AsyncHTTPClient) spent about 100 µs of CPU per push on its
 /// per-request machinery (request state machines, header validation, an HTTP/1-shaped layer
 /// over the stream), five times what the server took to answer it.
-final class HTTP2Client: Sendable {
-    struct Response: Sendable {
-        var status: Int
-        var headers: HPACKHeaders
-        var body: ByteBuffer
+public final class HTTP2Client: Sendable {
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: HPACKHeaders
+        public var body: ByteBuffer
     }
 
-    enum Failure: Error, CustomStringConvertible {
+    public enum Failure: Error, CustomStringConvertible {
         case invalidURL(String)
         case timedOut
         case connectTimedOut
@@ -30,7 +30,7 @@ final class HTTP2Client: Sendable {
         case malformedResponse
         case shutDown
 
-        var description: String {
+        public var description: String {
             switch self {
             case .invalidURL(let url): "not an https URL without query (https://host[:port][/path]): \(url)"
             case .timedOut: "no answer in time"
@@ -44,15 +44,15 @@ final class HTTP2Client: Sendable {
     }
 
     /// Where requests go: `https://host[:port][/prefix]`, parsed once, not per request.
-    struct Origin: Hashable, Sendable {
-        var host: String
-        var port: Int
+    public struct Origin: Hashable, Sendable {
+        public var host: String
+        public var port: Int
         /// The `:authority` pseudo-header.
-        var authority: String
+        public var authority: String
         /// Put before every request's path (a proxy's mount point); usually empty.
-        var pathPrefix: String
+        public var pathPrefix: String
 
-        init(_ url: String) throws(Failure) {
+        public init(_ url: String) throws(Failure) {
             guard let components = URLComponents(string: url), components.scheme == "https",
                 let host = components.host, !host.isEmpty, components.query == nil, components.fragment == nil
             else { throw Failure.invalidURL(url) }
@@ -75,7 +75,7 @@ final class HTTP2Client: Sendable {
 
     /// Every connection's loop: a task running on it (``EventLoopTaskExecutor``) sends and gets
     /// its answer without leaving it.
-    let eventLoop: any EventLoop
+    public let eventLoop: any EventLoop
     private let sslContext: NIOSSLContext
     private let connectTimeout: TimeAmount
     private let state = NIOLockedValueBox(State())
@@ -92,8 +92,9 @@ final class HTTP2Client: Sendable {
         case open(Connection)
     }
 
-    init(group: any EventLoopGroup, extraCertificatesPEM: String?, connectTimeout: TimeAmount = .seconds(5)) throws {
-        var tls = try TLSConfiguration.outbound(extraCertificatesPEM: extraCertificatesPEM)
+    /// `tls` says whom to trust; the client offers only `h2`.
+    public init(group: any EventLoopGroup, tls: TLSConfiguration, connectTimeout: TimeAmount = .seconds(5)) throws {
+        var tls = tls
         tls.applicationProtocols = ["h2"]
         eventLoop = group.next()
         sslContext = try NIOSSLContext(configuration: tls)
@@ -102,7 +103,7 @@ final class HTTP2Client: Sendable {
 
     /// POSTs `body` to `path` (with its query, if any) at `origin`, with `headers` (lower-case
     /// names).
-    func post(
+    public func post(
         _ path: String, at origin: Origin, headers: [(String, String)], body: ByteBuffer, timeout: TimeAmount
     ) async throws -> Response {
         var fields = HPACKHeaders()
@@ -119,7 +120,7 @@ final class HTTP2Client: Sendable {
     }
 
     /// The connections open and in use.
-    var openChannels: [any Channel] {
+    public var openChannels: [any Channel] {
         state.withLockedValue { state in
             state.connections.values.compactMap { slot in
                 if case .open(let connection) = slot { connection.channel } else { nil }
@@ -127,7 +128,7 @@ final class HTTP2Client: Sendable {
         }
     }
 
-    func shutdown() async {
+    public func shutdown() async {
         let slots = state.withLockedValue { state in
             state.shutDown = true
             defer { state.connections = [:] }

@@ -7,14 +7,14 @@ import NIOCore
 /// down (printing an error), and its task would never resume. Belfry's loops are the
 /// process's shared group, which is never shut down.
 @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, *)
-final class EventLoopTaskExecutor: TaskExecutor, Sendable {
-    let eventLoop: any EventLoop
+public final class EventLoopTaskExecutor: TaskExecutor, Sendable {
+    public let eventLoop: any EventLoop
 
-    init(_ eventLoop: any EventLoop) {
+    public init(_ eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
@@ -22,7 +22,7 @@ final class EventLoopTaskExecutor: TaskExecutor, Sendable {
 
 /// Runs `body` on `loop` (through an ``EventLoopTaskExecutor``) where the platform has task
 /// executors; without a loop, or on older Apple platforms, where the caller runs.
-func runningOn<T, Failure: Error>(
+public func runningOn<T, Failure: Error>(
     _ loop: (any EventLoop)?, isolation: isolated (any Actor)? = #isolation,
     _ body: () async throws(Failure) -> T
 ) async throws(Failure) -> T {

@@ -1,14 +1,21 @@
+import BelfryHTTP2
 import BelfryTestServers
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import Testing
-
-@testable import BelfryServer
 
 @Suite("HTTP/2 client (APNs)", .serialized)
 struct HTTP2ClientTests {
+    /// The system's roots, and the test authority's certificate when given.
+    static func trusting(_ pem: String?) throws -> TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let pem { tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))] }
+        return tls
+    }
+
     /// A server that answers each request with its path and body echoed, and the client for it.
     private static func withServer(
         respond: (@Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response)? = nil,
@@ -20,7 +27,7 @@ struct HTTP2ClientTests {
                     status: 200, headers: [("x-path", request.path), ("x-method", request.method)], body: request.body)
             })
         let client = try HTTP2Client(
-            group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: server.authority.certificatePEM)
+            group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(server.authority.certificatePEM))
         do {
             try await body(server, client)
         } catch {
@@ -85,7 +92,7 @@ struct HTTP2ClientTests {
             HTTP2TestServer.Response(status: 400, body: Data(#"{"reason":"BadDeviceToken"}"#.utf8))
         }
         let client = try HTTP2Client(
-            group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: server.authority.certificatePEM)
+            group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(server.authority.certificatePEM))
         let origin = try HTTP2Client.Origin(server.url)
         let answered = try await withThrowingTaskGroup(of: Bool.self) { group in
             var answered = 0
@@ -205,7 +212,7 @@ struct HTTP2ClientTests {
             .bind(host: "127.0.0.1", port: 0).get()
         let port = try #require(listener.localAddress?.port)
         try await listener.close()
-        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(nil))
         let origin = try HTTP2Client.Origin("https://127.0.0.1:\(port)")
         for _ in 0..<2 {
             let started = ContinuousClock.now
@@ -241,7 +248,7 @@ struct HTTP2ClientTests {
     @Test("a server whose certificate is not trusted is refused")
     func verifiesCertificates() async throws {
         let server = try await HTTP2TestServer { _ in HTTP2TestServer.Response(status: 200) }
-        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(nil))
         let started = ContinuousClock.now
         let error = await #expect(throws: (any Error).self) {
             _ = try await client.post(
@@ -272,7 +279,7 @@ struct HTTP2ClientTests {
         #expect(try HTTP2Client.Origin("https://127.0.0.1:8443").port == 8443)
         #expect(try HTTP2Client.Origin("https://proxy.example/apns/").pathPrefix == "/apns")
         #expect(throws: HTTP2Client.Failure.self) { try HTTP2Client.Origin("https://h.example/?q=1") }
-        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, extraCertificatesPEM: nil)
+        let client = try HTTP2Client(group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(nil))
         let nowhere = try HTTP2Client.Origin("https://127.0.0.1:1")
         await #expect(throws: (any Error).self) {
             _ = try await client.post("/a", at: nowhere, headers: [], body: ByteBuffer(), timeout: .seconds(1))
