@@ -306,8 +306,10 @@ public struct ServerConfiguration: Sendable {
         var webhook: Webhook?
         switch (webhookURL, webhookSecret) {
         case (let url?, let secret?): webhook = Webhook(url: url, secret: secret)
-        case (.some, nil): issues.add("BELFRY_WEBHOOK_SECRET", "a webhook URL needs a secret to sign its requests")
-        case (nil, .some): issues.add("BELFRY_WEBHOOK_URL", "a webhook secret is set but no webhook URL")
+        case (.some, nil):
+            issues.add(ServerSetting.webhookSecret.environment, "a webhook URL needs a secret to sign its requests")
+        case (nil, .some):
+            issues.add(ServerSetting.webhookURL.environment, "a webhook secret is set but no webhook URL")
         case (nil, nil): break
         }
 
@@ -336,12 +338,13 @@ public struct ServerConfiguration: Sendable {
             apns = APNs(keyPEM: key, keyID: keyID, teamID: teamID, topic: apnsTopic, url: apnsURL)
         case (nil, nil, nil):
             if apnsTopic != nil || apnsURL != nil {
-                issues.add("BELFRY_APNS_KEY_PATH", "APNs settings are given but no signing key, key id and team id")
+                issues.add(
+                    ServerSetting.apnsKey.environment, "APNs settings are given but no signing key, key id and team id")
             }
         default:
             for (value, name) in [
-                (apnsKey, "BELFRY_APNS_KEY_PATH"), (apnsKeyID, "BELFRY_APNS_KEY_ID"),
-                (apnsTeamID, "BELFRY_APNS_TEAM_ID"),
+                (apnsKey, ServerSetting.apnsKey.environment), (apnsKeyID, ServerSetting.apnsKeyID.environment),
+                (apnsTeamID, ServerSetting.apnsTeamID.environment),
             ]
             where value == nil {
                 issues.add(name, "APNs needs a signing key, its key id and the team id together")
@@ -407,14 +410,14 @@ public struct ServerConfiguration: Sendable {
             email = Email(smtp: smtp, from: from)
             if publicURL == nil && !SMTPLocation.isLoopback(hostname) {
                 issues.add(
-                    "BELFRY_PUBLIC_URL",
+                    ServerSetting.publicURL.environment,
                     "email needs the address users reach Belfry at, for its links (unsubscribe, preferences)")
             }
         // A value given but bad is reported above already; only a missing one is reported here.
-        case (.some, nil) where env["BELFRY_EMAIL_FROM"] == nil && !server["email_from"].isPresent:
-            issues.add("BELFRY_EMAIL_FROM", "email needs a sender address")
-        case (nil, .some) where env["BELFRY_SMTP_URL"] == nil && !server["smtp_url"].isPresent:
-            issues.add("BELFRY_SMTP_URL", "a sender address is set but no SMTP server")
+        case (.some, nil) where !ServerSetting.emailFrom.isGiven(environment: env, file: server):
+            issues.add(ServerSetting.emailFrom.environment, "email needs a sender address")
+        case (nil, .some) where !ServerSetting.smtpURL.isGiven(environment: env, file: server):
+            issues.add(ServerSetting.smtpURL.environment, "a sender address is set but no SMTP server")
         default: break
         }
         let metricsToken = pick(.metricsToken) { text in

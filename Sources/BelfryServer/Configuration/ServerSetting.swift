@@ -1,3 +1,5 @@
+import BelfryCore
+
 /// One server setting: where it is read from, its default, and what the configuration guide
 /// says of it. `ServerSetting.all` is the one list of settings: `ServerConfiguration.resolve`
 /// reads settings through it only, the file's `server` object accepts its keys only, and
@@ -12,6 +14,12 @@ public struct ServerSetting: Sendable {
     public var file: String?
     /// The default, as the guide shows it (Markdown).
     public var defaultValue: String
+
+    /// Whether the environment or the file's `server` object gives this setting at all (a bad
+    /// value is reported where it is read; this tells a missing one from a bad one).
+    func isGiven(environment: [String: String], file server: ConfigNode) -> Bool {
+        environment[self.environment] != nil || (file.map { server[$0].isPresent } ?? false)
+    }
 
     /// The flag's name alone: `--port`.
     var flagName: String? { flag.map { String($0.prefix { $0 != " " }) } }
