@@ -37,6 +37,9 @@ public struct ConfigureOptions: Sendable {
     public var runWorkers: Bool
     /// Looks up push services' host names (the system's resolver; a table in tests).
     var resolver: HostResolver = .system
+    /// Make (and report) a development API key when none is configured or stored: `belfry
+    /// serve` does; the other commands never make a credential.
+    public var createsDevelopmentKey = true
 
     public init(
         migrate: Bool = true, runWorkers: Bool = false, now: @escaping @Sendable () -> Date = { Date() },
@@ -80,7 +83,10 @@ public func configure(
     let now = options.now
     var createdKey: String?
     let apiKeys: APIKeys
-    if settings.apiKeys.isEmpty {
+    if settings.apiKeys.isEmpty, !options.createsDevelopmentKey {
+        let stored = try await ServerSecrets.find(ServerSecrets.developmentKeyDigest, on: app.silentDatabase)
+        apiKeys = APIKeys(digests: stored.flatMap(APIKeys.parseDigest).map { [$0] } ?? [])
+    } else if settings.apiKeys.isEmpty {
         var generated: String?
         let stored = try await ServerSecrets.value(
             named: ServerSecrets.developmentKeyDigest, on: app.silentDatabase, now: now()

@@ -174,6 +174,7 @@ struct APIKeysTests {
         let run = { (arguments: [String]) in
             try TestProcess.run(CommandLineTests.executable, arguments + ["--database", path])
         }
+        _ = try run(["migrate"])
         let key = try run(["keys", "create", "backend", "--scope", "publish"]).trimmingCharacters(in: .newlines)
         #expect(key.hasPrefix("belfry_") && key.count > 40)
         let bad = try #require(throws: TestProcess.Failure.self) {

@@ -94,11 +94,33 @@ struct CommandLineTests {
         #expect(missing.output.contains(#"no user "bob""#))
     }
 
+    @Test("a command other than serve and migrate refuses a database that is not there, and makes no key")
+    func missingDatabase() throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("belfry.sqlite").path
+        for command in [["users"], ["topics"], ["events"], ["keys"], ["audit"], ["token", "--user", "ada"]] {
+            let failure = try #require(throws: TestProcess.Failure.self) {
+                try TestProcess.run(Self.executable, command + ["--database", path])
+            }
+            #expect(failure.status == 1, "\(command)")
+            #expect(failure.output.contains("there is no database at \(path)"), "\(command)")
+            #expect(!FileManager.default.fileExists(atPath: path), "\(command) made no database")
+        }
+        // migrate makes the database, and no credential.
+        let migrated = try TestProcess.run(Self.executable, ["migrate", "--database", path])
+        #expect(migrated.contains("up to date"))
+        #expect(try TestProcess.run(Self.executable, ["users", "--database", path]) == "no users\n")
+        let listed = try TestProcess.run(Self.executable, ["keys", "--database", path])
+        #expect(listed.hasPrefix("no keys"))
+    }
+
     @Test("topics lists topics with their subscribers, and adds and removes them")
     func topics() throws {
         let directory = try Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
         let database = ["--database", directory.appendingPathComponent("belfry.sqlite").path]
+        _ = try TestProcess.run(Self.executable, ["migrate"] + database)
         #expect(try TestProcess.run(Self.executable, ["topics"] + database).contains("no topics yet"))
         let added = try TestProcess.run(Self.executable, ["topics", "add", "page:Bell_tower", "ada", "bob"] + database)
         #expect(added.contains("page:Bell_tower: 2 subscribed, 0 already were"))
@@ -131,6 +153,7 @@ struct CommandLineTests {
             "--body", "World", "--to", file.path, "--to", "ada", "--idempotency-key", "launch",
         ]
         let uuid = /[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}/
+        _ = try TestProcess.run(Self.executable, ["migrate", "--database", database])
         let output = try TestProcess.run(Self.executable, arguments)
         #expect(output.hasPrefix("Accepted 2 events for 10051 recipients:"), "\(output)")
         let ids = output.matches(of: uuid).map { String($0.output) }

@@ -25,7 +25,8 @@ enum ServerSecrets {
         }
     }
 
-    private static func find(_ name: String, on db: any Database) async throws -> String? {
+    /// The stored secret `name`, if there is one.
+    static func find(_ name: String, on db: any Database) async throws -> String? {
         try await ServerSecretModel.query(on: db).filter(\.$name == name).first()?.value
     }
 }

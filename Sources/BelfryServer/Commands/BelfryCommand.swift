@@ -81,17 +81,32 @@ extension UserID {
 }
 
 /// Builds and configures an application for a command, then runs `body` and shuts down.
+/// Only `serve` (`serving`) makes a development API key, and only `serve` and `migrate`
+/// (`createsDatabase`) open a SQLite file that is not there yet: another command run in the wrong
+/// folder says so instead of starting an empty database.
 func withConfiguredApp<T>(
     _ settings: ServerConfiguration,
     arguments: [String],
     migrate: Bool = true,
     runWorkers: Bool = false,
+    serving: Bool = false,
+    createsDatabase: Bool = false,
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
+    if !createsDatabase && !serving, case .sqlite(let path) = settings.database,
+        !FileManager.default.fileExists(atPath: path)
+    {
+        FileHandle.standardError.write(
+            Data(
+                ("belfry: there is no database at \(path): give --database (or DATABASE_URL) the server's, "
+                    + "or create one with belfry migrate\n").utf8))
+        throw ExitCode(1)
+    }
     bootstrapLogging(settings.logLevel, format: settings.logFormat)
+    var options = ConfigureOptions(migrate: migrate, runWorkers: runWorkers)
+    options.createsDevelopmentKey = serving
     return try await withBelfryApplication(
-        Environment(name: "production", arguments: arguments), settings: settings,
-        options: ConfigureOptions(migrate: migrate, runWorkers: runWorkers)
+        Environment(name: "production", arguments: arguments), settings: settings, options: options
     ) { app, report in
         announceDevelopmentKey(report)
         return try await body(app, report)
@@ -150,7 +165,7 @@ struct ServeCommand: AsyncParsableCommand {
         let settings = try ServerConfiguration.forCommand(
             .init(hostname: hostname, port: port, database: storage.database, config: storage.config))
         try await withConfiguredApp(
-            settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: !noWorkers
+            settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: !noWorkers, serving: true
         ) { app, report in
             let workspace = settings.workspace
             say(
@@ -186,7 +201,7 @@ struct MigrateCommand: AsyncParsableCommand {
 
     func run() async throws {
         let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-        try await withConfiguredApp(settings, arguments: ["belfry"]) { _, _ in
+        try await withConfiguredApp(settings, arguments: ["belfry"], createsDatabase: true) { _, _ in
             say("The database is up to date: \(settings.database)")
         }
     }
