@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryServer
 import BelfryTestSupport
 import Foundation
 import Testing
@@ -113,6 +114,31 @@ struct CommandLineTests {
         #expect(try TestProcess.run(Self.executable, ["users", "--database", path]) == "no users\n")
         let listed = try TestProcess.run(Self.executable, ["keys", "--database", path])
         #expect(listed.hasPrefix("no keys"))
+    }
+
+    @Test("usage errors exit 64 with the usage; a failure exits 1 with one line; --version and bare belfry")
+    func exitStatuses() throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let database = ["--database", directory.appendingPathComponent("belfry.sqlite").path]
+        _ = try TestProcess.run(Self.executable, ["migrate"] + database)
+        let missing = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["users", "show", "nobody"] + database)
+        }
+        #expect(missing.status == 1)
+        #expect(missing.output.contains(#"no user "nobody""#))
+        #expect(!missing.output.contains("USAGE"), "a failure is not a usage error")
+        let event = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["events", "retry", UUID().uuidString] + database)
+        }
+        #expect(event.status == 1 && event.output.contains("no event"))
+        let usage = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["users", "list", "--limit", "0"] + database)
+        }
+        #expect(usage.status == 64 && usage.output.contains("--limit must be from 1 to 10000"))
+        let bare = try #require(throws: TestProcess.Failure.self) { try TestProcess.run(Self.executable, []) }
+        #expect(bare.status == 64 && bare.output.contains("SUBCOMMANDS"))
+        #expect(try TestProcess.run(Self.executable, ["--version"]) == belfryVersion + "\n")
     }
 
     @Test("topics lists topics with their subscribers, and adds and removes them")

@@ -10,6 +10,7 @@ public struct BelfryCommand: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "belfry",
         abstract: "Belfry, a self-hosted notification platform.",
+        version: belfryVersion,
         subcommands: [
             ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, LinkCommand.self,
             ConfigCommand.self, TopicsCommand.self, EventsCommand.self, UsersCommand.self, DevicesCommand.self,
@@ -18,6 +19,26 @@ public struct BelfryCommand: AsyncParsableCommand {
     )
 
     public init() {}
+
+    /// `belfry` alone: the help, and the usage error's exit status (64), since nothing was done.
+    public func run() async throws {
+        say(Self.helpMessage())
+        throw ExitCode(64)
+    }
+}
+
+/// The release `belfry --version` prints.
+public let belfryVersion = "0.3.0"
+
+/// A command that could not do what it was asked, for a reason other than its arguments (no
+/// such user, event or key; a reused idempotency key): one line on standard error and exit
+/// status 1, without the usage text a usage error (64) prints.
+struct CommandFailure: Error, CustomStringConvertible {
+    var description: String
+
+    init(_ description: String) {
+        self.description = description
+    }
 }
 
 /// Options every command that opens the database takes.
@@ -113,17 +134,17 @@ func withConfiguredApp<T>(
     }
 }
 
-/// Runs `body` on the configured database; a refusal with one of `usageErrors` is reported as a
-/// usage error, worded as the API words it.
+/// Runs `body` on the configured database; a refusal with one of `failures` is reported as a
+/// command failure (exit 1), worded as the API words it.
 func withStorage<T>(
-    _ storage: StorageOptions, usageErrors: Set<ErrorCode>, _ body: @escaping (Application) async throws -> T
+    _ storage: StorageOptions, failures: Set<ErrorCode>, _ body: @escaping (Application) async throws -> T
 ) async throws -> T {
     let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
     return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
         do {
             return try await body(app)
-        } catch let error as BelfryError where usageErrors.contains(error.code) {
-            throw ValidationError(error.message)
+        } catch let error as BelfryError where failures.contains(error.code) {
+            throw CommandFailure(error.message)
         }
     }
 }
@@ -236,7 +257,7 @@ struct TokenCommand: AsyncParsableCommand {
                 model = created
             }
             guard let model else {
-                throw ValidationError("no user \"\(user)\"; create it with PUT /v1/users/\(user) or pass --create")
+                throw CommandFailure("no user \"\(user)\"; create it with PUT /v1/users/\(user) or pass --create")
             }
             return try await context.tokens.mint(
                 userID: try model.requireID(), externalID: model.externalID, now: context.now(), lifetime: ttl)

@@ -63,7 +63,7 @@ struct EventsCommand: AsyncParsableCommand {
             let event = UUID(uuidString: id)!  // checked in validate()
             return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
                 guard try await app.belfry.eventStatuses.exists(event, on: app.db) else {
-                    throw ValidationError("no event \(id)")
+                    throw CommandFailure("no event \(id)")
                 }
                 return try await body(app, event)
             }

@@ -83,7 +83,7 @@ struct KeysCommand: AsyncParsableCommand {
                 if revoked { try await app.belfry.auditLog.record(.keyRevoked, by: "cli", subject: name, on: app.db) }
                 return revoked
             }
-            guard revoked else { throw ValidationError("there is no active key named \"\(name)\"") }
+            guard revoked else { throw CommandFailure("there is no active key named \"\(name)\"") }
             say("revoked \(name)")
         }
     }
@@ -122,5 +122,5 @@ struct AuditCommand: AsyncParsableCommand {
 private func withKeys<T>(
     _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
 ) async throws -> T {
-    try await withStorage(storage, usageErrors: [.invalidRequest], body)
+    try await withStorage(storage, failures: [.invalidRequest], body)
 }

@@ -61,7 +61,7 @@ struct LinkCommand: AsyncParsableCommand {
         }
         let link = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
             guard let model = try await UserModel.query(on: app.db).filter(\.$externalID == user).first() else {
-                throw ValidationError("no user \"\(user)\"; create it with PUT /v1/users/\(user)")
+                throw CommandFailure("no user \"\(user)\"; create it with PUT /v1/users/\(user)")
             }
             return try app.belfry.webSigner.link(
                 page: page, userID: try model.requireID(), externalID: model.externalID, now: app.belfry.now(),

@@ -58,7 +58,7 @@ struct SendCommand: AsyncParsableCommand {
                 do {
                     ids.append(try await intake.accept(request, on: app.db).id)
                 } catch let error as BelfryError {
-                    throw ValidationError(error.message)
+                    throw CommandFailure(error.message)
                 }
                 progress.advance(by: batch.count, events: ids.count)
             }
@@ -89,7 +89,7 @@ struct SendCommand: AsyncParsableCommand {
             do {
                 text = try String(contentsOfFile: value, encoding: .utf8)
             } catch {
-                throw ValidationError("cannot read \(value): \(error.localizedDescription)")
+                throw CommandFailure("cannot read \(value): \(error.localizedDescription)")
             }
             for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
                 var id = line.split(separator: ",", maxSplits: 1).first.map(String.init) ?? ""

@@ -132,5 +132,5 @@ struct DevicesCommand: AsyncParsableCommand {
 private func withUsers<T>(
     _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
 ) async throws -> T {
-    try await withStorage(storage, usageErrors: [.userNotFound], body)
+    try await withStorage(storage, failures: [.userNotFound], body)
 }
