@@ -1,8 +1,9 @@
 import BelfryCore
-import BelfryServer
 import BelfryTestSupport
 import Foundation
 import Testing
+
+@testable import BelfryServer
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -139,6 +140,35 @@ struct CommandLineTests {
         let bare = try #require(throws: TestProcess.Failure.self) { try TestProcess.run(Self.executable, []) }
         #expect(bare.status == 64 && bare.output.contains("SUBCOMMANDS"))
         #expect(try TestProcess.run(Self.executable, ["--version"]) == belfryVersion + "\n")
+    }
+
+    @Test("deliveries lists the failed and dead and retries them by id or by channel")
+    func deliveries() async throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("belfry.sqlite").path
+        // No webhook provider: the webhook deliveries of two users fail for good.
+        try await withBelfryApp(location: .sqlite(path: path)) { app, _ in
+            _ = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            _ = try await app.deliveryQueue?.runOnce()
+        }
+        let run = { (arguments: [String]) in try TestProcess.run(Self.executable, arguments + ["--database", path]) }
+        let rows = try run(["deliveries", "list", "--channel", "webhook", "--since", "1h"]).split(separator: "\n")
+            .map { $0.split(separator: "\t").map(String.init) }
+        #expect(rows.count == 2)
+        #expect(
+            rows.allSatisfy {
+                $0[2] == "failed" && $0[3] == "webhook" && $0.last == "no provider for webhook channels is configured"
+            })
+        #expect(Set(rows.map { $0[4] }) == ["ada", "bob"])
+        #expect(try run(["deliveries", "list", "--status", "dead"]) == "no failed or dead deliveries\n")
+        #expect(try run(["deliveries", "retry", rows[0][0]]) == "1 delivery queued again\n")
+        let unknown = try #require(throws: TestProcess.Failure.self) { try run(["deliveries", "retry", rows[0][0]]) }
+        #expect(unknown.status == 1 && unknown.output.contains("no failed or dead delivery \(rows[0][0])"))
+        #expect(try run(["deliveries", "retry", "--channel", "webhook"]) == "1 delivery queued again\n")
+        let both = try #require(throws: TestProcess.Failure.self) { try run(["deliveries", "retry"]) }
+        #expect(both.status == 64)
+        #expect(try run(["audit"]).contains("cli\tdeliveries.retried\tchannel:webhook\t1 queued"))
     }
 
     @Test("topics lists topics with their subscribers, and adds and removes them")

@@ -150,4 +150,51 @@ struct ConsoleTests {
             #expect(try await app.send(.GET, "/admin", headers: fresh).body.string.contains("stat-dead"))
         }
     }
+
+    @Test(
+        "failed deliveries show beside the dead with reasons in words; a row's Retry retries that row only",
+        arguments: TestDatabase.allCases)
+    func failedAndOneRetry(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            // No webhook provider here: the webhook deliveries fail for good at their first attempt.
+            let event = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            try await #require(app.deliveryQueue).runOnce()
+            let webhooks = try await app.belfry.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
+            #expect(webhooks.map(\.status) == [.failed, .failed])
+            let (first, second) = (webhooks[0], webhooks[1])
+            try await app.db.sql.update("deliveries").set("last_error", to: "no_authorized_device")
+                .where("id", .equal, second.id).run()
+
+            let signedIn = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=\(testAPIKey)", headers: Self.form)
+            let cookie = try #require(signedIn.headers.setCookie?[ConsoleSession.cookieName])
+            let session: HTTPHeaders = ["Cookie": "\(ConsoleSession.cookieName)=\(cookie.string)"]
+            let page = try await app.send(.GET, "/admin", headers: session).body.string
+            #expect(page.contains(#"<dd id="stat-failed" class="stat-alarm">"#))
+            #expect(page.contains("Failed and dead deliveries"))
+            #expect(page.contains("no provider for webhook channels is configured"))
+            #expect(page.contains("the user has no device that may be notified"))
+            #expect(!page.contains(">no_authorized_device<"))
+            let csrf = try #require(page.firstMatch(of: /name="_csrf" value="([^"]+)"/)?.output.1)
+
+            let path = "/admin/deliveries/\(first.id.uuidString.lowercased())/retry"
+            let retried = try await app.send(
+                .POST, path, rawBody: "_csrf=\(csrf)&return=event", headers: Self.form(session))
+            #expect(retried.status == .seeOther)
+            #expect(
+                retried.headers.first(name: .location) == "/admin/events/\(event.uuidString.lowercased())?retried=1")
+            let after = try await app.belfry.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
+            #expect(after.map(\.id) == [second.id], "the other row is untouched")
+            #expect(
+                try await app.send(.POST, path, rawBody: "_csrf=\(csrf)", headers: Self.form(session)).status
+                    == .notFound, "queued now: nothing to retry")
+            #expect(
+                try await app.send(
+                    .POST, "/admin/deliveries/\(UUID())/retry", rawBody: "_csrf=\(csrf)", headers: Self.form(session)
+                ).status == .notFound)
+            let eventPage = try await app.send(.GET, "/admin/events/\(event)", headers: session).body.string
+            #expect(eventPage.contains("Retry failed and dead deliveries"))
+            #expect(eventPage.contains("/admin/deliveries/\(second.id.uuidString.lowercased())/retry"))
+        }
+    }
 }

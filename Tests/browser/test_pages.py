@@ -824,17 +824,23 @@ class ConsoleTests(PagesTestCase):
         text = self.find("table.data").text
         self.assertIn("webhook dora dead 8 the webhook answered 503", text)
         self.assertIn("failed: no provider for webhook channels is configured", text, "the attempt log")
-        button = self.find('form[action$="/retry"] button')
+        button = self.find('form[action^="/admin/events/"][action$="/retry"] button')
         button.click()
         self.wait(expected_conditions.staleness_of(button), "the retry was not sent")
-        self.assertEqual(self.find(".flash").text, "1 dead delivery queued again.")
+        self.assertEqual(self.find(".flash").text, "1 delivery queued again.")
         # Queued again, it is attempted at once: no webhook provider here, so it fails for good.
         self.wait(lambda d: "failed" in self.find("table.data").text and "dead" not in self.find("table.data").text
                   or d.refresh(), "the retried delivery was not attempted")
         self.driver.get(self.server.base + "/admin")
         self.wait_for_live_feed()
         self.assertEqual(int(self.find("#stat-dead").text), dead - 1)
-        self.assertNotIn("dora", self.find("#console-dead").text)
+        # It shows again, as failed, with why in words and a Retry of its own.
+        rows = [row for row in self.driver.find_elements(By.CSS_SELECTOR, "#console-dead tbody tr") if "dora" in row.text]
+        self.assertEqual(len(rows), 1)
+        self.assertIn("failed", rows[0].text)
+        self.assertIn("no provider for webhook channels is configured", rows[0].text)
+        self.assertGreaterEqual(int(self.find("#stat-failed").text), 1)
+        self.assertTrue(rows[0].find_elements(By.CSS_SELECTOR, 'form[action^="/admin/deliveries/"] button'))
 
     def test_the_overview_updates_live(self):
         self.console_sign_in()

@@ -8,7 +8,7 @@ import Vapor
 /// running server's workers send what `retry` queued.
 struct EventsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "events", abstract: "List events, show one, or retry its dead deliveries.",
+        commandName: "events", abstract: "List events, show one, or retry its failed and dead deliveries.",
         subcommands: [List.self, Show.self, Retry.self], defaultSubcommand: List.self)
 
     struct List: AsyncParsableCommand {
@@ -86,7 +86,7 @@ struct EventsCommand: AsyncParsableCommand {
 
     struct Retry: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Put the event's dead deliveries back in the queue, each with its attempts anew.")
+            abstract: "Put the event's failed and dead deliveries back in the queue, each with its attempts anew.")
 
         @OptionGroup var target: Target
 
@@ -98,7 +98,7 @@ struct EventsCommand: AsyncParsableCommand {
                     on: app.db)
                 return queued
             }
-            say("\(queued) dead \(queued == 1 ? "delivery" : "deliveries") queued again")
+            say("\(queued) \(queued == 1 ? "delivery" : "deliveries") queued again")
         }
     }
 }

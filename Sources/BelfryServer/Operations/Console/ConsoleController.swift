@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
+import SQLKit
 import Vapor
 
 /// An operator signed in to the console with an API key. Kept whole in a signed cookie, like
@@ -34,6 +35,7 @@ struct ConsoleController: RouteCollection {
         console.post("signout", use: signOut)
         console.get("events", ":event_id", use: event)
         console.post("events", ":event_id", "retry", use: retry)
+        console.post("deliveries", ":delivery_id", "retry", use: retryDelivery)
         console.get("live", use: live)
         console.get("keys", use: keys)
         console.post("keys", "revoke", use: revokeKey)
@@ -157,7 +159,7 @@ struct ConsoleController: RouteCollection {
             ConsolePages.event(detail, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce), flash: flash))
     }
 
-    /// Queues the event's dead deliveries again, then goes back where the button was.
+    /// Queues the event's failed and dead deliveries again, then goes back where the button was.
     @Sendable func retry(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
         let session = try await requireSessionForChange(req, form: form)
@@ -172,10 +174,33 @@ struct ConsoleController: RouteCollection {
             .deliveriesRetried, by: session.actor, subject: id.uuidString.lowercased(), detail: "\(queued) queued",
             on: req.db)
         req.logger.info(
-            "dead deliveries queued again",
+            "deliveries queued again",
             metadata: ["belfry.event": "\(id)", "belfry.queued": "\(queued)", "belfry.via": "console"])
         let back = form["return"] == "event" ? "/admin/events/\(id.uuidString.lowercased())" : "/admin"
         let response = req.redirect(to: "\(back)?retried=\(queued)", redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    /// Queues one failed or dead delivery again: the row's Retry button retries that row only.
+    @Sendable func retryDelivery(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        let session = try await requireSessionForChange(req, form: form)
+        let text = req.parameters.get("delivery_id") ?? ""
+        let context = req.belfry
+        guard let id = UUID(uuidString: text),
+            let ended = try await req.db.sql.select().column("event_id").from("deliveries").where("id", .equal, id)
+                .first().map({ try $0.decode(column: "event_id", as: UUID.self) }),
+            try await context.deadLetters.retry(delivery: id, on: req.db)
+        else {
+            throw BelfryError(.notFound, "There is no failed or dead delivery \"\(text.prefix(40))\".")
+        }
+        context.deliveryWake()
+        try await context.auditLog.record(
+            .deliveriesRetried, by: session.actor, subject: id.uuidString.lowercased(), detail: "1 delivery queued",
+            on: req.db)
+        let back = form["return"] == "event" ? "/admin/events/\(ended.uuidString.lowercased())" : "/admin"
+        let response = req.redirect(to: "\(back)?retried=1", redirectType: .normal)
         WebResponse.secure(response)
         return response
     }
@@ -214,7 +239,7 @@ struct ConsoleController: RouteCollection {
     }
 
     private static func retried(_ count: Int) -> String {
-        count == 1 ? "1 dead delivery queued again." : "\(count) dead deliveries queued again."
+        count == 1 ? "1 delivery queued again." : "\(count) deliveries queued again."
     }
 
     private static func eventID(_ req: Request) throws -> UUID {

@@ -17,8 +17,10 @@ struct ConsoleData: Sendable {
 
     struct Overview: Sendable {
         var events: [EventStatus]
-        var dead: [DeadDelivery]
+        /// Failed and dead deliveries, the latest first.
+        var ended: [DeadLetters.Ended]
         var deadTotal: Int
+        var failedTotal: Int
         /// Deliveries queued or under way, by channel.
         var pending: [String: Int]
         /// The first minute of the charts.
@@ -31,16 +33,6 @@ struct ConsoleData: Sendable {
 
         /// Deliveries sent a second over the last whole minute (the current one is still going).
         var deliveryRate: Double { Double(sent.dropLast().last ?? 0) / 60 }
-    }
-
-    struct DeadDelivery: Sendable {
-        var id: UUID
-        var eventID: UUID
-        var channel: String
-        var user: String
-        var attempts: Int
-        var lastError: String?
-        var updatedAt: Date
     }
 
     struct DeliveryRow: Sendable {
@@ -77,34 +69,11 @@ struct ConsoleData: Sendable {
         let recent = try await events.recent(state: nil, limit: Self.recentEvents, on: db).map(\.id)
         let statuses = try await events.statuses(of: recent, on: db)
         let events = recent.compactMap { statuses[$0] }
-        let dead = try await sql.select()
-            .columns(
-                SQLColumn("id", table: "deliveries"), SQLColumn("event_id"), SQLColumn("channel"),
-                SQLColumn("external_id"), SQLColumn("attempts"), SQLColumn("last_error"),
-                SQLColumn("updated_at", table: "deliveries")
-            )
-            .from("deliveries").join(
-                "users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users")
-            )
-            .where("status", .equal, DeliveryStatus.dead.rawValue)
-            .orderBy(
-                SQLOrderBy(expression: SQLColumn("updated_at", table: "deliveries"), direction: SQLDirection.descending)
-            )
-            .limit(Self.deadShown)
-            .all()
-            .map { row in
-                DeadDelivery(
-                    id: try row.decode(column: "id", as: UUID.self),
-                    eventID: try row.decode(column: "event_id", as: UUID.self),
-                    channel: try row.decode(column: "channel", as: String.self),
-                    user: try row.decode(column: "external_id", as: String.self),
-                    attempts: try row.decode(column: "attempts", as: Int.self),
-                    lastError: try row.decode(column: "last_error", as: String?.self),
-                    updatedAt: try row.decode(column: "updated_at", as: Date.self))
-            }
-        let outbox = try await Outbox.counts(Outbox.pendingStatuses + [.dead], on: sql)
+        let ended = try await DeadLetters(storage: storage, now: now).list(limit: Self.deadShown, on: db)
+        let outbox = try await Outbox.counts(Outbox.pendingStatuses + DeadLetters.retryable, on: sql)
         let pending = Outbox.pending(in: outbox)
         let deadTotal = outbox[.dead, default: [:]].values.reduce(0, +)
+        let failedTotal = outbox[.failed, default: [:]].values.reduce(0, +)
 
         // Whole minutes, the last one the current minute.
         let nowMinute = Int64(now().timeIntervalSince1970 / 60)
@@ -136,7 +105,8 @@ struct ConsoleData: Sendable {
             }
         }
         return Overview(
-            events: events, dead: dead, deadTotal: deadTotal, pending: pending, since: since, depth: depth, sent: sent,
+            events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
+            since: since, depth: depth, sent: sent,
             unsent: unsent)
     }
 

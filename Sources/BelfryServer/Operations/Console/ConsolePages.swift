@@ -99,6 +99,12 @@ enum ConsolePages {
                     el("dd", .id("stat-dead"), .class(data.deadTotal > 0 ? "stat-alarm" : nil)) { "\(data.deadTotal)" }
                 }
                 el("div") {
+                    el("dt") { "Failed deliveries" }
+                    el("dd", .id("stat-failed"), .class(data.failedTotal > 0 ? "stat-alarm" : nil)) {
+                        "\(data.failedTotal)"
+                    }
+                }
+                el("div") {
                     el("dt") { "Sent in the last hour" }
                     el("dd", .id("stat-sent")) { "\(data.sent.reduce(0, +))" }
                 }
@@ -282,18 +288,19 @@ enum ConsolePages {
     }
 
     private static func dead(_ data: ConsoleData.Overview, csrf: String) -> HTML {
-        el("section", .aria("aria-labelledby", "dead-heading")) {
-            el("h2", .id("dead-heading")) { "Dead deliveries" }
-            if data.dead.isEmpty {
+        let total = data.deadTotal + data.failedTotal
+        return el("section", .aria("aria-labelledby", "dead-heading")) {
+            el("h2", .id("dead-heading")) { "Failed and dead deliveries" }
+            if data.ended.isEmpty {
                 el("p", .class("empty")) { "None: every delivery was sent or is still being tried." }
             } else {
-                if data.deadTotal > data.dead.count {
-                    el("p", .class("muted")) { "The newest \(data.dead.count) of \(data.deadTotal)." }
+                if total > data.ended.count {
+                    el("p", .class("muted")) { "The latest \(data.ended.count) of \(total)." }
                 }
                 el("table", .class("data")) {
                     el("thead") {
                         el("tr") {
-                            for heading in ["Last attempt", "Event", "Channel", "User", "Attempts", "Last error", ""] {
+                            for heading in ["Ended", "Event", "Channel", "User", "Status", "Attempts", "Why", ""] {
                                 if heading.isEmpty {
                                     el("td") {}
                                 } else {
@@ -303,16 +310,21 @@ enum ConsolePages {
                         }
                     }
                     el("tbody") {
-                        for delivery in data.dead {
+                        for delivery in data.ended {
                             let event = delivery.eventID.uuidString.lowercased()
                             el("tr") {
                                 el("td") { timestamp(delivery.updatedAt) }
                                 el("td") { el("a", .href("/admin/events/\(event)"), .class("mono")) { event } }
                                 el("td") { delivery.channel }
                                 el("td") { delivery.user }
+                                el("td") {
+                                    el("span", .class("state state-\(delivery.status.rawValue)")) {
+                                        delivery.status.rawValue
+                                    }
+                                }
                                 el("td") { "\(delivery.attempts)" }
-                                el("td", .class("error-text")) { delivery.lastError ?? "" }
-                                el("td") { retryForm(event: event, csrf: csrf, label: "Retry", returnTo: "overview") }
+                                el("td", .class("error-text")) { inWords(delivery.lastError) }
+                                el("td") { deliveryRetryForm(delivery.id, csrf: csrf, returnTo: "overview") }
                             }
                         }
                     }
@@ -321,14 +333,45 @@ enum ConsolePages {
         }
     }
 
-    /// Queues an event's dead deliveries again.
+    /// A reason as people read it: the delivery log keeps some as codes (`no_authorized_device`).
+    static func inWords(_ reason: String?) -> String {
+        guard let reason else { return "" }
+        switch SkipReason(rawValue: reason) {
+        case .categoryOptedOut: return "the user turned this category off"
+        case .channelOptedOut: return "the user turned this channel off for the category"
+        case .channelRestricted: return "the user keeps this channel for required notifications"
+        case .noAuthorizedDevice: return "the user has no device that may be notified"
+        case .noAddress: return "the user has no email address"
+        case .throttled: return "the category's throttle held it back"
+        case .readBeforeFallback: return "read in the inbox before the fallback was due"
+        case .seenBeforeFallback: return "seen in the inbox before the fallback was due"
+        case nil: return reason
+        }
+    }
+
+    /// Queues an event's failed and dead deliveries again.
     private static func retryForm(event: String, csrf: String, label: String, returnTo: String) -> HTML {
         el("form", .init("method", "post"), .init("action", "/admin/events/\(event)/retry"), .class("inline")) {
             void("input", .type("hidden"), .name("_csrf"), .value(csrf))
             void("input", .type("hidden"), .name("return"), .value(returnTo))
-            el("button", .type("submit"), .aria("aria-label", "\(label): the dead deliveries of event \(event)")) {
+            el(
+                "button", .type("submit"),
+                .aria("aria-label", "\(label): the failed and dead deliveries of event \(event)")
+            ) {
                 label
             }
+        }
+    }
+
+    /// Queues one failed or dead delivery again.
+    private static func deliveryRetryForm(_ id: UUID, csrf: String, returnTo: String) -> HTML {
+        let delivery = id.uuidString.lowercased()
+        return el(
+            "form", .init("method", "post"), .init("action", "/admin/deliveries/\(delivery)/retry"), .class("inline")
+        ) {
+            void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+            void("input", .type("hidden"), .name("return"), .value(returnTo))
+            el("button", .type("submit"), .aria("aria-label", "Retry delivery \(delivery)")) { "Retry" }
         }
     }
 
@@ -429,7 +472,8 @@ enum ConsolePages {
     static func event(_ detail: ConsoleData.EventDetail, csrf: String, flash: String?) -> HTML {
         let status = detail.status
         let id = status.id.uuidString.lowercased()
-        let dead = detail.deliveries.contains { $0.status == DeliveryStatus.dead.rawValue }
+        let ended = DeadLetters.retryable.map(\.rawValue)
+        let retryable = detail.deliveries.contains { ended.contains($0.status) }
         return document(title: "Event \(id)", csrf: csrf) {
             el("h1") {
                 "Event "
@@ -456,8 +500,8 @@ enum ConsolePages {
                 }
                 if !skipped.isEmpty { fact("Skipped", skipped.joined(separator: "; ")) }
             }
-            if dead {
-                retryForm(event: id, csrf: csrf, label: "Retry dead deliveries", returnTo: "event")
+            if retryable {
+                retryForm(event: id, csrf: csrf, label: "Retry failed and dead deliveries", returnTo: "event")
             }
             el("h2") { "Deliveries" }
             if detail.deliveries.isEmpty {
@@ -471,6 +515,7 @@ enum ConsolePages {
                             for heading in ["Channel", "User", "Status", "Attempts", "Last error", "Attempt log"] {
                                 el("th", .init("scope", "col")) { heading }
                             }
+                            el("td") {}
                         }
                     }
                     el("tbody") {
@@ -491,8 +536,8 @@ enum ConsolePages {
                                 }
                                 el("td") { "\(delivery.attempts)" }
                                 el("td", .class("error-text")) {
-                                    [delivery.lastStatus.map { "HTTP \($0)" }, delivery.lastError].compactMap { $0 }
-                                        .joined(separator: ": ")
+                                    [delivery.lastStatus.map { "HTTP \($0)" }, delivery.lastError.map { inWords($0) }]
+                                        .compactMap { $0 }.joined(separator: ": ")
                                 }
                                 el("td") {
                                     el("ol", .class("attempts")) {
@@ -503,6 +548,11 @@ enum ConsolePages {
                                                     + (attempt.error.map { ": \($0)" } ?? "")
                                             }
                                         }
+                                    }
+                                }
+                                el("td") {
+                                    if ended.contains(delivery.status) {
+                                        deliveryRetryForm(delivery.id, csrf: csrf, returnTo: "event")
                                     }
                                 }
                             }
