@@ -152,11 +152,13 @@ struct OutageTests {
             var firstNotReady: TimeInterval?
             while Date().timeIntervalSince(stopped) < 8 {
                 let ready = await Self.send("GET", "\(base)/readyz")
-                #expect(ready.seconds <= 1, "/readyz took \(ready.seconds) s while the database was down")
+                // Well under the pool's 10 s wait: it answers from the monitor rather than hang
+                // on the database (a loaded 2-core machine has taken just over 1 s).
+                #expect(ready.seconds <= 3, "/readyz took \(ready.seconds) s while the database was down")
                 if ready.status == 503, firstNotReady == nil { firstNotReady = Date().timeIntervalSince(stopped) }
                 try await Task.sleep(for: .milliseconds(200))
             }
-            #expect((firstNotReady ?? 99) <= 1.5, "/readyz said 503 after \(firstNotReady ?? -1) s")
+            #expect((firstNotReady ?? 99) <= 3, "/readyz said 503 after \(firstNotReady ?? -1) s")
             try await postgres.restart()
             let back = Date()
             var ready = false
