@@ -194,6 +194,13 @@ struct ConsoleTests {
                 ).status == .notFound)
             let eventPage = try await app.send(.GET, "/admin/events/\(event)", headers: session).body.string
             #expect(eventPage.contains("Retry failed and dead deliveries"))
+            #expect(eventPage.contains("<dt>Title</dt><dd>Failed login attempts</dd>"), "the event's content")
+            #expect(eventPage.contains("From an unknown device"))
+            #expect(eventPage.contains("192.0.2.1"), "its data")
+            let lost = try await app.send(.GET, "/admin/no-such-page", headers: session)
+            #expect(lost.status == .notFound)
+            #expect(lost.headers.contentType == .html)
+            #expect(lost.body.string.contains("The console has no page at /admin/no-such-page"))
             #expect(eventPage.contains("/admin/deliveries/\(second.id.uuidString.lowercased())/retry"))
         }
     }

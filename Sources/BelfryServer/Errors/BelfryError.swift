@@ -88,6 +88,10 @@ struct BelfryErrorMiddleware: Middleware {
             } else {
                 request.logger.debug("request refused", metadata: ["belfry.error.code": "\(failure.code.rawValue)"])
             }
+            // A mistyped console address gets the console's page, not the API's JSON.
+            if failure.code == .notFound, failure.message == Self.noRoute, request.url.path.hasPrefix("/admin/") {
+                return WebResponse.html(ConsolePages.notFound(path: request.url.path), status: .notFound)
+            }
             let response = Response(status: failure.status, headers: failure.headers)
             try response.content.encode(ErrorBody(code: failure.code.rawValue, message: failure.message), as: .json)
             return response

@@ -57,8 +57,17 @@ struct ConsoleData: Sendable {
         var error: String?
     }
 
+    /// What an event said: its notification's title, body, link and data (JSON text).
+    struct EventContent: Sendable {
+        var title: String
+        var body: String
+        var url: String?
+        var data: String?
+    }
+
     struct EventDetail: Sendable {
         var status: EventStatus
+        var content: EventContent
         var deliveries: [DeliveryRow]
         /// Deliveries beyond the ones listed.
         var more: Int
@@ -171,7 +180,14 @@ struct ConsoleData: Sendable {
             }
             for index in rows.indices { rows[index].attemptLog = log[rows[index].id] ?? [] }
         }
-        return EventDetail(status: status, deliveries: rows, more: max(0, total - rows.count))
+        let row = try await sql.select().columns("title", "body", "url", "data").from("events").where("id", .equal, id)
+            .first()
+        let content = EventContent(
+            title: try row?.decode(column: "title", as: String.self) ?? "",
+            body: try row?.decode(column: "body", as: String.self) ?? "",
+            url: try row?.decode(column: "url", as: String?.self),
+            data: try row?.decode(column: "data", as: String?.self))
+        return EventDetail(status: status, content: content, deliveries: rows, more: max(0, total - rows.count))
     }
 
     /// Records the queue's depth for the current minute, once whichever instance gets there

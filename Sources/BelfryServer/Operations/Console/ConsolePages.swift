@@ -375,6 +375,15 @@ enum ConsolePages {
         }
     }
 
+    /// A console path that names nothing: a console page, so the operator stays in the console.
+    static func notFound(path: String) -> HTML {
+        document(title: "Not found", csrf: nil) {
+            el("h1") { "Not found" }
+            el("p", .class("error-message")) { "The console has no page at \(path)." }
+            el("p") { el("a", .href("/admin")) { "Back to the overview" } }
+        }
+    }
+
     // MARK: Keys and the audit log
 
     /// The stored keys, each active one with a revoke button; the configuration's keys are not listed.
@@ -483,6 +492,10 @@ enum ConsolePages {
                 el("p", .class("flash"), .role("status")) { flash }
             }
             el("dl", .class("facts")) {
+                fact("Title", detail.content.title.isEmpty ? "(none: erased with its user)" : detail.content.title)
+                if !detail.content.body.isEmpty { fact("Body", detail.content.body) }
+                if let url = detail.content.url { fact("Link", url) }
+                if let data = detail.content.data { fact("Data", data) }
                 fact("Category", "\(status.category) in \(status.tenant)")
                 fact("State", status.state.rawValue)
                 fact("Accepted", timestamp(status.createdAt))
