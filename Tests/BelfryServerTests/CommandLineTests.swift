@@ -162,6 +162,15 @@ struct CommandLineTests {
             })
         #expect(Set(rows.map { $0[4] }) == ["ada", "bob"])
         #expect(try run(["deliveries", "list", "--status", "dead"]) == "no failed or dead deliveries\n")
+        // The same for scripts: one JSON array, keyed by the columns' names.
+        let json = try run(["deliveries", "list", "--channel", "webhook", "--json"])
+        let objects = try JSONDecoder().decode([[String: String]].self, from: Data(json.utf8))
+        #expect(objects.count == 2)
+        #expect(
+            Set(objects[0].keys) == ["id", "ended_at", "status", "channel", "user", "event", "attempts", "why"])
+        #expect(Set(objects.map { $0["user"] ?? "" }) == ["ada", "bob"])
+        #expect(try run(["deliveries", "list", "--status", "dead", "--json"]) == "[]\n")
+        #expect(try run(["users", "--json"]).hasPrefix(#"[{"created_at":"#))
         #expect(try run(["deliveries", "retry", rows[0][0]]) == "1 delivery queued again\n")
         let unknown = try #require(throws: TestProcess.Failure.self) { try run(["deliveries", "retry", rows[0][0]]) }
         #expect(unknown.status == 1 && unknown.output.contains("no failed or dead delivery \(rows[0][0])"))

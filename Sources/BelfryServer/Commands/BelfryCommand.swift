@@ -86,6 +86,26 @@ func say(_ text: String) {
     FileHandle.standardOutput.write(Data((text + "\n").utf8))
 }
 
+/// How a list command prints: tab-separated lines for people and `cut`, or with `--json` one
+/// JSON array of objects whose keys are the columns' names, the same on every run, for scripts.
+struct ListOutput: ParsableArguments {
+    @ArgumentParser.Flag(help: "Print one JSON array of objects with stable keys instead of lines.")
+    var json = false
+
+    /// Prints `rows` (each as many values as `columns`), or `empty` when there is none.
+    func say(_ rows: [[String]], columns: [String], empty: String) {
+        guard json else {
+            if rows.isEmpty { BelfryServer.say(empty) }
+            for row in rows { BelfryServer.say(row.joined(separator: "\t")) }
+            return
+        }
+        let objects = rows.map { Dictionary(uniqueKeysWithValues: zip(columns, $0)) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        BelfryServer.say(String(decoding: (try? encoder.encode(objects)) ?? Data("[]".utf8), as: UTF8.self))
+    }
+}
+
 /// Writes a value as the API writes it, indented for people: `events show`, `users show`.
 func sayJSON(_ value: some Encodable) throws {
     let encoder = JSONEncoder()

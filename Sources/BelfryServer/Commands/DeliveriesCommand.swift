@@ -27,6 +27,7 @@ struct DeliveriesCommand: AsyncParsableCommand {
         var limit = 100
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func validate() throws {
             if let status, !DeadLetters.retryable.map(\.rawValue).contains(status) {
@@ -46,16 +47,16 @@ struct DeliveriesCommand: AsyncParsableCommand {
                 return try await app.belfry.deadLetters.list(
                     statuses: statuses, channel: channel, since: since, limit: limit, on: app.db)
             }
-            if ended.isEmpty { say("no failed or dead deliveries") }
-            for delivery in ended {
-                say(
+            output.say(
+                ended.map { delivery in
                     [
                         delivery.id.uuidString.lowercased(), delivery.updatedAt.ISO8601Format(),
                         delivery.status.rawValue, delivery.channel, delivery.user,
                         delivery.eventID.uuidString.lowercased(), "\(delivery.attempts)",
                         ConsolePages.inWords(delivery.lastError),
-                    ].joined(separator: "\t"))
-            }
+                    ]
+                }, columns: ["id", "ended_at", "status", "channel", "user", "event", "attempts", "why"],
+                empty: "no failed or dead deliveries")
         }
     }
 

@@ -21,6 +21,7 @@ struct EventsCommand: AsyncParsableCommand {
         var limit = 20
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func validate() throws {
             if let state, EventStatus.FanoutState(rawValue: state) == nil {
@@ -35,14 +36,13 @@ struct EventsCommand: AsyncParsableCommand {
             let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
                 try await app.belfry.eventStatuses.recent(state: wanted, limit: limit, on: app.db)
             }
-            if events.isEmpty { say("no events") }
-            for event in events {
-                say(
+            output.say(
+                events.map { event in
                     [
                         event.id.uuidString, event.createdAt.ISO8601Format(), event.state, event.category, event.tenant,
                         "\(event.processed)/\(event.recipients)",
-                    ].joined(separator: "\t"))
-            }
+                    ]
+                }, columns: ["id", "created_at", "state", "category", "tenant", "processed"], empty: "no events")
         }
     }
 

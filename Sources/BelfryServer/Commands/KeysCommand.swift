@@ -52,18 +52,19 @@ struct KeysCommand: AsyncParsableCommand {
             abstract: "Keys one a line: name, scope, fingerprint, created, last used, revoked.")
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func run() async throws {
             let keys = try await withKeys(storage) { app in try await app.belfry.keyStore.list(on: app.db) }
-            if keys.isEmpty { say("no keys (the BELFRY_API_KEY keys are not listed)") }
-            for key in keys {
-                say(
+            output.say(
+                keys.map { key in
                     [
                         key.name, key.scope.rawValue, key.fingerprint, key.createdAt.ISO8601Format(),
                         key.lastUsedAt.map { "used \($0.ISO8601Format())" } ?? "never used",
                         key.revokedAt.map { "revoked \($0.ISO8601Format())" } ?? "active",
-                    ].joined(separator: "\t"))
-            }
+                    ]
+                }, columns: ["name", "scope", "fingerprint", "created_at", "last_used", "state"],
+                empty: "no keys (the BELFRY_API_KEY keys are not listed)")
         }
     }
 
@@ -99,6 +100,7 @@ struct AuditCommand: AsyncParsableCommand {
     var limit = 100
 
     @OptionGroup var storage: StorageOptions
+    @OptionGroup var output: ListOutput
 
     func validate() throws {
         guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be from 1 to 10000") }
@@ -109,12 +111,10 @@ struct AuditCommand: AsyncParsableCommand {
         let page = try await withKeys(storage) { app in
             try await app.belfry.auditLog.entries(limit: limit, before: nil, on: app.db)
         }
-        if page.entries.isEmpty { say("no entries") }
-        for entry in page.entries {
-            say(
+        output.say(
+            page.entries.map { entry in
                 [entry.at.ISO8601Format(), entry.actor, entry.action, entry.subject ?? "-", entry.detail ?? ""]
-                    .joined(separator: "\t"))
-        }
+            }, columns: ["at", "actor", "action", "subject", "detail"], empty: "no entries")
     }
 }
 

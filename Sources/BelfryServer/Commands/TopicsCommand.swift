@@ -17,6 +17,7 @@ struct TopicsCommand: AsyncParsableCommand {
         var topic: String?
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func run() async throws {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
@@ -27,8 +28,9 @@ struct TopicsCommand: AsyncParsableCommand {
                 }
                 return try await store.all(on: app.db)
             }
-            if topics.isEmpty { say("no topics yet") }
-            for topic in topics { say("\(topic.topic)\t\(topic.subscribers)") }
+            output.say(
+                topics.map { [$0.topic, "\($0.subscribers)"] }, columns: ["topic", "subscribers"],
+                empty: "no topics yet")
         }
     }
 

@@ -21,6 +21,7 @@ struct UsersCommand: AsyncParsableCommand {
         var after: String?
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func validate() throws {
             guard (1...10_000).contains(limit) else { throw ValidationError("--limit must be from 1 to 10000") }
@@ -33,10 +34,9 @@ struct UsersCommand: AsyncParsableCommand {
                 if let after { query.filter(\.$externalID > after) }
                 return try await query.all()
             }
-            if users.isEmpty { say("no users") }
-            for user in users {
-                say([user.externalID, user.email ?? "-", user.createdAt.ISO8601Format()].joined(separator: "\t"))
-            }
+            output.say(
+                users.map { [$0.externalID, $0.email ?? "-", $0.createdAt.ISO8601Format()] },
+                columns: ["id", "email", "created_at"], empty: "no users")
         }
     }
 
@@ -101,6 +101,7 @@ struct DevicesCommand: AsyncParsableCommand {
         var user: String
 
         @OptionGroup var storage: StorageOptions
+        @OptionGroup var output: ListOutput
 
         func validate() throws { try UserID.check(user) }
 
@@ -110,8 +111,7 @@ struct DevicesCommand: AsyncParsableCommand {
                 let model = try await UserModel.find(externalID: user, on: app.db)
                 return try await app.belfry.deviceStore.devices(of: try model.requireID(), on: app.db)
             }
-            if devices.isEmpty { say("no devices") }
-            for device in devices {
+            let rows = devices.map { device in
                 // Enough of the address to tell devices apart, not the credential itself: a token's
                 // first characters, a subscription's push service.
                 let address =
@@ -119,11 +119,10 @@ struct DevicesCommand: AsyncParsableCommand {
                     ? String(device.address.prefix(8)) + "…" : (URL(string: device.address)?.host ?? "?")
                 let state =
                     device.retiredAt.map { "retired \($0.ISO8601Format()): \(device.retiredReason ?? "")" } ?? "active"
-                say(
-                    [
-                        device.id.uuidString, device.platform.rawValue, device.authorization.rawValue, address, state,
-                    ].joined(separator: "\t"))
+                return [device.id.uuidString, device.platform.rawValue, device.authorization.rawValue, address, state]
             }
+            output.say(
+                rows, columns: ["id", "platform", "authorization", "address", "state"], empty: "no devices")
         }
     }
 }
