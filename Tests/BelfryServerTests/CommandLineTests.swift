@@ -137,6 +137,10 @@ struct CommandLineTests {
             try TestProcess.run(Self.executable, ["users", "list", "--limit", "0"] + database)
         }
         #expect(usage.status == 64 && usage.output.contains("--limit must be from 1 to 10000"))
+        let noBase = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["link", "--user", "ada"] + database)
+        }
+        #expect(noBase.status == 64 && noBase.output.contains("set BELFRY_PUBLIC_URL or pass --base-url"))
         let bare = try #require(throws: TestProcess.Failure.self) { try TestProcess.run(Self.executable, []) }
         #expect(bare.status == 64 && bare.output.contains("SUBCOMMANDS"))
         #expect(try TestProcess.run(Self.executable, ["--version"]) == belfryVersion + "\n")
@@ -187,7 +191,13 @@ struct CommandLineTests {
         let database = ["--database", directory.appendingPathComponent("belfry.sqlite").path]
         _ = try TestProcess.run(Self.executable, ["migrate"] + database)
         #expect(try TestProcess.run(Self.executable, ["topics"] + database).contains("no topics yet"))
-        let added = try TestProcess.run(Self.executable, ["topics", "add", "page:Bell_tower", "ada", "bob"] + database)
+        let unknown = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["topics", "add", "page:Bell_tower", "ada", "bob"] + database)
+        }
+        #expect(unknown.status == 1 && unknown.output.contains(#"no user "ada", "bob""#))
+        #expect(unknown.output.contains("--create-users"))
+        let added = try TestProcess.run(
+            Self.executable, ["topics", "add", "page:Bell_tower", "ada", "bob", "--create-users"] + database)
         #expect(added.contains("page:Bell_tower: 2 subscribed, 0 already were"))
         _ = try TestProcess.run(Self.executable, ["topics", "add", "project-42", "ada"] + database)
         #expect(

@@ -40,9 +40,11 @@ struct UsersCommandTests {
         #expect(devices[3] == String(DevicesAPITests.token.prefix(8)) + "…", "never the whole token")
         #expect(try run(["devices", "list", "--user", "bob"]) == "no devices\n")
 
-        #expect(try run(["users", "delete", "ada"]) == "erased ada\n")
+        let unasked = try #require(throws: TestProcess.Failure.self) { try run(["users", "delete", "ada"]) }
+        #expect(unasked.status == 64 && unasked.output.contains("pass --yes"), "no terminal to ask at")
+        #expect(try run(["users", "delete", "ada", "--yes"]) == "erased ada\n")
         for arguments in [
-            ["users", "show", "ada"], ["devices", "list", "--user", "ada"], ["users", "delete", "ada"],
+            ["users", "show", "ada"], ["devices", "list", "--user", "ada"], ["users", "delete", "ada", "--yes"],
         ] {
             let failure = try #require(throws: TestProcess.Failure.self) { try run(arguments) }
             #expect(failure.output.contains(#"no user "ada""#), "\(arguments)")

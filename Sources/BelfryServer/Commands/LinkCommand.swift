@@ -23,7 +23,7 @@ struct LinkCommand: AsyncParsableCommand {
     var tenant: String?
 
     @ArgumentParser.Option(
-        help: "The server's address as users reach it, e.g. https://notify.example.org. Default: http://HOST:PORT.")
+        help: "The server's address as users reach it, e.g. https://notify.example.org. Default: BELFRY_PUBLIC_URL.")
     var baseURL: String?
 
     @OptionGroup var storage: StorageOptions
@@ -52,8 +52,12 @@ struct LinkCommand: AsyncParsableCommand {
         if let tenant, settings.workspace.tenant(tenant) == nil {
             throw ValidationError("--tenant: no tenant \"\(tenant)\" in this workspace")
         }
-        let base = (baseURL ?? "http://\(settings.hostname):\(settings.port)").trimmingCharacters(
-            in: CharacterSet(charactersIn: "/"))
+        // Never a guess: a link to the wrong host or port reaches nobody.
+        guard let given = baseURL ?? settings.publicURL else {
+            throw ValidationError(
+                "a link needs the address users reach the server at: set BELFRY_PUBLIC_URL or pass --base-url")
+        }
+        let base = given.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https",
             components.host != nil
         else {

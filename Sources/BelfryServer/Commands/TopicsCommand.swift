@@ -55,13 +55,32 @@ struct TopicsCommand: AsyncParsableCommand {
     }
 
     struct Add: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Subscribe users to a topic.")
+        static let configuration = CommandConfiguration(
+            abstract: "Subscribe users to a topic (only users Belfry knows, unless --create-users).")
 
         @OptionGroup var change: Change
 
+        @ArgumentParser.Flag(
+            help: "Create the users Belfry does not know yet, as PUT /v1/topics/{topic}/subscribers does.")
+        var createUsers = false
+
         func run() async throws {
-            let (topic, users) = (change.topic, change.users)
-            let added = try await change.run { store, db in try await store.subscribe(users, to: topic, on: db) }
+            let (topic, users, createUsers) = (change.topic, change.users, createUsers)
+            let added = try await change.run { store, db in
+                if !createUsers {
+                    // A mistyped id would otherwise become a new user, silently.
+                    let known = Set(
+                        try await UserModel.query(on: db).filter(\.$externalID ~~ users).all().map(\.externalID))
+                    let unknown = users.filter { !known.contains($0) }
+                    if !unknown.isEmpty {
+                        throw CommandFailure(
+                            "no user \(unknown.prefix(5).map { "\"\($0)\"" }.joined(separator: ", "))"
+                                + (unknown.count > 5 ? " and \(unknown.count - 5) more" : "")
+                                + "; create them with PUT /v1/users/{id}, or pass --create-users")
+                    }
+                }
+                return try await store.subscribe(users, to: topic, on: db)
+            }
             say("\(topic): \(added) subscribed, \(users.count - added) already were")
         }
     }

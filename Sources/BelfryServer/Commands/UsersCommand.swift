@@ -76,8 +76,22 @@ struct UsersCommand: AsyncParsableCommand {
 
         @OptionGroup var target: Target
 
+        @ArgumentParser.Flag(help: "Erase without asking.")
+        var yes = false
+
         func run() async throws {
             let user = target.user
+            if !yes {
+                // Erasure cannot be undone: a person at a terminal types the id; a script says --yes.
+                guard isatty(STDIN_FILENO) == 1 else {
+                    throw ValidationError("erasing \(user) cannot be undone: pass --yes to erase without asking")
+                }
+                FileHandle.standardError.write(
+                    Data("Erase \(user) and everything stored about them? Type the id to confirm: ".utf8))
+                guard readLine()?.trimmingCharacters(in: .whitespaces) == user else {
+                    throw CommandFailure("not erased: the id typed was not \(user)")
+                }
+            }
             try await target.run { app in
                 try await UserErasure.erase(user, storage: app.belfry.database, on: app.db)
                 try await app.belfry.auditLog.record(.userErased, by: "cli", subject: user, on: app.db)
