@@ -240,15 +240,19 @@ public struct ServerConfiguration: Sendable {
             return env[name] != nil ? fromEnvironment : fromFile
         }
 
+        /// A whole-number setting, read against its range, else its default.
+        func pickNumber(_ setting: ServerSetting, flag: String? = nil) -> Int {
+            guard let rule = setting.number else {
+                preconditionFailure("\(setting.environment) is not a whole-number setting")
+            }
+            return pick(setting, flag: flag) { parseInt($0, in: rule.range) } ?? rule.defaultValue
+        }
+
         let hostname =
             pick(.hostname, flag: flags.hostname) { text in
                 text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
             } ?? "127.0.0.1"
-        let port =
-            pick(.port, flag: flags.port.map(String.init)) {
-                parseInt($0, in: 0...65_535)
-            }
-            ?? 8080
+        let port = pickNumber(.port, flag: flags.port.map(String.init))
         let database =
             pick(
                 .database, flag: flags.database,
@@ -261,8 +265,7 @@ public struct ServerConfiguration: Sendable {
         let tokenSecret = pick(.tokenSecret) { text in
             checkSecrets([text], "the token secret").map { $0[0] }
         }
-        let tokenLifetime =
-            pick(.tokenLifetime) { parseInt($0, in: 60...2_592_000) } ?? 3600
+        let tokenLifetime = pickNumber(.tokenLifetime)
         let logLevel =
             pick(.logLevel) { text in
                 Logger.Level(rawValue: text.lowercased()).map { .success($0) }
@@ -276,23 +279,15 @@ public struct ServerConfiguration: Sendable {
                 LogFormat(rawValue: text.lowercased()).map { .success($0) }
                     ?? .failure(.init("expected text or json, got \"\(text)\""))
             } ?? .text
-        let maxBodySize =
-            pick(.maxBodySize) { parseInt($0, in: 1024...16 * 1024 * 1024) }
-            ?? 256 * 1024
-        let requestTimeout =
-            pick(.requestTimeout) { parseInt($0, in: 1...3600) } ?? 30
-        let idleTimeout =
-            pick(.idleTimeout) { parseInt($0, in: 20...86_400) } ?? 60
-        let deliveryLease =
-            pick(.deliveryLease) { parseInt($0, in: 2...3600) } ?? 120
+        let maxBodySize = pickNumber(.maxBodySize)
+        let requestTimeout = pickNumber(.requestTimeout)
+        let idleTimeout = pickNumber(.idleTimeout)
+        let deliveryLease = pickNumber(.deliveryLease)
 
-        let retentionDays =
-            pick(.retentionDays) { parseInt($0, in: 1...3650) } ?? 90
-        let maxDevicesPerUser =
-            pick(.maxDevicesPerUser) { parseInt($0, in: 1...1000) } ?? 20
+        let retentionDays = pickNumber(.retentionDays)
+        let maxDevicesPerUser = pickNumber(.maxDevicesPerUser)
         let rateLimits = pick(.rateLimits) { RateLimits.parse($0) } ?? .defaults
-        let maxStreamsPerUser =
-            pick(.maxStreamsPerUser) { parseInt($0, in: 1...1000) } ?? 10
+        let maxStreamsPerUser = pickNumber(.maxStreamsPerUser)
         let webhookURL = pick(.webhookURL) {
             text -> Result<String, ConfigurationProblem> in
             guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {

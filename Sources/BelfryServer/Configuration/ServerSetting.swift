@@ -14,6 +14,24 @@ public struct ServerSetting: Sendable {
     public var file: String?
     /// The default, as the guide shows it (Markdown).
     public var defaultValue: String
+    /// For a whole-number setting: its default and the values it takes, written once here for
+    /// the reader and the guide alike.
+    var number: WholeNumber?
+
+    struct WholeNumber: Sendable {
+        var defaultValue: Int
+        var range: ClosedRange<Int>
+    }
+
+    /// A whole-number setting: the guide shows its default from the same value the reader uses.
+    static func wholeNumber(
+        summary: String, flag: String? = nil, environment: String, file: String?, default value: Int,
+        in range: ClosedRange<Int>
+    ) -> Self {
+        Self(
+            summary: summary, flag: flag, environment: environment, file: file, defaultValue: "`\(value)`",
+            number: WholeNumber(defaultValue: value, range: range))
+    }
 
     /// Whether the environment or the file's `server` object gives this setting at all (a bad
     /// value is reported where it is read; this tells a missing one from a bad one).
@@ -46,9 +64,9 @@ public struct ServerSetting: Sendable {
     static let hostname = Self(
         summary: "listen address", flag: "--hostname H", environment: "BELFRY_HOSTNAME", file: "hostname",
         defaultValue: "`127.0.0.1`")
-    static let port = Self(
+    static let port = wholeNumber(
         summary: "port (0 picks a free one)", flag: "--port P", environment: "BELFRY_PORT", file: "port",
-        defaultValue: "`8080`")
+        default: 8080, in: 0...65_535)
     static let database = Self(
         summary: "database: file path, `sqlite://PATH` or `postgres://user:pass@host:port/db`", flag: "--database",
         environment: "DATABASE_URL", file: "database", defaultValue: "`belfry.sqlite`")
@@ -58,9 +76,9 @@ public struct ServerSetting: Sendable {
     static let tokenSecret = Self(
         summary: "user-token signing secret (16+ characters)", environment: "BELFRY_TOKEN_SECRET", file: "token_secret",
         defaultValue: "created once and kept in the database")
-    static let tokenLifetime = Self(
+    static let tokenLifetime = wholeNumber(
         summary: "user-token lifetime, seconds (60 to 2592000)", environment: "BELFRY_TOKEN_TTL",
-        file: "token_ttl_seconds", defaultValue: "`3600`")
+        file: "token_ttl_seconds", default: 3600, in: 60...2_592_000)
     static let logLevel = Self(
         summary: "log level (`trace` … `critical`)", environment: "BELFRY_LOG_LEVEL", file: "log_level",
         defaultValue: "`info`")
@@ -68,35 +86,35 @@ public struct ServerSetting: Sendable {
         summary:
             "log format: `text` lines, or `json` (one object a line: time, level, label, message, request id, metadata)",
         environment: "BELFRY_LOG_FORMAT", file: "log_format", defaultValue: "`text`")
-    static let maxBodySize = Self(
+    static let maxBodySize = wholeNumber(
         summary: "largest request body, bytes (`POST /v1/events` takes up to 2 MB)",
         environment: "BELFRY_MAX_BODY_BYTES",
-        file: "max_body_bytes", defaultValue: "`262144`")
-    static let requestTimeout = Self(
+        file: "max_body_bytes", default: 262144, in: 1024...16 * 1024 * 1024)
+    static let requestTimeout = wholeNumber(
         summary: "seconds for a request to arrive and be answered, else 408 (1 to 3600)",
-        environment: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds", defaultValue: "`30`")
-    static let idleTimeout = Self(
+        environment: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds", default: 30, in: 1...3600)
+    static let idleTimeout = wholeNumber(
         summary: "seconds a connection may stay silent before it is closed (20 to 86400)",
-        environment: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds", defaultValue: "`60`")
-    static let deliveryLease = Self(
+        environment: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds", default: 60, in: 20...86_400)
+    static let deliveryLease = wholeNumber(
         summary:
             "seconds a worker holds claimed deliveries; a dead worker's are claimed again after it (2 to 3600)",
-        environment: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds", defaultValue: "`120`")
-    static let retentionDays = Self(
+        environment: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds", default: 120, in: 2...3600)
+    static let retentionDays = wholeNumber(
         summary: "days after which read or archived inbox notifications are purged (1 to 3650)",
-        environment: "BELFRY_RETENTION_DAYS", file: "retention_days", defaultValue: "`90`")
-    static let maxDevicesPerUser = Self(
+        environment: "BELFRY_RETENTION_DAYS", file: "retention_days", default: 90, in: 1...3650)
+    static let maxDevicesPerUser = wholeNumber(
         summary: "devices (apps and browsers) one user may register; more get 422 (1 to 1000)",
-        environment: "BELFRY_MAX_DEVICES_PER_USER", file: "max_devices_per_user", defaultValue: "`20`")
+        environment: "BELFRY_MAX_DEVICES_PER_USER", file: "max_devices_per_user", default: 20, in: 1...1000)
     static let rateLimits = Self(
         summary:
             "requests allowed per API key, per user, and per address for console sign-ins and link pages "
             + "(`CLASS=N/s`, `N/min` or `N/h`, or `CLASS=off`, comma-separated; the classes given replace the defaults)",
         environment: "BELFRY_RATE_LIMITS", file: "rate_limits",
         defaultValue: "`api=10000/s,user=600/min,signin=10/min,public=120/min`")
-    static let maxStreamsPerUser = Self(
+    static let maxStreamsPerUser = wholeNumber(
         summary: "inbox streams one user may hold open on one instance; more get 429 (1 to 1000)",
-        environment: "BELFRY_MAX_STREAMS_PER_USER", file: "max_streams_per_user", defaultValue: "`10`")
+        environment: "BELFRY_MAX_STREAMS_PER_USER", file: "max_streams_per_user", default: 10, in: 1...1000)
     static let webhookURL = Self(
         summary: "webhook channel URL (http or https)", environment: "BELFRY_WEBHOOK_URL", file: "webhook_url",
         defaultValue: "off")
