@@ -32,9 +32,15 @@ struct APIKeys: Sendable {
         return bytes
     }
 
-    /// Whether `candidate` is one of the keys. Every key is compared in full, so the time
-    /// taken says nothing about which key or how much of it matched.
+    /// Whether `candidate` is one of the keys.
     func accepts(_ candidate: String) -> Bool {
+        fingerprint(ifAccepting: candidate) != nil
+    }
+
+    /// The fingerprint of `candidate` if it is one of the keys: its digest is taken once, for
+    /// both. Every key is compared in full, so the time taken says nothing about which key or
+    /// how much of it matched.
+    func fingerprint(ifAccepting candidate: String) -> String? {
         let presented = Self.digest(candidate)
         var matched = false
         for digest in digests where digest.count == presented.count {
@@ -44,17 +50,21 @@ struct APIKeys: Sendable {
             }
             matched = matched || difference == 0
         }
-        return matched
+        return matched ? Self.fingerprint(digest: presented) : nil
     }
 
     /// A short name for a key that reveals nothing of it: the first 8 bytes of its digest, in hex.
     static func fingerprint(_ key: String) -> String {
-        digest(key).prefix(8).hexEncoded
+        fingerprint(digest: digest(key))
+    }
+
+    private static func fingerprint(digest: [UInt8]) -> String {
+        digest.prefix(8).hexEncoded
     }
 
     /// Whether a key with this fingerprint is still configured.
     func has(fingerprint: String) -> Bool {
-        digests.contains { $0.prefix(8).hexEncoded == fingerprint }
+        digests.contains { Self.fingerprint(digest: $0) == fingerprint }
     }
 
     /// A new random key, in the form `belfry_` followed by 43 base64url characters.

@@ -17,9 +17,9 @@ struct KeyGrant: Sendable, Hashable {
     var scope: KeyScope
     var fingerprint: String
 
-    /// The keys of `BELFRY_API_KEY`: the bootstrap admin keys.
-    static func environment(_ key: String) -> KeyGrant {
-        KeyGrant(name: "environment", scope: .admin, fingerprint: APIKeys.fingerprint(key))
+    /// A key of `BELFRY_API_KEY`: the bootstrap admin keys.
+    static func environment(fingerprint: String) -> KeyGrant {
+        KeyGrant(name: "environment", scope: .admin, fingerprint: fingerprint)
     }
 
     /// How the audit log names who used it.

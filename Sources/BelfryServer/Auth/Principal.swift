@@ -28,6 +28,29 @@ extension Request {
         return principal
     }
 
+    /// The principal of `bearer` if it is a key of the configuration, found without leaving the
+    /// event loop (the rate limit's fast path), and kept for the route as `principal(for:)` keeps
+    /// what it finds.
+    func configuredKeyPrincipal(for bearer: String) -> Principal? {
+        guard let fingerprint = belfry.apiKeys.fingerprint(ifAccepting: bearer) else { return nil }
+        let principal = Principal.server(.environment(fingerprint: fingerprint))
+        storage[KnownPrincipal.self] = KnownPrincipal(bearer: bearer, principal: principal)
+        return principal
+    }
+
+    /// The grant of `key` if it is an API key: one of the configuration's, or an active stored one.
+    func apiKeyGrant(for key: String) async throws -> KeyGrant? {
+        if let fingerprint = belfry.apiKeys.fingerprint(ifAccepting: key) {
+            return .environment(fingerprint: fingerprint)
+        }
+        return try await belfry.keyStore.grant(for: key, on: db)
+    }
+
+    /// The connection's address: never a forwarded-for header, which a client can write.
+    var clientAddress: String {
+        remoteAddress?.ipAddress ?? "unknown"
+    }
+
     private struct KnownPrincipal: StorageKey, Sendable {
         typealias Value = KnownPrincipal
         var bearer: String
@@ -35,8 +58,7 @@ extension Request {
     }
 
     private func verifiedPrincipal(for bearer: String) async throws -> Principal {
-        if belfry.apiKeys.accepts(bearer) { return .server(.environment(bearer)) }
-        if let grant = try await belfry.keyStore.grant(for: bearer, on: db) { return .server(grant) }
+        if let grant = try await apiKeyGrant(for: bearer) { return .server(grant) }
         do {
             return .user(try await belfry.tokens.verify(bearer, now: belfry.now()))
         } catch .expired {
@@ -57,14 +79,17 @@ extension Request {
         guard case .server(let grant) = try await principal() else {
             throw BelfryError(.forbidden, "this endpoint needs an API key, not a user token")
         }
-        let allowed = scopes.isEmpty ? [.admin] : scopes
-        guard allowed.contains(where: grant.scope.permits) else {
-            throw BelfryError(
-                .forbidden,
-                "the key \"\(grant.name)\" has the \(grant.scope.rawValue) scope; this endpoint needs "
-                    + (allowed + (allowed.contains(.admin) ? [] : [.admin])).map(\.rawValue).joined(separator: " or "))
-        }
+        try Self.check(grant, allows: scopes.isEmpty ? [.admin] : scopes)
         return grant
+    }
+
+    /// Refuses a key whose scope is not `admin` or one of `allowed`, naming both.
+    private static func check(_ grant: KeyGrant, allows allowed: [KeyScope]) throws {
+        guard !allowed.contains(where: grant.scope.permits) else { return }
+        throw BelfryError(
+            .forbidden,
+            "the key \"\(grant.name)\" has the \(grant.scope.rawValue) scope; this endpoint needs "
+                + (allowed + (allowed.contains(.admin) ? [] : [.admin])).map(\.rawValue).joined(separator: " or "))
     }
 
     /// Requires a user token for a user that still exists. A page's token passes only where
@@ -122,11 +147,7 @@ extension Request {
         let externalID = try userIDParameter()
         switch principal {
         case .server(let grant):
-            guard grant.scope == .admin else {
-                throw BelfryError(
-                    .forbidden,
-                    "the key \"\(grant.name)\" has the \(grant.scope.rawValue) scope; this endpoint needs admin")
-            }
+            try Self.check(grant, allows: [.admin])
             return try await UserModel.find(externalID: externalID, on: db)
         case .user(let subject):
             guard subject.externalID == externalID else {

@@ -163,13 +163,12 @@ struct RateLimitMiddleware: Middleware {
     var byAddress: RateLimits.Class?
 
     func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
-        if let byAddress { return limit(request, byAddress, Self.address(of: request), next) }
+        if let byAddress { return limit(request, byAddress, request.clientAddress, next) }
         let bearer =
             request.headers.bearerAuthorization?.token
             ?? (request.url.path == "/v1/me/stream" ? request.queryValue(named: "token") : nil)
         guard let bearer else { return next.respond(to: request) }
-        if request.belfry.apiKeys.accepts(bearer) {
-            let grant = KeyGrant.environment(bearer)
+        if case .server(let grant) = request.configuredKeyPrincipal(for: bearer) {
             return limit(request, .api, "\(grant.name):\(grant.fingerprint)", next)
         }
         let promise = request.eventLoop.makePromise(of: (RateLimits.Class, String).self)
@@ -177,15 +176,10 @@ struct RateLimitMiddleware: Middleware {
             switch try? await request.principal(for: bearer) {
             case .server(let grant): (.api, "\(grant.name):\(grant.fingerprint)")
             case .user(let subject): (.user, subject.userID.uuidString)
-            case nil: (.public, Self.address(of: request))
+            case nil: (.public, request.clientAddress)
             }
         }
         return promise.futureResult.flatMap { kind, caller in limit(request, kind, caller, next) }
-    }
-
-    /// The connection's address: never a forwarded-for header, which a client can write.
-    static func address(of request: Request) -> String {
-        request.remoteAddress?.ipAddress ?? "unknown"
     }
 
     private func limit(

@@ -82,7 +82,7 @@ struct WebController: RouteCollection {
         let link = req.query[String.self, at: "link"]
         guard token != nil || link != nil else { return nil }
         // Tries at links count against the address, like the sign-in form's.
-        if let decision = req.belfry.rateLimiter.take(.public, caller: req.remoteAddress?.ipAddress ?? "unknown"),
+        if let decision = req.belfry.rateLimiter.take(.public, caller: req.clientAddress),
             !decision.allowed
         {
             throw decision.refusal

@@ -50,10 +50,7 @@ struct ConsoleController: RouteCollection {
     /// The key a console sign-in offers, if it is an admin key: one of the configuration's, or
     /// a stored key with the admin scope.
     private func adminGrant(_ key: String, _ req: Request) async throws -> KeyGrant? {
-        if req.belfry.apiKeys.accepts(key) { return .environment(key) }
-        guard let grant = try await req.belfry.keyStore.grant(for: key, on: req.db), grant.scope == .admin else {
-            return nil
-        }
+        guard let grant = try await req.apiKeyGrant(for: key), grant.scope == .admin else { return nil }
         return grant
     }
 
@@ -61,9 +58,8 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         guard let key = form["api_key"], !key.isEmpty, let grant = try await adminGrant(key, req) else {
             req.logger.warning("console sign-in refused")
-            let address = req.remoteAddress?.ipAddress ?? "unknown"
             try await req.belfry.auditLog.record(
-                .consoleSignInFailed, by: "address:\(address)", detail: "not an admin API key", on: req.db)
+                .consoleSignInFailed, by: "address:\(req.clientAddress)", detail: "not an admin API key", on: req.db)
             return WebResponse.html(
                 ConsolePages.signIn(message: "That is not one of this server's admin API keys."), status: .unauthorized)
         }
