@@ -54,6 +54,7 @@ let package = Package(
             dependencies: [
                 "BelfryCore",
                 "BelfryAPNs",
+                "BelfryFCM",
                 "BelfryWebPush",
                 "BelfryMail",
                 "BelfryHTTP2",
@@ -83,9 +84,22 @@ let package = Package(
         // provider token cache: Crypto only. The server adapts its rows to its plain values.
         .target(
             name: "BelfryAPNs",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["BelfryJSON", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
+        // FCM HTTP v1 messages shaped to the device, FCM's error codes, the service account and
+        // its OAuth access tokens (an RS256 assertion): Crypto only. The server does the HTTP.
+        .target(
+            name: "BelfryFCM",
+            dependencies: [
+                "BelfryJSON",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // A JSON object written straight to bytes, for push payloads built on every send.
+        .target(name: "BelfryJSON", swiftSettings: swiftSettings),
         // Web Push message encryption (RFC 8291) and VAPID (RFC 8292): Crypto only.
         .target(
             name: "BelfryWebPush",
@@ -117,12 +131,13 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Local stand-ins for the push services (APNs, Web Push endpoints): real TLS and HTTP/2,
-        // used by the tests and the benchmarks.
+        // Local stand-ins for the push services (APNs, FCM and its token endpoint, Web Push
+        // endpoints): real TLS and HTTP/2, used by the tests and the benchmarks.
         .target(
             name: "BelfryTestServers",
             dependencies: [
                 "BelfryWebPush",
+                .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -177,6 +192,15 @@ let package = Package(
         .testTarget(
             name: "BelfryAPNsTests",
             dependencies: ["BelfryAPNs", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryFCMTests",
+            dependencies: [
+                "BelfryFCM",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,3 +1,4 @@
+import BelfryJSON
 import Crypto
 import Foundation
 
@@ -59,7 +60,7 @@ public final class APNsProviderTokens: @unchecked Sendable {
     private func sign(issuedAt: Date) throws -> String {
         let header = #"{"alg":"ES256","kid":"\#(keyID)"}"#
         let claims = #"{"iss":"\#(teamID)","iat":\#(Int(issuedAt.timeIntervalSince1970))}"#
-        let input = "\(base64URL(Data(header.utf8))).\(base64URL(Data(claims.utf8)))"
+        let input = "\(JOSE.base64URL(Data(header.utf8))).\(JOSE.base64URL(Data(claims.utf8)))"
         // Apple checks a JOSE signature: r and s, 32 bytes each.
         let signature: Data
         do {
@@ -67,19 +68,6 @@ public final class APNsProviderTokens: @unchecked Sendable {
         } catch {
             throw SigningFailed(underlying: error)
         }
-        return "\(input).\(base64URL(signature))"
-    }
-
-    /// JOSE's base64url (RFC 7515 §2): the URL-safe alphabet, without padding.
-    private func base64URL(_ data: Data) -> String {
-        String(
-            data.base64EncodedString().compactMap { character -> Character? in
-                switch character {
-                case "+": "-"
-                case "/": "_"
-                case "=": nil
-                default: character
-                }
-            })
+        return "\(input).\(JOSE.base64URL(signature))"
     }
 }

@@ -1,0 +1,74 @@
+import Foundation
+
+/// A JSON object written as bytes, in the order its fields are given (callers give them
+/// sorted); strings escaped as JSONSerialization escapes them, slashes left as they are.
+public struct JSONBytes {
+    private var bytes: [UInt8] = [UInt8(ascii: "{")]
+    /// Whether the object being written has a field yet, one level per open object.
+    private var started: [Bool] = [false]
+
+    public init() {
+        bytes.reserveCapacity(512)
+    }
+
+    private mutating func key(_ name: String) {
+        if started[started.count - 1] { bytes.append(UInt8(ascii: ",")) }
+        started[started.count - 1] = true
+        string(name)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    public mutating func open(_ name: String) {
+        key(name)
+        bytes.append(UInt8(ascii: "{"))
+        started.append(false)
+    }
+
+    public mutating func close() {
+        bytes.append(UInt8(ascii: "}"))
+        started.removeLast()
+    }
+
+    public mutating func field(_ name: String, _ value: String) {
+        key(name)
+        string(value)
+    }
+
+    public mutating func field(_ name: String, _ value: Int) {
+        key(name)
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    /// A value that is JSON text already.
+    public mutating func field(_ name: String, raw: String) {
+        key(name)
+        bytes.append(contentsOf: raw.utf8)
+    }
+
+    public mutating func finish() -> Data {
+        bytes.append(UInt8(ascii: "}"))
+        return Data(bytes)
+    }
+
+    private mutating func string(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+            case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: Array("\\u00".utf8))
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0xF)])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
