@@ -273,7 +273,8 @@ private func deliveryProviders(
     if let email = settings.email {
         providers[.email] = try emailChannel(app, settings, email)
     }
-    guard settings.webhook != nil || settings.apns != nil || settings.vapidSubject != nil else { return providers }
+    guard settings.webhook != nil || settings.apns != nil || settings.fcm != nil || settings.vapidSubject != nil
+    else { return providers }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
         providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
@@ -284,6 +285,14 @@ private func deliveryProviders(
         app.lifecycle.use(HTTP2ClientShutdown(client: http2))
         providers[.apns] = APNsChannel(
             provider: try APNsProvider(configuration: apns, client: http2, now: context.now))
+    }
+    if let fcm = settings.fcm {
+        let http2 = try HTTP2Client(
+            group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
+        app.lifecycle.use(HTTP2ClientShutdown(client: http2))
+        providers[.fcm] = FCMChannel(
+            provider: try FCMProvider(configuration: fcm, client: http2, grants: client, now: context.now),
+            now: context.now)
     }
     if let subject = settings.vapidSubject {
         let clients = PinnedClients(

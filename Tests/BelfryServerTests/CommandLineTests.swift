@@ -56,7 +56,7 @@ struct CommandLineTests {
             #expect(failure.output.contains(expected), "\(failure.output)")
         }
         let good = try TestProcess.run(Self.executable, ["config", "check"])
-        #expect(good.hasPrefix("OK: built-in demo: 5 channels, 3 sections, 11 categories, 4 tenants"))
+        #expect(good.hasPrefix("OK: built-in demo: 6 channels, 3 sections, 11 categories, 4 tenants"))
     }
 
     @Test("serve starts on the demo config, prints a development key once, and token mints a working user token")
@@ -69,7 +69,7 @@ struct CommandLineTests {
         let started = try await BelfryServeProcess.start(database: database, environment: environment)
         let (server, base, output) = (started.process, started.base, started.startup)
         let key = try #require(output.firstMatch(of: /belfry_[A-Za-z0-9_-]{43}/)).output
-        #expect(output.contains("config:   built-in demo (5 channels, 11 categories, 4 tenants)"))
+        #expect(output.contains("config:   built-in demo (6 channels, 11 categories, 4 tenants)"))
         #expect(output.contains("database: SQLite at \(database)"))
 
         let health = try await Self.request("GET", "\(base)/healthz")

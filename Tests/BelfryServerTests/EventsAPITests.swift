@@ -117,6 +117,7 @@ struct EventsAPITests {
                 done.skipped == [
                     "inbox": ["category_opted_out": 1],
                     "ios_push": ["category_opted_out": 1, "no_authorized_device": 2],
+                    "android_push": ["category_opted_out": 1, "no_authorized_device": 2],
                     "web_push": ["category_opted_out": 1, "no_authorized_device": 2],
                     "email": ["category_opted_out": 1, "channel_opted_out": 1],
                 ])

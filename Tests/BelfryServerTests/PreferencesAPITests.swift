@@ -23,7 +23,10 @@ struct PreferencesAPITests {
             #expect(response.status == .ok)
             let data = try response.decode(PreferenceData.self)
             #expect(data.sections?.map(\.name) == ["Talk and mentions", "Your edits", "Account", nil])
-            #expect(data.channelPreferences?.map(\.channel) == ["inbox", "ios_push", "web_push", "webhook", "email"])
+            #expect(
+                data.channelPreferences?.map(\.channel) == [
+                    "inbox", "ios_push", "android_push", "web_push", "webhook", "email",
+                ])
             #expect(Self.category(data, "article-linked")?.preference == .optOut)
             #expect(Self.category(data, "login-fail")?.isEditable == false)
             let json = try #require(

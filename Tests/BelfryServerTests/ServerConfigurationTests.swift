@@ -170,7 +170,7 @@ struct ServerConfigurationTests {
     @Test("the shipped demo workspace has what the seeds describe")
     func demo() throws {
         let demo = WorkspaceConfig.demo
-        #expect(demo.channels.map(\.id) == ["inbox", "ios_push", "web_push", "webhook", "email"])
+        #expect(demo.channels.map(\.id) == ["inbox", "ios_push", "android_push", "web_push", "webhook", "email"])
         #expect(demo.tenants.map(\.id) == ["enwiki", "dewiki", "wikidata", "commons"])
         #expect(demo.defaultTenant == "enwiki")
         let seedTypes = [

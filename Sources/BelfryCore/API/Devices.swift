@@ -81,6 +81,8 @@ public enum APNsEnvironment: String, Codable, Hashable, Sendable, CaseIterable {
 
 public enum DevicePlatform: String, Codable, Hashable, Sendable, CaseIterable {
     case apns
+    /// An Android app, reached through Firebase Cloud Messaging.
+    case fcm
     case webPush = "web_push"
 
     public init(from decoder: any Decoder) throws {
@@ -115,7 +117,7 @@ public struct WebPushSubscription: Codable, Hashable, Sendable {
 /// that device, and moves it to this user if another had it.
 public struct DeviceRegistration: Codable, Hashable, Sendable {
     public var platform: DevicePlatform
-    /// APNs: the device token, hex.
+    /// APNs: the device token, hex. FCM: the registration token.
     public var token: String?
     /// APNs: which of Apple's hosts the token belongs to.
     public var environment: APNsEnvironment?

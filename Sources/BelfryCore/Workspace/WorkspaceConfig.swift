@@ -62,13 +62,15 @@ public struct WorkspaceConfig: Codable, Hashable, Sendable {
 public enum ChannelKind: String, Codable, Hashable, Sendable, CaseIterable {
     case inbox
     case apns
+    /// Android devices, through Firebase Cloud Messaging.
+    case fcm
     case webPush = "web_push"
     case webhook
     case email
 
     /// Push channels need an active device whose OS authorization allows delivery.
     public var isPush: Bool {
-        self == .apns || self == .webPush
+        self == .apns || self == .fcm || self == .webPush
     }
 }
 

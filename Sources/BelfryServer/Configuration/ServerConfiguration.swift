@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryFCM
 import BelfryHTTP2
 import BelfryMail
 import BelfryWebPush
@@ -44,6 +45,8 @@ public struct ServerConfiguration: Sendable {
     public var webhook: Webhook?
     /// The APNs provider's token key and ids; `nil` turns APNs off.
     public var apns: APNs?
+    /// The Firebase project's service account and FCM's host; `nil` turns Android push off.
+    public var fcm: FCM?
     /// Web Push: the VAPID contact (`mailto:` or `https:`), required for sending; `nil` turns Web Push off.
     public var vapidSubject: String?
     /// The VAPID signing key (PEM); `nil` means one is created and kept in the database.
@@ -89,6 +92,20 @@ public struct ServerConfiguration: Sendable {
         }
     }
 
+    public struct FCM: Sendable, Hashable {
+        /// The service account key file's JSON.
+        public var serviceAccountJSON: String
+        /// FCM's host: Google's, or a stand-in.
+        public var url: String
+
+        public static let googleURL = "https://fcm.googleapis.com"
+
+        public init(serviceAccountJSON: String, url: String = googleURL) {
+            self.serviceAccountJSON = serviceAccountJSON
+            self.url = url
+        }
+    }
+
     public struct Webhook: Sendable, Hashable {
         public var url: String
         public var secret: String
@@ -120,6 +137,7 @@ public struct ServerConfiguration: Sendable {
         maxStreamsPerUser: Int = 10,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
+        fcm: FCM? = nil,
         extraCertificatesPEM: String? = nil,
         vapidSubject: String? = nil,
         vapidKeyPEM: String? = nil,
@@ -148,6 +166,7 @@ public struct ServerConfiguration: Sendable {
         self.maxStreamsPerUser = maxStreamsPerUser
         self.webhook = webhook
         self.apns = apns
+        self.fcm = fcm
         self.extraCertificatesPEM = extraCertificatesPEM
         self.vapidSubject = vapidSubject
         self.vapidKeyPEM = vapidKeyPEM
@@ -345,6 +364,33 @@ public struct ServerConfiguration: Sendable {
                 issues.add(name, "APNs needs a signing key, its key id and the team id together")
             }
         }
+        let fcmServiceAccount = pick(.fcmServiceAccount) { path -> Result<String, ConfigurationProblem> in
+            let json: Data
+            do {
+                json = try readFile(path)
+            } catch {
+                return .failure(.init("\(path) cannot be read: \(error.localizedDescription)"))
+            }
+            do {
+                _ = try FCMServiceAccount(json: json)
+            } catch {
+                return .failure(.init("\(path): \(error)"))
+            }
+            return .success(String(decoding: json, as: UTF8.self))
+        }
+        let fcmURL = pick(.fcmURL) { text -> Result<String, ConfigurationProblem> in
+            guard (try? HTTP2Client.Origin(text)) != nil else {
+                return .failure(
+                    .init("expected an https URL without a query, such as https://host:port, got \"\(text)\""))
+            }
+            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
+        }
+        var fcm: FCM?
+        if let fcmServiceAccount {
+            fcm = FCM(serviceAccountJSON: fcmServiceAccount, url: fcmURL ?? FCM.googleURL)
+        } else if fcmURL != nil && !ServerSetting.fcmServiceAccount.isGiven(environment: env, file: server) {
+            issues.add(ServerSetting.fcmServiceAccount.environment, "an FCM URL is set but no service account")
+        }
         let extraCertificates = pick(.extraCertificates) { path in
             readPEM(path, readFile: readFile) { pem in
                 guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
@@ -435,7 +481,7 @@ public struct ServerConfiguration: Sendable {
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
             retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
             rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
-            apns: apns, extraCertificatesPEM: extraCertificates,
+            apns: apns, fcm: fcm, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
     }
@@ -538,6 +584,7 @@ extension ServerConfiguration {
             "max_devices=\(maxDevicesPerUser)", "rate_limits=\(rateLimits)", "max_streams=\(maxStreamsPerUser)",
             "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
             "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",
+            "fcm=\(fcm.map { "\($0.url) \(secret($0.serviceAccountJSON))" } ?? "-")",
             "vapid=\(vapidSubject ?? "-") \(secret(vapidKeyPEM)) \(webPushAllowsLoopback)",
             "extra_ca=\(secret(extraCertificatesPEM))", "email=\(email.map { "\($0.smtp) \($0.from)" } ?? "-")",
             "public_url=\(publicURL ?? "-")", "metrics_token=\(secret(metricsToken))",

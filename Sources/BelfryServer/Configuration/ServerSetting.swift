@@ -133,6 +133,12 @@ public struct ServerSetting: Sendable {
     static let apnsTopic = Self(
         summary: "APNs topic (the app's bundle id; a device may give its own)", environment: "BELFRY_APNS_TOPIC",
         file: "apns_topic", defaultValue: "none")
+    static let fcmServiceAccount = Self(
+        summary: "FCM service account key file (JSON, from the Firebase console); turns Android push on",
+        environment: "BELFRY_FCM_SERVICE_ACCOUNT_PATH", file: "fcm_service_account_path", defaultValue: "off")
+    static let fcmURL = Self(
+        summary: "FCM host instead of Google's (`https://…`)", environment: "BELFRY_FCM_URL", file: "fcm_url",
+        defaultValue: "`https://fcm.googleapis.com`")
     static let apnsURL = Self(
         summary: "APNs host instead of Apple's (`https://…`)", environment: "BELFRY_APNS_URL", file: "apns_url",
         defaultValue: "`api.push.apple.com` / `api.sandbox.push.apple.com` by device")
@@ -170,7 +176,8 @@ public struct ServerSetting: Sendable {
         requestTimeout, idleTimeout, deliveryLease, retentionDays, maxDevicesPerUser, rateLimits,
         maxStreamsPerUser, webhookURL, webhookSecret,
         apnsKey, apnsKeyID,
-        apnsTeamID, apnsTopic, apnsURL, extraCertificates, vapidSubject, vapidKey, webPushLoopbackHTTP, smtpURL,
+        apnsTeamID, apnsTopic, apnsURL, fcmServiceAccount, fcmURL, extraCertificates, vapidSubject, vapidKey,
+        webPushLoopbackHTTP, smtpURL,
         emailFrom, publicURL, metricsToken,
     ]
 

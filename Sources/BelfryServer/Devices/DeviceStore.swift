@@ -19,7 +19,7 @@ struct DeviceStore: Sendable {
         var id: UUID
         var userID: UUID
         var platform: DevicePlatform
-        /// The APNs token, or the Web Push endpoint.
+        /// The APNs or FCM token, or the Web Push endpoint.
         var address: String
         var environment: APNsEnvironment?
         var topic: String? = nil
@@ -37,7 +37,7 @@ struct DeviceStore: Sendable {
 
         var record: DeviceRecord {
             DeviceRecord(
-                id: id, platform: platform, token: platform == .apns ? address : nil, environment: environment,
+                id: id, platform: platform, token: platform == .webPush ? nil : address, environment: environment,
                 topic: topic, endpoint: platform == .webPush ? address : nil, authorization: authorization,
                 settings: settings, locale: locale, appVersion: appVersion, userAgent: userAgent,
                 createdAt: createdAt, updatedAt: updatedAt, retiredAt: retiredAt, retiredReason: retiredReason)
@@ -239,6 +239,7 @@ extension DevicePlatform {
     var channelKind: ChannelKind {
         switch self {
         case .apns: .apns
+        case .fcm: .fcm
         case .webPush: .webPush
         }
     }

@@ -126,15 +126,40 @@ struct DevicesController: RouteCollection {
                 platform: .apns, address: token.lowercased(), environment: environment, topic: body.topic,
                 authorization: authorization, settings: body.settings ?? PushSettings(), locale: body.locale,
                 appVersion: body.appVersion, userAgent: body.userAgent)
+        case .fcm:
+            guard let token = body.token else {
+                throw BelfryError.invalid(
+                    "field \"token\" is required for fcm devices: the app's FCM registration token")
+            }
+            guard (20...4096).contains(token.utf8.count),
+                token.unicodeScalars.allSatisfy({
+                    $0.isASCII && ($0.properties.isAlphabetic || "0123456789-_:.".unicodeScalars.contains($0))
+                })
+            else {
+                throw BelfryError.invalid(
+                    "field \"token\" must be an FCM registration token: 20 to 4096 letters, digits, "
+                        + "\"-\", \"_\", \":\" or \".\", got \(token.count) characters")
+            }
+            for (value, field) in [(body.environment?.rawValue, "environment"), (body.topic, "topic")]
+            where value != nil {
+                throw BelfryError.invalid("field \"\(field)\" is for apns devices")
+            }
+            guard body.subscription == nil else {
+                throw BelfryError.invalid("field \"subscription\" is for web_push devices")
+            }
+            // Android asks for the notification permission only from version 13 on: an app that
+            // does not say has it.
+            return DeviceStore.Registration(
+                platform: .fcm, address: token, authorization: body.authorization ?? .authorized,
+                settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
+                userAgent: body.userAgent)
         case .webPush:
             guard let subscription = body.subscription else {
                 throw BelfryError.invalid(
                     "field \"subscription\" is required for web_push devices: the browser's PushSubscription.toJSON()")
             }
-            for (value, field) in [(body.token, "token"), (body.environment?.rawValue, "environment")]
-            where value != nil {
-                throw BelfryError.invalid("field \"\(field)\" is for apns devices")
-            }
+            if body.token != nil { throw BelfryError.invalid("field \"token\" is for apns and fcm devices") }
+            if body.environment != nil { throw BelfryError.invalid("field \"environment\" is for apns devices") }
             let endpoint = subscription.endpoint
             if let problem = PushEndpoint.problem(with: endpoint, allowingLoopback: allowingLoopback) {
                 throw BelfryError.invalid("field \"subscription.endpoint\" \(problem)")

@@ -1,5 +1,6 @@
 import BelfryAPNs
 import BelfryCore
+import BelfryFCM
 import BelfryWebPush
 import Crypto
 import Fluent
@@ -153,8 +154,8 @@ extension EventIntake {
     static let maxTTL = 28 * 86_400
 
     /// The event is refused when the largest push it can make (every field, a large badge) is
-    /// over what a push channel of its category takes: 4096 bytes of APNs payload, or 4096
-    /// bytes of encrypted Web Push body.
+    /// over what a push channel of its category takes: 4096 bytes of APNs payload or of FCM
+    /// message, or 4096 bytes of encrypted Web Push body.
     private static func pushSizeProblems(
         _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
     ) -> [String] {
@@ -169,6 +170,13 @@ extension EventIntake {
         {
             problems.append(
                 "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
+                    + "shorten the content or the data")
+        }
+        if kinds.contains(.fcm), case let size = FCMPayload.largestSize(FCMNotification(content)),
+            size > FCMPayload.maxSize
+        {
+            problems.append(
+                "the FCM message would be \(size) bytes; FCM takes at most \(FCMPayload.maxSize): "
                     + "shorten the content or the data")
         }
         if kinds.contains(.webPush), case let size = WebPushMessage.largestEncryptedSize(content),
