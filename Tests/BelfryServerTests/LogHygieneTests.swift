@@ -21,6 +21,7 @@ struct LogHygieneTests {
     func noSecretsLogged(format: LogFormat) async throws {
         let apns = try await APNsTestServer(records: false)
         let webPush = try await WebPushTestEndpoint(records: false)
+        let fcm = try await FCMTestServer()
         let receiver = try await WebhookReceiver(answers: "200")
         let mail = try await SMTPTestServer()
         let directory = try CommandLineTests.temporaryDirectory()
@@ -34,9 +35,11 @@ struct LogHygieneTests {
         let vapid = P256.Signing.PrivateKey()
         let files = [
             ("apns.p8", apns.keyPEM), ("vapid.pem", vapid.pemRepresentation),
+            ("fcm-service-account.json", fcm.serviceAccountJSON),
             (
                 "ca.pem",
-                [apns.authority, webPush.authority, mail.authority].map(\.certificatePEM).joined(separator: "\n")
+                [apns.authority, webPush.authority, mail.authority, fcm.authority].map(\.certificatePEM)
+                    .joined(separator: "\n")
             ),
         ]
         for (name, text) in files { try Data(text.utf8).write(to: directory.appendingPathComponent(name)) }
@@ -48,6 +51,8 @@ struct LogHygieneTests {
             "BELFRY_APNS_KEY_PATH": directory.appendingPathComponent("apns.p8").path,
             "BELFRY_APNS_KEY_ID": apns.keyID, "BELFRY_APNS_TEAM_ID": apns.teamID,
             "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_APNS_URL": apns.url,
+            "BELFRY_FCM_SERVICE_ACCOUNT_PATH": directory.appendingPathComponent("fcm-service-account.json").path,
+            "BELFRY_FCM_URL": fcm.url,
             "BELFRY_EXTRA_CA_FILE": directory.appendingPathComponent("ca.pem").path,
             "BELFRY_VAPID_SUBJECT": "mailto:ops@example.org", "BELFRY_WEBPUSH_ALLOW_HTTP_LOOPBACK": "true",
             "BELFRY_VAPID_PRIVATE_KEY_PATH": directory.appendingPathComponent("vapid.pem").path,
@@ -85,6 +90,8 @@ struct LogHygieneTests {
                             endpoint: subscriber.endpoint,
                             keys: .init(p256dh: subscriber.p256dh, auth: subscriber.auth)))), as: UTF8.self)
             #expect(try await call("POST", "/v1/me/devices", bearer: userToken, json: subscription).status == 201)
+            let android = #"{"platform": "fcm", "token": "\#(FCMChannelTests.token)"}"#
+            #expect(try await call("POST", "/v1/me/devices", bearer: userToken, json: android).status == 201)
 
             let event = #"{"category": "login-fail", "recipients": ["ada"], "content": {"title": "T", "body": "B"}}"#
             let accepted = try await call("POST", "/v1/events", json: event)
@@ -100,6 +107,7 @@ struct LogHygieneTests {
             }
             #expect(status?.deliveries["ios_push"] == ["sent": 1], "\(status?.deliveries ?? [:])")
             #expect(status?.deliveries["web_push"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
+            #expect(status?.deliveries["android_push"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
             #expect(status?.deliveries["webhook"] == ["sent": 1])
             #expect(status?.deliveries["email"] == ["sent": 1], "\(status?.lastErrors ?? [:])")
             // An email Ada may turn off carries an unsubscribe link; she opts in to mention emails.
@@ -143,6 +151,8 @@ struct LogHygieneTests {
         }
         await apns.shutdown()
         await webPush.shutdown()
+        let accessTokens = Set(fcm.received.compactMap { $0.headers["authorization"]?.split(separator: " ").last })
+        await fcm.shutdown()
 
         #expect(log.contains("event accepted"), "the run did log: \(log.count) characters")
         if format == .json {
@@ -183,12 +193,18 @@ struct LogHygieneTests {
             ))
         secrets += pemLines(apns.keyPEM).map { ("the APNs key", $0) }
         secrets += pemLines(vapid.pemRepresentation).map { ("the VAPID key", $0) }
+        let account = try #require(
+            try JSONSerialization.jsonObject(with: Data(fcm.serviceAccountJSON.utf8)) as? [String: String])
+        secrets += pemLines(account["private_key"] ?? "").map { ("the FCM service account's key", $0) }
+        secrets.append(("the FCM registration token", FCMChannelTests.token))
+        #expect(!accessTokens.isEmpty)
+        secrets += accessTokens.map { ("an FCM access token", String($0)) }
         for (name, secret) in secrets {
             #expect(!log.contains(secret), "\(name) is in the log")
         }
         #expect(
             log.firstMatch(of: /eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}/) == nil,
-            "no JWT (user token, APNs provider token or VAPID token) is in the log")
+            "no JWT (user token, APNs provider token, VAPID token or FCM assertion) is in the log")
     }
 
     @Test(
