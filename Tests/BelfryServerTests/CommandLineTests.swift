@@ -1,5 +1,6 @@
 import BelfryCore
 import BelfryTestSupport
+import Crypto
 import Foundation
 import Testing
 
@@ -57,6 +58,39 @@ struct CommandLineTests {
         }
         let good = try TestProcess.run(Self.executable, ["config", "check"])
         #expect(good.hasPrefix("OK: built-in demo: 6 channels, 3 sections, 11 categories, 4 tenants"))
+    }
+
+    @Test("config check reads every key file and reports each bad one with its path")
+    func configCheckKeyFiles() throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = { (name: String) in directory.appendingPathComponent(name).path }
+        try Data("{\"type\": \"service_account\",".utf8).write(to: URL(fileURLWithPath: path("account.json")))
+        try Data(P384.Signing.PrivateKey().pemRepresentation.utf8).write(to: URL(fileURLWithPath: path("apns.p8")))
+        var config = try #require(
+            try JSONSerialization.jsonObject(
+                with: Data(
+                    contentsOf: PackagePaths.root.appendingPathComponent(
+                        "Sources/BelfryServer/Resources/demo-workspace.json"))) as? [String: Any])
+        config["server"] = [
+            "fcm_service_account_path": path("account.json"), "apns_key_path": path("apns.p8"),
+            "apns_key_id": "ABCDE12345", "apns_team_id": "TEAM123456",
+            "vapid_private_key_path": path("missing.pem"),
+        ]
+        let file = directory.appendingPathComponent("config.json")
+        try JSONSerialization.data(withJSONObject: config).write(to: file)
+        let failure = try #require(throws: TestProcess.Failure.self) {
+            try TestProcess.run(Self.executable, ["config", "check", "--config", file.path])
+        }
+        #expect(failure.status == 1)
+        for expected in [
+            "configuration has 3 problems",
+            "server.fcm_service_account_path: \(path("account.json")): not a service account key file",
+            "server.apns_key_path: expected an APNs token signing key (.p8, PEM), but \(path("apns.p8"))",
+            "server.vapid_private_key_path: expected a P-256 private key (PEM), but \(path("missing.pem")) cannot be read",
+        ] {
+            #expect(failure.output.contains(expected), "\(failure.output)")
+        }
     }
 
     @Test("serve starts on the demo config, prints a development key once, and token mints a working user token")

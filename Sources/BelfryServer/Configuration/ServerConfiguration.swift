@@ -329,7 +329,9 @@ public struct ServerConfiguration: Sendable {
 
         let apnsKey = pick(.apnsKey) { path in
             readPEM(path, readFile: readFile) { pem in
-                _ = try P256.Signing.PrivateKey(pemRepresentation: pem)
+                guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
+                    throw ConfigurationProblem("it is not a P-256 (ES256) private key in PEM")
+                }
             }.mapError { .init("expected an APNs token signing key (.p8, PEM), but \($0.message)") }
         }
         let apnsKeyID = pick(.apnsKeyID) { identifier($0, length: 10) }
@@ -356,12 +358,13 @@ public struct ServerConfiguration: Sendable {
                     ServerSetting.apnsKey.environment, "APNs settings are given but no signing key, key id and team id")
             }
         default:
-            for (value, name) in [
-                (apnsKey, ServerSetting.apnsKey.environment), (apnsKeyID, ServerSetting.apnsKeyID.environment),
-                (apnsTeamID, ServerSetting.apnsTeamID.environment),
+            // A value given but bad is reported where it was read; only the missing ones here.
+            for (present, setting) in [
+                (apnsKey != nil, ServerSetting.apnsKey), (apnsKeyID != nil, .apnsKeyID),
+                (apnsTeamID != nil, .apnsTeamID),
             ]
-            where value == nil {
-                issues.add(name, "APNs needs a signing key, its key id and the team id together")
+            where !present && !setting.isGiven(environment: env, file: server) {
+                issues.add(setting.environment, "APNs needs a signing key, its key id and the team id together")
             }
         }
         let fcmServiceAccount = pick(.fcmServiceAccount) { path -> Result<String, ConfigurationProblem> in
