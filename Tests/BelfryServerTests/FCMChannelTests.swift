@@ -109,6 +109,65 @@ struct FCMChannelTests {
         }
     }
 
+    @Test(
+        "an event to a user with an iPhone, an Android phone and a browser reaches all three, each shaped for it",
+        arguments: TestDatabase.allCases)
+    func everyPlatform(database: TestDatabase) async throws {
+        let apns = try await APNsTestServer()
+        let fcm = try await FCMTestServer()
+        let webPush = try await WebPushTestEndpoint()
+        defer {
+            Task {
+                await apns.shutdown()
+                await fcm.shutdown()
+                await webPush.shutdown()
+            }
+        }
+        try await withBelfry(database, jitter: 0.5) { settings in
+            APNsChannelTests.settings(apns)(&settings)
+            Self.settings(fcm)(&settings)
+            settings.vapidSubject = WebPushChannelTests.subject
+            settings.webPushAllowsLoopback = true
+            settings.extraCertificatesPEM = [apns.authority, fcm.authority, webPush.authority].map(\.certificatePEM)
+                .joined(separator: "\n")
+        } _: { app in
+            let ada = try await app.userToken("ada")
+            let iPhone = try await APNsChannelTests.register(app, ada)
+            _ = try await Self.register(app, ada)
+            let browser = webPush.subscribe("ada-laptop")
+            #expect(try await WebPushChannelTests.register(app, ada, browser).status == .created)
+            let devices = try await app.send(.GET, "/v1/me/devices", bearer: ada).decode(DeviceList.self).devices
+            #expect(Set(devices.map(\.platform)) == [.apns, .fcm, .webPush])
+
+            let id = try await InboxAPITests.notify(app, ["ada"], title: "Everywhere", category: "reverted")
+            try await Self.deliver(app)
+            let status = try await APNsChannelTests.status(app, id)
+            #expect(status.deliveries["ios_push"] == ["sent": 1])
+            #expect(status.deliveries["android_push"] == ["sent": 1])
+            #expect(status.deliveries["web_push"] == ["sent": 1])
+
+            let apple = try #require(apns.received.first)
+            #expect(apple.deviceToken == iPhone.token)
+            #expect((apple.aps["alert"] as? [String: Any])?["title"] as? String == "Everywhere")
+            #expect(apple.headers["apns-topic"] == "org.example.reader")
+            let android = try #require(fcm.received.first)
+            #expect(android.token == Self.token)
+            #expect((android.message["notification"] as? [String: String])?["title"] == "Everywhere")
+            #expect(
+                ((android.message["android"] as? [String: Any])?["notification"] as? [String: Any])?["channel_id"]
+                    as? String == "reverted")
+            let pushed = try #require(webPush.received.first)
+            let message = try #require(
+                pushed.plaintext.flatMap { try JSONSerialization.jsonObject(with: $0) as? [String: Any] })
+            #expect(message["title"] as? String == "Everywhere")
+            // One notification behind all three: each carries the same id.
+            let notificationID = (apple.payload["belfry"] as? [String: Any])?["notification_id"] as? String
+            #expect(notificationID != nil)
+            #expect((android.message["data"] as? [String: String])?["notification_id"] == notificationID)
+            #expect((message["notification_id"] as? String)?.lowercased() == notificationID)
+        }
+    }
+
     @Test("UNREGISTERED retires the device; SENDER_ID_MISMATCH too; INVALID_ARGUMENT fails with FCM's message")
     func unregisteredRetires() async throws {
         try await Self.withFCM { app, server in
