@@ -53,7 +53,7 @@ public enum APNsPayload {
             json.field("data", raw: data)
         }
         if let image = notification.imageURL { json.field("image_url", image) }
-        json.field("notification_id", notification.notificationID.uuidString.lowercased())
+        json.field("notification_id", uuid: notification.notificationID)
         json.field("tenant", notification.tenant)
         if let url = notification.url { json.field("url", url) }
         json.close()

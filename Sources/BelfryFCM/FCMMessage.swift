@@ -112,9 +112,9 @@ public enum FCMPayload {
         {
             json.field("data", data)
         }
-        json.field("delivery_id", notification.id.uuidString.lowercased())
+        json.field("delivery_id", uuid: notification.id)
         if let image = notification.imageURL { json.field("image_url", image) }
-        json.field("notification_id", notification.notificationID.uuidString.lowercased())
+        json.field("notification_id", uuid: notification.notificationID)
         json.field("tenant", notification.tenant)
         json.field("unread", String(unread))
         if let url = notification.url { json.field("url", url) }

@@ -39,6 +39,24 @@ public struct JSONBytes {
         bytes.append(contentsOf: String(value).utf8)
     }
 
+    /// A UUID as a string in lower case, written from its bytes: no `uuidString` and no
+    /// `lowercased()` per field.
+    public mutating func field(_ name: String, uuid: UUID) {
+        key(name)
+        let hex: StaticString = "0123456789abcdef"
+        bytes.append(UInt8(ascii: "\""))
+        withUnsafeBytes(of: uuid.uuid) { raw in
+            hex.withUTF8Buffer { digits in
+                for (index, byte) in raw.enumerated() {
+                    if index == 4 || index == 6 || index == 8 || index == 10 { bytes.append(UInt8(ascii: "-")) }
+                    bytes.append(digits[Int(byte >> 4)])
+                    bytes.append(digits[Int(byte & 0xF)])
+                }
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
     /// A value that is JSON text already.
     public mutating func field(_ name: String, raw: String) {
         key(name)

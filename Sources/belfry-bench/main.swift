@@ -12,6 +12,7 @@ import NIOPosix
 
 // Benchmarks and interop helpers that need Belfry's code in process:
 //   belfry-bench apns [COUNT] [CONCURRENCY]   APNs provider vs h2load (scripts/benchmark)
+//   belfry-bench fcm [COUNT] [CONCURRENCY]    FCM provider vs h2load (scripts/benchmark)
 //   belfry-bench webpush [COUNT] [CONCURRENCY] Web Push encryption and sends, as JSON (scripts/benchmark_webpush.py)
 //   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
@@ -25,6 +26,8 @@ func number(_ index: Int, default value: Int) -> Int {
 switch arguments.first {
 case "apns":
     try await benchmarkAPNs(count: number(1, default: 20_000), concurrency: number(2, default: 100))
+case "fcm":
+    try await benchmarkFCM(count: number(1, default: 20_000), concurrency: number(2, default: 100))
 case "webpush":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: number(2, default: 100))
 case "webpush-encrypt":
@@ -44,7 +47,7 @@ case "sdk":
     await benchmarkSDK(toggles: number(1, default: 1_000), categories: number(2, default: 20))
 default:
     FileHandle.standardError.write(
-        Data("usage: belfry-bench apns|webpush [COUNT] [CONCURRENCY] | webpush-interop\n".utf8))
+        Data("usage: belfry-bench apns|fcm|webpush [COUNT] [CONCURRENCY] | webpush-interop\n".utf8))
     exit(2)
 }
 
@@ -67,25 +70,51 @@ func benchmarkAPNs(count: Int, concurrency: Int) async throws {
     let server = try await APNsTestServer(records: false, group: serverGroup)
     let apns = ServerConfiguration.APNs(
         keyPEM: server.keyPEM, keyID: server.keyID, teamID: server.teamID, topic: "org.example.reader", url: server.url)
-    // The server runs in this process: its CPU time is measured alone while h2load (another
-    // process) sends the same requests, and taken from the total to leave the client's.
+    try await compareWithH2load(name: "pushes", url: server.url, count: count, concurrency: concurrency) {
+        try await APNsBenchmark.run(
+            count: count, concurrency: concurrency, apns: apns, extraCertificatesPEM: server.authority.certificatePEM,
+            eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    }
+    await server.shutdown()
+    try await serverGroup.shutdownGracefully()
+}
+
+func benchmarkFCM(count: Int, concurrency: Int) async throws {
+    let serverGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    let server = try await FCMTestServer(records: false, group: serverGroup)
+    let fcm = ServerConfiguration.FCM(serviceAccountJSON: server.serviceAccountJSON, url: server.url)
+    try await compareWithH2load(name: "messages", url: server.url, count: count, concurrency: concurrency) {
+        try await FCMBenchmark.run(
+            count: count, concurrency: concurrency, fcm: fcm, extraCertificatesPEM: server.authority.certificatePEM,
+            eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    }
+    await server.shutdown()
+    try await serverGroup.shutdownGracefully()
+}
+
+/// Runs Belfry's provider against a test server in this process, then h2load (another process)
+/// sending the same requests to the same server over one connection, and prints both rates,
+/// their ratio and the CPU time per request of the client and of the server.
+func compareWithH2load(
+    name: String, url: String, count: Int, concurrency: Int,
+    _ belfry: () async throws -> PushBenchmark.Result
+) async throws {
+    // The server runs in this process: its CPU time is measured alone while h2load sends the
+    // same requests, and taken from the total to leave the client's.
     let belfryCPU = processCPUSeconds()
-    let result = try await APNsBenchmark.run(
-        count: count, concurrency: concurrency, apns: apns, extraCertificatesPEM: server.authority.certificatePEM,
-        eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    let result = try await belfry()
     let bothCPU = processCPUSeconds() - belfryCPU
     print(
         "belfry: \(result.sent) sent, \(result.failed) failed in \(String(format: "%.3f", result.seconds)) s: "
-            + "\(Int(Double(result.sent) / result.seconds)) pushes/s (concurrency \(concurrency))")
+            + "\(Int(Double(result.sent) / result.seconds)) \(name)/s (concurrency \(concurrency))")
 
-    // The same requests from h2load, against the same server, over one connection.
-    let payloadPath = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-apns-payload.json").path
+    let payloadPath = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-push-payload.json").path
     try result.payload.write(to: URL(fileURLWithPath: payloadPath))
     let h2load = Process()
     h2load.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
     h2load.arguments =
         ["-n", "\(count)", "-c", "1", "-m", "\(concurrency)", "-d", payloadPath]
-        + result.headers.flatMap { ["-H", "\($0.0): \($0.1)"] } + ["\(server.url)\(result.path)"]
+        + result.headers.flatMap { ["-H", "\($0.0): \($0.1)"] } + ["\(url)\(result.path)"]
     let pipe = Pipe()
     h2load.standardOutput = pipe
     let serverCPUStart = processCPUSeconds()
@@ -103,10 +132,8 @@ func benchmarkAPNs(count: Int, concurrency: Int) async throws {
     }
     print(
         String(
-            format: "CPU per push: client %.1f µs, test server %.1f µs (the server's measured under h2load)",
+            format: "CPU per request: client %.1f µs, test server %.1f µs (the server's measured under h2load)",
             (bothCPU - serverCPU) / Double(count) * 1e6, serverCPU / Double(count) * 1e6))
-    await server.shutdown()
-    try await serverGroup.shutdownGracefully()
 }
 
 /// Encrypts `count` messages, and times the floor; then, unless `concurrency` is 0, sends them.

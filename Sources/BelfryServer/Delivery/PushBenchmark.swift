@@ -3,9 +3,20 @@ import BelfryHTTP2
 import Foundation
 import NIOCore
 
-/// What the push benchmarks (`APNsBenchmark`, `WebPushBenchmark`) share: the message they
-/// send and the loop that keeps a fixed number of sends in flight.
-enum PushBenchmark {
+/// What the push benchmarks (`APNsBenchmark`, `FCMBenchmark`, `WebPushBenchmark`) share: the
+/// message they send and the loop that keeps a fixed number of sends in flight.
+package enum PushBenchmark {
+    /// What an HTTP/2 provider's benchmark sent, and how fast.
+    package struct Result: Sendable {
+        package var sent: Int
+        package var failed: Int
+        package var seconds: Double
+        /// What was sent, so another client can send the same: path, headers and body.
+        package var path: String
+        package var headers: [(String, String)]
+        package var payload: Data
+    }
+
     /// A typical notification: a mention, with a link.
     static func sampleContent() -> DeliveryContent {
         DeliveryContent(

@@ -7,21 +7,11 @@ import NIOCore
 /// Sends many notifications through the real APNs provider (payload shaping, provider token,
 /// the shared HTTP/2 client), for `belfry-bench apns`.
 package enum APNsBenchmark {
-    package struct Result: Sendable {
-        package var sent: Int
-        package var failed: Int
-        package var seconds: Double
-        /// What was sent, so another client can send the same: path, headers and body.
-        package var path: String
-        package var headers: [(String, String)]
-        package var payload: Data
-    }
-
     /// Sends `count` pushes to one device token with at most `concurrency` in flight.
     package static func run(
         count: Int, concurrency: Int, apns: ServerConfiguration.APNs, extraCertificatesPEM: String,
         eventLoopGroup: any EventLoopGroup
-    ) async throws -> Result {
+    ) async throws -> PushBenchmark.Result {
         let client = try HTTP2Client(
             group: eventLoopGroup, tls: try .outbound(extraCertificatesPEM: extraCertificatesPEM))
         defer { Task { await client.shutdown() } }
@@ -44,7 +34,7 @@ package enum APNsBenchmark {
             try await provider.send(request()).status == 200
         }
         let sample = request()
-        return Result(
+        return PushBenchmark.Result(
             sent: sent, failed: count - sent, seconds: seconds, path: sample.path,
             headers: sample.headers + [("authorization", "bearer \(try provider.providerToken())")],
             payload: sample.payload)
