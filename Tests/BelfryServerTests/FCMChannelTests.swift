@@ -327,6 +327,18 @@ struct FCMChannelTests {
         }
     }
 
+    @Test(
+        "interop: a Python stand-in (h2, PyJWT) verifies the assertion and receives the message of a real belfry serve"
+    )
+    func pythonInterop() throws {
+        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("belfry").path
+        let output = try TestProcess.run(
+            "/usr/bin/env",
+            ["python3", PackagePaths.root.appendingPathComponent("Tests/interop/fcm_interop.py").path, binary])
+        #expect(output.contains("OK: assertion verified by PyJWT"), "\(output)")
+    }
+
     @Test("an event whose FCM message would pass 4096 bytes is refused when triggered, naming the size")
     func messageTooLarge() async throws {
         try await Self.withFCM { app, _ in
