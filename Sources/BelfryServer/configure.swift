@@ -273,28 +273,44 @@ private func deliveryProviders(
     if let email = settings.email {
         providers[.email] = try emailChannel(app, settings, email)
     }
-    guard settings.webhook != nil || settings.apns != nil || settings.fcm != nil || settings.vapidSubject != nil
+    guard
+        settings.webhook != nil || settings.apns != nil || settings.fcm != nil || settings.vapidSubject != nil
+            || !settings.apps.isEmpty
     else { return providers }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
         providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
     }
-    if let apns = settings.apns {
-        let http2 = try HTTP2Client(
-            group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
-        app.lifecycle.use(HTTP2ClientShutdown(client: http2))
-        providers[.apns] = APNsChannel(
-            provider: try APNsProvider(configuration: apns, client: http2, now: context.now))
+    // Each app its own HTTP/2 client (its connections, its token), all of a platform on one loop.
+    func http2Clients() -> () throws -> HTTP2Client {
+        var loop: (any EventLoop)?
+        return {
+            let http2 = try HTTP2Client(
+                group: loop ?? app.eventLoopGroup,
+                tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
+            loop = http2.eventLoop
+            app.lifecycle.use(HTTP2ClientShutdown(client: http2))
+            return http2
+        }
     }
-    if let fcm = settings.fcm {
-        let http2 = try HTTP2Client(
-            group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
-        app.lifecycle.use(HTTP2ClientShutdown(client: http2))
-        providers[.fcm] = FCMChannel(
-            provider: try FCMProvider(configuration: fcm, client: http2, grants: client, now: context.now),
-            now: context.now)
+    let apnsClient = http2Clients()
+    let apns = try settings.byApp(settings.apns) { (credentials: PushApp.Credentials) in
+        guard case .apns(let apns, _) = credentials else { return nil }
+        return apns
+    }.map { try APNsProvider(configuration: $0, client: try apnsClient(), now: context.now) }
+    if !apns.isEmpty { providers[.apns] = APNsChannel(providers: apns) }
+    let fcmClient = http2Clients()
+    let fcm = try settings.byApp(settings.fcm) { (credentials: PushApp.Credentials) in
+        guard case .fcm(let fcm) = credentials else { return nil }
+        return fcm
+    }.map { try FCMProvider(configuration: $0, client: try fcmClient(), grants: client, now: context.now) }
+    if !fcm.isEmpty { providers[.fcm] = FCMChannel(providers: fcm, now: context.now) }
+    let vapid = try settings.byApp(settings.vapidSubject.map { (context.vapidKey, subject: $0) }) {
+        (credentials: PushApp.Credentials) -> (VAPIDKey, subject: String)? in
+        guard case .webPush(let subject, let pem) = credentials else { return nil }
+        return (try VAPIDKey(pemRepresentation: pem), subject: subject)
     }
-    if let subject = settings.vapidSubject {
+    if !vapid.isEmpty {
         let clients = PinnedClients(
             shared: client, allowingLoopback: settings.webPushAllowsLoopback, resolver: resolver,
             now: context.now
@@ -302,8 +318,7 @@ private func deliveryProviders(
             try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: pem, dnsOverride: dnsOverride)
         }
         app.lifecycle.use(PinnedClientsShutdown(clients: clients))
-        providers[.webPush] = WebPushChannel(
-            clients: clients, key: context.vapidKey, subject: subject, now: context.now)
+        providers[.webPush] = WebPushChannel(clients: clients, keys: vapid, now: context.now)
     }
     return providers
 }

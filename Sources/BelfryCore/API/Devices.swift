@@ -130,13 +130,18 @@ public struct DeviceRegistration: Codable, Hashable, Sendable {
     /// Web Push: the browser's subscription.
     public var subscription: WebPushSubscription?
     public var userAgent: String?
+    /// Which of the server's apps of this platform the device belongs to (the workspace's
+    /// `apps`); leave it out for the server's one app of the platform.
+    public var app: String?
 
     public init(
         platform: DevicePlatform, token: String? = nil, environment: APNsEnvironment? = nil, topic: String? = nil,
         authorization: PushAuthorization? = nil, settings: PushSettings? = nil, locale: String? = nil,
-        appVersion: String? = nil, subscription: WebPushSubscription? = nil, userAgent: String? = nil
+        appVersion: String? = nil, subscription: WebPushSubscription? = nil, userAgent: String? = nil,
+        app: String? = nil
     ) {
         self.platform = platform
+        self.app = app
         self.token = token
         self.environment = environment
         self.topic = topic
@@ -149,7 +154,7 @@ public struct DeviceRegistration: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case platform, token, environment, topic, authorization, settings, locale, subscription
+        case platform, token, environment, topic, authorization, settings, locale, subscription, app
         case appVersion = "app_version"
         case userAgent = "user_agent"
     }
@@ -159,6 +164,8 @@ public struct DeviceRegistration: Codable, Hashable, Sendable {
 public struct DeviceRecord: Codable, Hashable, Sendable {
     public var id: UUID
     public var platform: DevicePlatform
+    /// The app it belongs to, when the server has several of its platform.
+    public var app: String?
     public var token: String?
     public var environment: APNsEnvironment?
     public var topic: String?
@@ -178,10 +185,11 @@ public struct DeviceRecord: Codable, Hashable, Sendable {
         id: UUID, platform: DevicePlatform, token: String?, environment: APNsEnvironment?, topic: String?,
         endpoint: String?, authorization: PushAuthorization, settings: PushSettings, locale: String?,
         appVersion: String?, userAgent: String?, createdAt: Date, updatedAt: Date, retiredAt: Date?,
-        retiredReason: String?
+        retiredReason: String?, app: String? = nil
     ) {
         self.id = id
         self.platform = platform
+        self.app = app
         self.token = token
         self.environment = environment
         self.topic = topic
@@ -198,7 +206,7 @@ public struct DeviceRecord: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, platform, token, environment, topic, endpoint, authorization, settings, locale
+        case id, platform, app, token, environment, topic, endpoint, authorization, settings, locale
         case appVersion = "app_version"
         case userAgent = "user_agent"
         case createdAt = "created_at"

@@ -320,11 +320,12 @@ extension WorkspaceConfig {
     }
 
     private static func readTenant(_ node: ConfigNode) -> TenantDefinition? {
-        guard node.object(keys: ["id", "name"]) else { return nil }
+        guard node.object(keys: ["id", "name", "apps"]) else { return nil }
         let id = node["id"].identifier()
         let name = node["name"].string() ?? id
+        let apps = node["apps"].isPresent ? node["apps"].list().compactMap { $0.identifier() } : nil
         guard let id, let name else { return nil }
-        return TenantDefinition(id: id, name: name)
+        return TenantDefinition(id: id, name: name, apps: apps)
     }
 }
 

@@ -396,9 +396,20 @@ public struct PushHints: Codable, Hashable, Sendable {
 public struct TenantDefinition: Codable, Hashable, Sendable {
     public var id: String
     public var name: String
+    /// The apps (the server's `apps`) its users' devices may use, and its notifications reach;
+    /// `nil`: every app.
+    public var apps: [String]?
 
-    public init(id: String, name: String) {
+    public init(id: String, name: String, apps: [String]? = nil) {
         self.id = id
         self.name = name
+        self.apps = apps
+    }
+
+    /// Whether its notifications may reach a device of `app` (`nil`: the server's one app of
+    /// a platform, which a tenant that names its apps does not reach).
+    public func allows(app: String?) -> Bool {
+        guard let apps else { return true }
+        return app.map(apps.contains) ?? false
     }
 }

@@ -47,6 +47,8 @@ public struct ServerConfiguration: Sendable {
     public var apns: APNs?
     /// The Firebase project's service account and FCM's host; `nil` turns Android push off.
     public var fcm: FCM?
+    /// The workspace file's apps: more push credentials, each its own app; devices name theirs.
+    public var apps: [PushApp]
     /// Web Push: the VAPID contact (`mailto:` or `https:`), required for sending; `nil` turns Web Push off.
     public var vapidSubject: String?
     /// The VAPID signing key (PEM); `nil` means one is created and kept in the database.
@@ -138,6 +140,7 @@ public struct ServerConfiguration: Sendable {
         webhook: Webhook? = nil,
         apns: APNs? = nil,
         fcm: FCM? = nil,
+        apps: [PushApp] = [],
         extraCertificatesPEM: String? = nil,
         vapidSubject: String? = nil,
         vapidKeyPEM: String? = nil,
@@ -167,6 +170,7 @@ public struct ServerConfiguration: Sendable {
         self.webhook = webhook
         self.apns = apns
         self.fcm = fcm
+        self.apps = apps
         self.extraCertificatesPEM = extraCertificatesPEM
         self.vapidSubject = vapidSubject
         self.vapidKeyPEM = vapidKeyPEM
@@ -210,12 +214,14 @@ public struct ServerConfiguration: Sendable {
         var workspace = WorkspaceConfig.demo
         var source = "built-in demo"
         var server = ConfigNode(root: .object([:]), issues: issues)["server"]
+        var file: ConfigNode?
         if let path = flags.config ?? env[ServerSetting.config.environment] {
             source = path
             do {
                 let root = try WorkspaceConfig.parseRoot(try readFile(path))
                 let node = ConfigNode(root: root, issues: issues)
-                workspace = WorkspaceConfig.read(node, allowing: ["server"]) ?? workspace
+                workspace = WorkspaceConfig.read(node, allowing: ["server", "apps"]) ?? workspace
+                file = node
                 if node["server"].isPresent, node["server"].object(keys: serverKeys) {
                     server = node["server"]
                 }
@@ -327,13 +333,7 @@ public struct ServerConfiguration: Sendable {
         case (nil, nil): break
         }
 
-        let apnsKey = pick(.apnsKey) { path in
-            readPEM(path, readFile: readFile) { pem in
-                guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
-                    throw ConfigurationProblem("it is not a P-256 (ES256) private key in PEM")
-                }
-            }.mapError { .init("expected an APNs token signing key (.p8, PEM), but \($0.message)") }
-        }
+        let apnsKey = pick(.apnsKey) { readAPNsKey($0, readFile: readFile) }
         let apnsKeyID = pick(.apnsKeyID) { identifier($0, length: 10) }
         let apnsTeamID = pick(.apnsTeamID) { identifier($0, length: 10) }
         let apnsTopic = pick(.apnsTopic) {
@@ -367,20 +367,7 @@ public struct ServerConfiguration: Sendable {
                 issues.add(setting.environment, "APNs needs a signing key, its key id and the team id together")
             }
         }
-        let fcmServiceAccount = pick(.fcmServiceAccount) { path -> Result<String, ConfigurationProblem> in
-            let json: Data
-            do {
-                json = try readFile(path)
-            } catch {
-                return .failure(.init("\(path) cannot be read: \(error.localizedDescription)"))
-            }
-            do {
-                _ = try FCMServiceAccount(json: json)
-            } catch {
-                return .failure(.init("\(path): \(error)"))
-            }
-            return .success(String(decoding: json, as: UTF8.self))
-        }
+        let fcmServiceAccount = pick(.fcmServiceAccount) { readServiceAccount($0, readFile: readFile) }
         let fcmURL = pick(.fcmURL) { text -> Result<String, ConfigurationProblem> in
             guard (try? HTTP2Client.Origin(text)) != nil else {
                 return .failure(
@@ -394,6 +381,8 @@ public struct ServerConfiguration: Sendable {
         } else if fcmURL != nil && !ServerSetting.fcmServiceAccount.isGiven(environment: env, file: server) {
             issues.add(ServerSetting.fcmServiceAccount.environment, "an FCM URL is set but no service account")
         }
+        let apps = file.map { PushApp.read($0["apps"], readFile: readFile, apnsURL: apnsURL, fcmURL: fcmURL) } ?? []
+        if let file { PushApp.checkTenants(file["tenants"], apps: apps) }
         let extraCertificates = pick(.extraCertificates) { path in
             readPEM(path, readFile: readFile) { pem in
                 guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
@@ -408,11 +397,7 @@ public struct ServerConfiguration: Sendable {
                 ? .success(text)
                 : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
         }
-        let vapidKey = pick(.vapidKey) { path in
-            readPEM(path, readFile: readFile) { pem in
-                _ = try VAPIDKey(pemRepresentation: pem)
-            }.mapError { .init("expected a P-256 private key (PEM), but \($0.message)") }
-        }
+        let vapidKey = pick(.vapidKey) { readVAPIDKey($0, readFile: readFile) }
         let allowLoopbackHTTP =
             pick(.webPushLoopbackHTTP) {
                 text -> Result<Bool, ConfigurationProblem> in
@@ -484,9 +469,44 @@ public struct ServerConfiguration: Sendable {
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
             retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
             rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
-            apns: apns, fcm: fcm, extraCertificatesPEM: extraCertificates,
+            apns: apns, fcm: fcm, apps: apps, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
+    }
+
+    /// Reads an APNs token signing key (a `.p8` file).
+    static func readAPNsKey(_ path: String, readFile: (String) throws -> Data) -> Result<String, ConfigurationProblem> {
+        readPEM(path, readFile: readFile) { pem in
+            guard (try? P256.Signing.PrivateKey(pemRepresentation: pem)) != nil else {
+                throw ConfigurationProblem("it is not a P-256 (ES256) private key in PEM")
+            }
+        }.mapError { .init("expected an APNs token signing key (.p8, PEM), but \($0.message)") }
+    }
+
+    /// Reads a VAPID signing key.
+    static func readVAPIDKey(_ path: String, readFile: (String) throws -> Data) -> Result<String, ConfigurationProblem>
+    {
+        readPEM(path, readFile: readFile) { pem in
+            _ = try VAPIDKey(pemRepresentation: pem)
+        }.mapError { .init("expected a P-256 private key (PEM), but \($0.message)") }
+    }
+
+    /// Reads an FCM service account key file; its JSON text.
+    static func readServiceAccount(
+        _ path: String, readFile: (String) throws -> Data
+    ) -> Result<String, ConfigurationProblem> {
+        let json: Data
+        do {
+            json = try readFile(path)
+        } catch {
+            return .failure(.init("\(path) cannot be read: \(error.localizedDescription)"))
+        }
+        do {
+            _ = try FCMServiceAccount(json: json)
+        } catch {
+            return .failure(.init("\(path): \(error)"))
+        }
+        return .success(String(decoding: json, as: UTF8.self))
     }
 
     /// Reads a PEM file and checks it with `parse`.
@@ -510,7 +530,7 @@ public struct ServerConfiguration: Sendable {
     }
 
     /// Apple's 10-character key and team ids.
-    private static func identifier(_ text: String, length: Int) -> Result<String, ConfigurationProblem> {
+    static func identifier(_ text: String, length: Int) -> Result<String, ConfigurationProblem> {
         text.count == length && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) }
             ? .success(text) : .failure(.init("expected \(length) letters and digits, got \"\(text)\""))
     }
@@ -588,6 +608,7 @@ extension ServerConfiguration {
             "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
             "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",
             "fcm=\(fcm.map { "\($0.url) \(secret($0.serviceAccountJSON))" } ?? "-")",
+            "apps=\(apps.map { "\($0.id) \($0.platform.rawValue) \(secret("\($0.credentials)"))" })",
             "vapid=\(vapidSubject ?? "-") \(secret(vapidKeyPEM)) \(webPushAllowsLoopback)",
             "extra_ca=\(secret(extraCertificatesPEM))", "email=\(email.map { "\($0.smtp) \($0.from)" } ?? "-")",
             "public_url=\(publicURL ?? "-")", "metrics_token=\(secret(metricsToken))",

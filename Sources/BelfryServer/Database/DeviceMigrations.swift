@@ -49,3 +49,15 @@ struct AddEventPushOptions: AsyncMigration {
         try await database.schema("events").deleteField("ttl_seconds").update()
     }
 }
+
+/// Devices of several apps per platform: the app a device registered with (`nil`: the
+/// platform's one app from the server settings).
+struct AddDeviceApps: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("devices").field("app", .string).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("devices").deleteField("app").update()
+    }
+}

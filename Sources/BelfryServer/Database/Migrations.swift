@@ -20,6 +20,7 @@ enum BelfryMigrations {
         AddDeliveryClaimIndexes(),
         AddSessionEpochs(),
         CreateAPIKeysAndAuditLog(),
+        AddDeviceApps(),
     ]
 }
 

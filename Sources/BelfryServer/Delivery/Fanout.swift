@@ -136,6 +136,7 @@ struct Fanout: Sendable {
         let processed = try event.decode(column: "processed", as: Int.self)
         let total = try event.decode(column: "recipients", as: Int.self)
         let tenant = try event.decode(column: "tenant", as: String.self)
+        let tenantDefinition = workspace.tenant(tenant)
         let categoryID = try event.decode(column: "category", as: String.self)
         let calendar = try event.decode(column: "calendar_rule", as: String?.self).map {
             try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
@@ -213,7 +214,8 @@ struct Fanout: Sendable {
                 let due =
                     calendar.flatMap { $0.nextDate(after: acceptedAt, in: user.timeZone ?? .gmt) }.map { max($0, now) }
                     ?? now
-                let userDevices = devices[user.id] ?? []
+                // A tenant that names its apps reaches only devices of those apps.
+                let userDevices = (devices[user.id] ?? []).filter { tenantDefinition?.allows(app: $0.app) ?? true }
                 let delivering = channels(
                     of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:], devices: userDevices,
                     skips: &skips)
@@ -255,7 +257,8 @@ struct Fanout: Sendable {
         }
         try await update.run()
         return Outcome(
-            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil, acceptedAt: acceptedAt)
+            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil, acceptedAt: acceptedAt
+        )
     }
 
     /// What one recipient gets from an event: the user, when, and on which channels and devices.

@@ -11,7 +11,7 @@ struct DeviceStore: Sendable {
     static let columns = [
         "id", "user_id", "platform", "address", "environment", "topic", "p256dh", "auth_secret", "authorization",
         "alert_setting", "sound_setting", "badge_setting", "locale", "app_version", "user_agent", "created_at",
-        "updated_at", "retired_at", "retired_reason", "notification_center_setting",
+        "updated_at", "retired_at", "retired_reason", "notification_center_setting", "app",
     ]
 
     /// A device as the push channels need it.
@@ -34,13 +34,16 @@ struct DeviceStore: Sendable {
         var updatedAt: Date
         var retiredAt: Date? = nil
         var retiredReason: String? = nil
+        /// The app it belongs to; `nil`: the platform's one app from the server settings.
+        var app: String? = nil
 
         var record: DeviceRecord {
             DeviceRecord(
                 id: id, platform: platform, token: platform == .webPush ? nil : address, environment: environment,
                 topic: topic, endpoint: platform == .webPush ? address : nil, authorization: authorization,
                 settings: settings, locale: locale, appVersion: appVersion, userAgent: userAgent,
-                createdAt: createdAt, updatedAt: updatedAt, retiredAt: retiredAt, retiredReason: retiredReason)
+                createdAt: createdAt, updatedAt: updatedAt, retiredAt: retiredAt, retiredReason: retiredReason,
+                app: app)
         }
     }
 
@@ -57,6 +60,7 @@ struct DeviceStore: Sendable {
         var locale: String?
         var appVersion: String?
         var userAgent: String?
+        var app: String? = nil
     }
 
     /// What a registration did.
@@ -123,7 +127,7 @@ struct DeviceStore: Sendable {
                     registration.settings.alert.rawValue, registration.settings.sound.rawValue,
                     registration.settings.badge.rawValue, registration.locale, registration.appVersion,
                     registration.userAgent, now, now, Date?.none, String?.none,
-                    registration.settings.notificationCenter.rawValue
+                    registration.settings.notificationCenter.rawValue, registration.app
                 )
                 .onConflict(with: ["platform", "address"]) { update in
                     Self.columns.filter { !["id", "user_id", "platform", "address", "created_at"].contains($0) }
@@ -230,7 +234,8 @@ struct DeviceStore: Sendable {
             createdAt: try row.decode(column: "created_at", as: Date.self),
             updatedAt: try row.decode(column: "updated_at", as: Date.self),
             retiredAt: try row.decode(column: "retired_at", as: Date?.self),
-            retiredReason: try row.decode(column: "retired_reason", as: String?.self))
+            retiredReason: try row.decode(column: "retired_reason", as: String?.self),
+            app: try row.decode(column: "app", as: String?.self))
     }
 }
 

@@ -14,15 +14,27 @@ struct DevicesController: RouteCollection {
         routes.get("v1", "webpush", "vapid-public-key", use: vapidPublicKey)
     }
 
-    /// The key browsers pass as `applicationServerKey` to `PushManager.subscribe`. No auth: it is public.
+    /// The key browsers pass as `applicationServerKey` to `PushManager.subscribe`: the server's,
+    /// or with `?app=` that web_push app's. No auth: it is public.
     @Sendable func vapidPublicKey(req: Request) async throws -> Response {
-        guard req.belfry.settings.vapidSubject != nil else {
-            throw BelfryError(
-                .webPushOff, "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
-        }
         struct Key: Encodable {
             var publicKey: String
             enum CodingKeys: String, CodingKey { case publicKey = "public_key" }
+        }
+        let settings = req.belfry.settings
+        if let name = req.query[String.self, at: "app"] {
+            let apps = settings.apps.filter { $0.platform == .webPush }
+            guard let app = apps.first(where: { $0.id == name }), case .webPush(_, let pem) = app.credentials else {
+                throw BelfryError(
+                    .notFound,
+                    "\"\(name)\" is not one of this server's web_push apps"
+                        + (apps.isEmpty ? "" : " (\(apps.map(\.id).joined(separator: ", ")))"))
+            }
+            return try Response.json(Key(publicKey: try VAPIDKey(pemRepresentation: pem).publicKeyBase64URL))
+        }
+        guard settings.vapidSubject != nil else {
+            throw BelfryError(
+                .webPushOff, "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
         }
         return try Response.json(Key(publicKey: req.belfry.vapidKey.publicKeyBase64URL))
     }
@@ -31,11 +43,11 @@ struct DevicesController: RouteCollection {
     @Sendable func register(req: Request) async throws -> Response {
         let subject = try await req.requireUserSubject(page: .preferences)
         let user = try await req.user(for: subject)
-        let body = try req.decodeBody(
+        var body = try req.decodeBody(
             DeviceRegistration.self,
             keys: [
                 "platform", "token", "environment", "topic", "authorization", "settings", "locale", "app_version",
-                "subscription", "user_agent",
+                "subscription", "user_agent", "app",
             ],
             nested: [
                 "settings": ["alert", "sound", "badge", "notification_center"],
@@ -44,7 +56,14 @@ struct DevicesController: RouteCollection {
         if subject.page != nil, body.platform != .webPush {
             throw BelfryError(.forbidden, "a page's token registers only its browser's web_push subscription")
         }
-        let registration = try Self.validate(body, allowingLoopback: req.belfry.settings.webPushAllowsLoopback)
+        let settings = req.belfry.settings
+        let app = try Self.app(of: body, settings: settings)
+        if case .apns(_, let environment?) = app?.credentials, body.environment == nil {
+            body.environment = environment
+        }
+        var registration = try Self.validate(body, allowingLoopback: settings.webPushAllowsLoopback)
+        registration.app = app?.id
+        try Self.checkTenants(allow: app?.id, user: try await user.tenantIDs(on: req.db), workspace: settings.workspace)
         let registered = try await req.belfry.deviceStore.register(
             registration, userID: try user.requireID(), limit: req.belfry.settings.maxDevicesPerUser, on: req.db)
         let device = registered.device
@@ -86,6 +105,37 @@ struct DevicesController: RouteCollection {
             throw BelfryError(.deviceNotFound, "you have no device \"\(text)\"")
         }
         return .noContent
+    }
+
+    /// The app a registration is for: the one it names, else the platform's only one. `nil`:
+    /// the platform's implicit app (the server settings), or none configured.
+    static func app(of body: DeviceRegistration, settings: ServerConfiguration) throws -> PushApp? {
+        let apps = settings.apps.filter { $0.platform == body.platform }
+        let names = apps.map(\.id).joined(separator: ", ")
+        guard let name = body.app else {
+            if settings.hasImplicitApp(body.platform) || apps.isEmpty { return nil }
+            if apps.count == 1 { return apps[0] }
+            throw BelfryError.invalid(
+                "field \"app\" is required: this server has several \(body.platform.rawValue) apps (\(names))")
+        }
+        guard let app = apps.first(where: { $0.id == name }) else {
+            throw BelfryError.invalid(
+                "field \"app\": \"\(name)\" is not one of this server's \(body.platform.rawValue) apps"
+                    + (apps.isEmpty ? " (it has none)" : " (\(names))"))
+        }
+        return app
+    }
+
+    /// Refuses an app that none of the user's tenants (the default tenant, for a user without
+    /// any) lets its users' devices use.
+    static func checkTenants(allow app: String?, user tenants: [String], workspace: WorkspaceConfig) throws {
+        let tenants = (tenants.isEmpty ? [workspace.defaultTenant] : tenants).compactMap(workspace.tenant)
+        guard !tenants.isEmpty, !tenants.contains(where: { $0.allows(app: app) }) else { return }
+        let named = app.map { "app \"\($0)\"" } ?? "the server's own app (no \"app\" given)"
+        let allowed = Set(tenants.flatMap { $0.apps ?? [] }).sorted().joined(separator: ", ")
+        throw BelfryError.invalid(
+            "\(named) is not one of the apps of tenant \(tenants.map { "\"\($0.id)\"" }.joined(separator: ", ")) "
+                + "(\(allowed))")
     }
 
     /// Checks a registration and turns it into what is stored. `allowingLoopback` lets Web Push

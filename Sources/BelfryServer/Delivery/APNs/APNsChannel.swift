@@ -6,16 +6,18 @@ import NIOCore
 /// Delivers to one APNs device per delivery. The payload is shaped when sent, from the
 /// device's current authorization and settings and the user's unread count then.
 struct APNsChannel: DeliveryProvider {
-    let provider: APNsProvider
+    /// One provider per app, all on one event loop.
+    let providers: ByApp<APNsProvider>
 
     var maxAttempts: Int { 8 }
     /// Streams on the one HTTP/2 connection: the 100 most servers allow at once (APNs allows more).
     var concurrency: Int { 100 }
 
-    var sendLoop: (any EventLoop)? { provider.eventLoop }
+    var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard let device = delivery.device else { return .failed(reason: "the device was removed") }
+        guard let provider = providers[device.app] else { return ByApp<APNsProvider>.missing(device.app, .apns) }
         guard let topic = device.topic ?? provider.configuration.topic else {
             return .failed(reason: "no APNs topic: set BELFRY_APNS_TOPIC or register the device with one")
         }

@@ -6,17 +6,19 @@ import NIOCore
 /// Delivers to one Android device per delivery, through FCM. The message is shaped when sent,
 /// from the device's current settings and the user's unread count then.
 struct FCMChannel: DeliveryProvider {
-    let provider: FCMProvider
+    /// One provider per app, all on one event loop.
+    let providers: ByApp<FCMProvider>
     let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
     /// Streams on the one HTTP/2 connection: the 100 most servers allow at once.
     var concurrency: Int { 100 }
 
-    var sendLoop: (any EventLoop)? { provider.eventLoop }
+    var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard let device = delivery.device else { return .failed(reason: "the device was removed") }
+        guard let provider = providers[device.app] else { return ByApp<FCMProvider>.missing(device.app, .fcm) }
         var notification = FCMNotification(delivery.content)
         // FCM counts a message's time to live from the send, not from when the event was accepted.
         notification.ttlSeconds = delivery.content.ttlSeconds.map {

@@ -12,7 +12,8 @@ struct WebPushChannel: DeliveryProvider {
     static let defaultTTL = 28 * 86_400
 
     let clients: PinnedClients
-    let tokens: VAPIDTokens
+    /// The VAPID key and contact of each app.
+    let tokens: ByApp<VAPIDTokens>
     let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
@@ -29,14 +30,18 @@ struct WebPushChannel: DeliveryProvider {
     /// subscription pointing at a host that never answers holds a slot no longer than this.
     static let timeout: TimeAmount = .seconds(5)
 
-    init(clients: PinnedClients, key: VAPIDKey, subject: String, now: @escaping @Sendable () -> Date) {
+    /// - Parameter keys: each app's VAPID key and contact.
+    init(clients: PinnedClients, keys: ByApp<(VAPIDKey, subject: String)>, now: @escaping @Sendable () -> Date) {
         self.clients = clients
         self.now = now
-        tokens = VAPIDTokens(key: key, subject: subject, now: now)
+        tokens = ByApp(
+            implicit: keys.implicit.map { VAPIDTokens(key: $0.0, subject: $0.subject, now: now) },
+            apps: keys.apps.mapValues { VAPIDTokens(key: $0.0, subject: $0.subject, now: now) })
     }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         guard let device = delivery.device else { return .failed(reason: "the subscription was removed") }
+        guard let tokens = tokens[device.app] else { return ByApp<VAPIDTokens>.missing(device.app, .webPush) }
         let content = delivery.content
         guard let endpoint = URL(string: device.address), let origin = VAPIDKey.origin(of: endpoint),
             let p256dh = device.p256dh, let auth = device.authSecret
