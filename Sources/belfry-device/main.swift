@@ -29,7 +29,9 @@ struct Options {
     var revokeAfter = false
     var logout = false
     var state = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-device")
-    var pushChannel = "ios_push"
+    var pushChannel: String?
+    var platform = DevicePlatform.apns
+    var app: String?
 
     static let usage = """
         usage: belfry-device [options]
@@ -46,7 +48,9 @@ struct Options {
           --revoke              then turn notifications off "in Settings" and come back to the app
           --logout              sign out at the end (the device is removed behind the scenes)
           --state DIR           where the app and the OS keep their data between runs (default: a temp folder)
-          --push-channel ID     the workspace's APNs channel (default ios_push)
+          --platform apns|fcm   an iPhone (APNs device token) or an Android phone (FCM registration token)
+          --app ID              the server's app the device belongs to, when it has several
+          --push-channel ID     the workspace's push channel (default ios_push, android_push with --platform fcm)
         """
 
     static func parse(_ arguments: [String]) throws -> Options {
@@ -90,6 +94,13 @@ struct Options {
             case "--logout": options.logout = true
             case "--state": options.state = URL(fileURLWithPath: try value(flag))
             case "--push-channel": options.pushChannel = try value(flag)
+            case "--platform":
+                switch try value(flag) {
+                case "apns": options.platform = .apns
+                case "fcm": options.platform = .fcm
+                case let other: throw UsageError("--platform must be apns or fcm, not \(other)")
+                }
+            case "--app": options.app = try value(flag)
             case "--help", "-h":
                 print(usage)
                 exit(0)
@@ -234,16 +245,22 @@ func run(_ options: Options) async throws {
         answer: options.permission, file: directory.appendingPathComponent("os-permission"))
     // A token of this simulated device, the same every run for this user.
     let seed = options.user.utf8.reduce(7) { $0 &* 31 &+ Int($1) }
-    let token = Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })
+    let token =
+        options.platform == .fcm
+        ? Data(
+            "belfry-device-\(options.user):APA91b\(String(seed, radix: 36))-\(String(repeating: "x", count: 100))".utf8)
+        : Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })
     let registration = PushRegistration(
         client: belfry, authorizer: authorizer,
         tokenSource: ScriptedTokenSource(delay: options.tokenDelay, token: token),
         options: PushRegistrationOptions(
             environment: .sandbox, tokenTimeout: 5, tokenRetryDelays: [2],
-            requestsProvisionalAtLaunch: options.permission == .provisional, appVersion: "belfry-device"))
+            requestsProvisionalAtLaunch: options.permission == .provisional, appVersion: "belfry-device",
+            platform: options.platform, app: options.app))
     let model = PushSettingsModel(
         client: belfry, registration: registration, sync: TenantPreferenceSync(client: belfry),
-        pushChannel: options.pushChannel, openSystemSettings: { say("  os: opening Settings") })
+        pushChannel: options.pushChannel ?? (options.platform == .fcm ? "android_push" : "ios_push"),
+        openSystemSettings: { say("  os: opening Settings") })
 
     await model.signIn(user: options.user, tenants: options.tenants)
     show(model, "Settings > Push Notifications, signed in as \(options.user)")

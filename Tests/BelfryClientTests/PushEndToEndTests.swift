@@ -157,4 +157,46 @@ struct PushEndToEndTests {
             #expect(try await Self.devices(server, of: "ada").allSatisfy { $0.id != device.id })
         }
     }
+
+    @Test("belfry-device --platform fcm: an Android phone registers its FCM token, turns a type off, and gets the rest")
+    func androidSimulator() async throws {
+        let fcm = try await FCMTestServer()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-fcm-\(UUID())")
+        defer {
+            try? FileManager.default.removeItem(at: directory)
+            Task { await fcm.shutdown() }
+        }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let account = directory.appendingPathComponent("service-account.json")
+        let authority = directory.appendingPathComponent("ca.pem")
+        try Data(fcm.serviceAccountJSON.utf8).write(to: account)
+        try Data(fcm.authority.certificatePEM.utf8).write(to: authority)
+        try await EndToEndTests.withServer(environment: [
+            "BELFRY_FCM_SERVICE_ACCOUNT_PATH": account.path, "BELFRY_FCM_URL": fcm.url,
+            "BELFRY_EXTRA_CA_FILE": authority.path,
+        ]) { server in
+            let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+                .appendingPathComponent("belfry-device").path
+            let arguments = [
+                "--server", server.base.absoluteString, "--api-key", EndToEndTests.key, "--user", "ada",
+                "--platform", "fcm", "--token-delay", "0.2", "--set", "mention=off", "--trigger", "mention",
+                "--trigger", "edit-user-talk", "--state", directory.appendingPathComponent("state").path,
+            ]
+            let output = try await Task.detached { try TestProcess.run(executable, arguments) }.value
+            #expect(output.contains("after turning push on — phase: on"), "\(output)")
+            #expect(output.contains("[off] Mention"))
+            let device = try #require(try await Self.devices(server, of: "ada").first)
+            #expect(device.platform == .fcm)
+            #expect(device.token?.hasPrefix("belfry-device-ada:APA91b") == true)
+            for tenant in Self.tenants {
+                let stored = try await server.preferences(of: "ada", tenant: tenant)
+                #expect(
+                    stored.category("mention")?.channels?.first { $0.channel == "android_push" }?.preference == .optOut)
+            }
+            for _ in 0..<100 where fcm.received.isEmpty { try await Task.sleep(for: .milliseconds(50)) }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(fcm.received.map(\.token) == [device.token ?? ""], "the talk message only, not the mention")
+            #expect((fcm.received.first?.message["data"] as? [String: String])?["category"] == "edit-user-talk")
+        }
+    }
 }

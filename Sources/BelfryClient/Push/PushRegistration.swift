@@ -64,6 +64,11 @@ public struct PushRegistrationOptions: Sendable {
     public var legacyFlag: LegacySubscriptionFlag?
     public var locale: String?
     public var appVersion: String?
+    /// Where the device's token comes from: APNs (the token's bytes, sent as hex) or FCM (an
+    /// app on Android, whose registration token's UTF-8 the token source gives).
+    public var platform: DevicePlatform
+    /// Which of the server's apps the device belongs to, when it has several of the platform.
+    public var app: String?
 
     public init(
         topic: String? = nil, environment: APNsEnvironment,
@@ -71,8 +76,11 @@ public struct PushRegistrationOptions: Sendable {
             .alert, .sound, .badge,
         ], tokenTimeout: TimeInterval = 10, tokenRetryDelays: [TimeInterval] = [5, 30],
         followsSystemPermission: Bool = false, requestsProvisionalAtLaunch: Bool = false,
-        legacyFlag: LegacySubscriptionFlag? = nil, locale: String? = nil, appVersion: String? = nil
+        legacyFlag: LegacySubscriptionFlag? = nil, locale: String? = nil, appVersion: String? = nil,
+        platform: DevicePlatform = .apns, app: String? = nil
     ) {
+        self.platform = platform
+        self.app = app
         self.topic = topic
         self.environment = environment
         self.authorizationOptions = authorizationOptions
@@ -184,7 +192,8 @@ public final class PushRegistration {
         let stream = tokenSource.tokens()
         tokens = Task { [weak self] in
             for await token in stream {
-                await self?.tokenArrived(token.hexToken)
+                await self?.tokenArrived(
+                    options.platform == .fcm ? String(decoding: token, as: UTF8.self) : token.hexToken)
             }
         }
     }
@@ -414,10 +423,11 @@ public final class PushRegistration {
         let session = self.session
         let replaced = record
         phase = .registering
+        let apns = options.platform == .apns
         let registration = DeviceRegistration(
-            platform: .apns, token: token, environment: options.environment, topic: options.topic,
-            authorization: settings.authorizationStatus, settings: settings.pushSettings, locale: options.locale,
-            appVersion: options.appVersion)
+            platform: options.platform, token: token, environment: apns ? options.environment : nil,
+            topic: apns ? options.topic : nil, authorization: settings.authorizationStatus,
+            settings: settings.pushSettings, locale: options.locale, appVersion: options.appVersion, app: options.app)
         let device: DeviceRecord
         do throws(BelfryClientError) {
             device = try await api.send("POST", "v1/me/devices", body: registration, idempotent: true)
