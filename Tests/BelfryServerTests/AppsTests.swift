@@ -84,8 +84,10 @@ struct AppsTests {
         }
     }
 
-    @Test("a tenant that names its apps refuses other apps' devices, and its events reach only its apps")
-    func tenantApps() async throws {
+    @Test(
+        "a tenant that names its apps refuses other apps' devices, and its events reach only its apps",
+        arguments: TestDatabase.allCases)
+    func tenantApps(database: TestDatabase) async throws {
         let reader = try await APNsTestServer()
         let editor = try await APNsTestServer()
         defer {
@@ -100,7 +102,7 @@ struct AppsTests {
             if tenant.id == "dewiki" { tenant.apps = ["editor"] }
             return tenant
         }
-        try await withBelfry(.sqlite, workspace: workspace, jitter: 0.5) { settings in
+        try await withBelfry(database, workspace: workspace, jitter: 0.5) { settings in
             settings.apps = [
                 Self.apnsApp("reader", reader, topic: "org.example.reader"),
                 Self.apnsApp("editor", editor, topic: "org.example.editor"),

@@ -168,9 +168,11 @@ struct FCMChannelTests {
         }
     }
 
-    @Test("UNREGISTERED retires the device; SENDER_ID_MISMATCH too; INVALID_ARGUMENT fails with FCM's message")
-    func unregisteredRetires() async throws {
-        try await Self.withFCM { app, server in
+    @Test(
+        "UNREGISTERED retires the device; SENDER_ID_MISMATCH too; INVALID_ARGUMENT fails with FCM's message",
+        arguments: TestDatabase.allCases)
+    func unregisteredRetires(database: TestDatabase) async throws {
+        try await Self.withFCM(database) { app, server in
             let ada = try await app.userToken("ada")
             _ = try await Self.register(app, ada)
             server.script(
@@ -210,10 +212,11 @@ struct FCMChannelTests {
         }
     }
 
-    @Test("429 with Retry-After is retried after it; 503 with backoff; then delivered")
-    func retries() async throws {
+    @Test(
+        "429 with Retry-After is retried after it; 503 with backoff; then delivered", arguments: TestDatabase.allCases)
+    func retries(database: TestDatabase) async throws {
         let clock = TestClock()
-        try await Self.withFCM(clock: clock) { app, server in
+        try await Self.withFCM(database, clock: clock) { app, server in
             let ada = try await app.userToken("ada")
             _ = try await Self.register(app, ada)
             server.script(
@@ -238,10 +241,12 @@ struct FCMChannelTests {
         }
     }
 
-    @Test("an access token refused before it expires is replaced once and the send succeeds; it renews near expiry")
-    func accessTokens() async throws {
+    @Test(
+        "an access token refused before it expires is replaced once and the send succeeds; it renews near expiry",
+        arguments: TestDatabase.allCases)
+    func accessTokens(database: TestDatabase) async throws {
         let clock = TestClock()
-        try await Self.withFCM(clock: clock) { app, server in
+        try await Self.withFCM(database, clock: clock) { app, server in
             let ada = try await app.userToken("ada")
             _ = try await Self.register(app, ada)
             try await InboxAPITests.notify(app, ["ada"], title: "1")
@@ -271,10 +276,12 @@ struct FCMChannelTests {
         }
     }
 
-    @Test("a refused grant fails the delivery with the endpoint's reason; THIRD_PARTY_AUTH_ERROR fails too")
-    func refusedGrant() async throws {
+    @Test(
+        "a refused grant fails the delivery with the endpoint's reason; THIRD_PARTY_AUTH_ERROR fails too",
+        arguments: TestDatabase.allCases)
+    func refusedGrant(database: TestDatabase) async throws {
         let clock = TestClock()
-        try await Self.withFCM(clock: clock) { app, server in
+        try await Self.withFCM(database, clock: clock) { app, server in
             let ada = try await app.userToken("ada")
             _ = try await Self.register(app, ada)
             server.scriptGrants([.refused(status: 400, error: "invalid_grant", description: "Invalid JWT Signature.")])
