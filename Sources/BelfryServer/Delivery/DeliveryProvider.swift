@@ -64,6 +64,12 @@ struct DeliveryContent: Sendable {
     var ttlSeconds: Int? = nil
     /// For a digest: the events it gathered.
     var batch: NotificationBatch? = nil
+
+    /// What groups pushes on a device (APNs' thread, FCM's tag): the category's thread, and a
+    /// digest's summary with its kind, thread or not.
+    var pushThread: String? {
+        category.push.threadID ?? (batch != nil ? category.id : nil)
+    }
 }
 
 /// What a provider's answer means for a delivery. `status` is the provider's own status code,

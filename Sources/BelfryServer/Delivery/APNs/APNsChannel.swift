@@ -64,8 +64,7 @@ extension APNsNotification {
             id: content.deliveryID, notificationID: content.notificationID, category: content.category.id,
             tenant: content.tenant, title: content.title, body: content.body, url: content.url,
             imageURL: content.imageURL, data: content.data,
-            // A digest's summary groups with its kind on the device, thread id or not.
-            threadID: push.threadID ?? (content.batch != nil ? content.category.id : nil), collapseID: push.collapseKey,
+            threadID: content.pushThread, collapseID: push.collapseKey,
             interruptionLevel: push.interruptionLevel.map(InterruptionLevel.init),
             urgent: push.priority == .high, createdAt: content.createdAt, ttlSeconds: content.ttlSeconds,
             batchCount: content.batch?.count)

@@ -66,8 +66,7 @@ extension FCMNotification {
             id: content.deliveryID, notificationID: content.notificationID, category: content.category.id,
             tenant: content.tenant, title: content.title, body: content.body, url: content.url,
             imageURL: content.imageURL, data: content.data,
-            // A digest's summary replaces the last one of its kind in the tray, thread id or not.
-            tag: push.threadID ?? (content.batch != nil ? content.category.id : nil), collapseKey: push.collapseKey,
+            tag: content.pushThread, collapseKey: push.collapseKey,
             urgent: push.priority == .high, ttlSeconds: content.ttlSeconds, batchCount: content.batch?.count)
     }
 }
