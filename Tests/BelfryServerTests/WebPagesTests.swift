@@ -135,6 +135,9 @@ struct WebPagesTests {
             #expect(text.contains(#"<input type="checkbox" role="switch" id="c-mention""#))
             #expect(text.contains(#"name="category:mention""#))
             #expect(text.contains("German Wikipedia"))
+            // Every push channel the category uses, Android's included, by its name.
+            #expect(text.contains(#"name="channel:mention:android_push""#))
+            #expect(text.contains("Android push") && text.contains("iOS push"))
             #expect(!text.contains(token))
             // A browser already signed in as ada goes straight on.
             let again = try await signedIn.get("/preferences?token=\(token)")
