@@ -51,6 +51,11 @@ extension Request {
         if let contentType = headers.contentType, contentType != .json {
             throw BelfryError(.unsupportedMediaType, "send the body as application/json")
         }
+        // Foundation's decoder takes some text that is not JSON (a trailing comma); refuse it,
+        // saying where.
+        if let problem = JSONSyntax.problem(in: buffer.readableBytesView) {
+            throw BelfryError.badRequest("the body is not valid JSON: \(problem)")
+        }
         let keyReader = JSONDecoder()
         keyReader.userInfo = [UnknownKeys.allowed: keys, UnknownKeys.nested: nested]
         let fields = try? keyReader.decode(UnknownKeys.self, from: buffer)
