@@ -162,7 +162,8 @@ public func configure(
         providers: try deliveryProviders(app, settings, resolver: options.resolver, database: db),
         metrics: context.metrics, now: now,
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
-        signal: context.deliverySignal, onStorageFailure: monitor.noteFailure)
+        signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
+        onStorageFailure: monitor.noteFailure)
     app.deliveryQueue = queue
     if options.runWorkers {
         let clock = ServerClock()

@@ -140,6 +140,31 @@ struct DeliveryQueueTests {
         )
     }
 
+    @Test("a Retry-After shorter than the backoff's own wait waits the backoff's; the base is a setting")
+    func retryAfterFloor() async throws {
+        let receiver = try await WebhookReceiver(answers: "503+1,503+1,503+1,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, jitter: 0.5, webhook: receiver.webhook) { settings in
+            settings.retryBase = 8
+        } _: { app in
+            let worker = try #require(app.deliveryQueue)
+            _ = try await Self.trigger(app)
+            try await worker.runOnce()
+            // Each wait: half (the jitter) of 8, 16, 32 s, not the receiver's 1 s.
+            for wait in [4.0, 8, 16] {
+                clock.advance(by: wait - 0.1)
+                #expect(try await worker.runOnce() == 0, "not before \(wait) s")
+                clock.advance(by: 0.1)
+                #expect(try await worker.runOnce() == 1)
+            }
+            #expect(try receiver.entries().map(\.answered) == [503, 503, 503, 200])
+        }
+        #expect(Backoff(base: 5).delay(afterAttempt: 1, retryAfter: 1, jitter: 0.5) == 2.5)
+        #expect(Backoff(base: 5).delay(afterAttempt: 1, retryAfter: 600, jitter: 0.5) == 600)
+        #expect(Backoff(base: 5).delay(afterAttempt: 1, retryAfter: 10 * 86_400, jitter: 0.5) == 86_400, "capped")
+    }
+
     @Test("retries back off exponentially with jitter, and honour Retry-After")
     func retries() async throws {
         let receiver = try await WebhookReceiver(answers: "500,503+120,200")

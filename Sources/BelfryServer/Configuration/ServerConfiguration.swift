@@ -36,6 +36,8 @@ public struct ServerConfiguration: Sendable {
     /// Seconds a worker holds the deliveries it claimed: those of a worker that died are
     /// claimed again by another once this has passed.
     public var deliveryLease: Int
+    /// Seconds before a failed delivery's first retry (the backoff doubles it for each later one).
+    public var retryBase: Int
     /// Days after which read or archived inbox notifications are purged.
     public var retentionDays: Int
     public var maxDevicesPerUser: Int
@@ -133,6 +135,7 @@ public struct ServerConfiguration: Sendable {
         requestTimeout: Int = 30,
         idleTimeout: Int = 60,
         deliveryLease: Int = 120,
+        retryBase: Int = 5,
         retentionDays: Int = 90,
         maxDevicesPerUser: Int = 20,
         rateLimits: RateLimits = .defaults,
@@ -163,6 +166,7 @@ public struct ServerConfiguration: Sendable {
         self.requestTimeout = requestTimeout
         self.idleTimeout = idleTimeout
         self.deliveryLease = deliveryLease
+        self.retryBase = retryBase
         self.retentionDays = retentionDays
         self.maxDevicesPerUser = maxDevicesPerUser
         self.rateLimits = rateLimits
@@ -309,6 +313,7 @@ public struct ServerConfiguration: Sendable {
         let idleTimeout = pickNumber(.idleTimeout)
         let deliveryLease = pickNumber(.deliveryLease)
 
+        let retryBase = pickNumber(.retryBase)
         let retentionDays = pickNumber(.retentionDays)
         let maxDevicesPerUser = pickNumber(.maxDevicesPerUser)
         let rateLimits = pick(.rateLimits) { RateLimits.parse($0) } ?? .defaults
@@ -467,7 +472,7 @@ public struct ServerConfiguration: Sendable {
             workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
             tokenLifetime: tokenLifetime, logLevel: logLevel, logFormat: logFormat, maxBodySize: maxBodySize,
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
-            retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
+            retryBase: retryBase, retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
             rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
             apns: apns, fcm: fcm, apps: apps, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
@@ -604,6 +609,7 @@ extension ServerConfiguration {
             "api_keys=\(apiKeys.map { secret($0) }.sorted())", "token_secret=\(secret(tokenSecret))",
             "token_ttl=\(tokenLifetime)", "log=\(logLevel) \(logFormat)", "max_body=\(maxBodySize)",
             "timeouts=\(requestTimeout) \(idleTimeout) \(deliveryLease)", "retention=\(retentionDays)",
+            "retry_base=\(retryBase)",
             "max_devices=\(maxDevicesPerUser)", "rate_limits=\(rateLimits)", "max_streams=\(maxStreamsPerUser)",
             "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
             "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",

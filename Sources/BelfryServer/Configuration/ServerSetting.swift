@@ -100,6 +100,11 @@ public struct ServerSetting: Sendable {
         summary:
             "seconds a worker holds claimed deliveries; a dead worker's are claimed again after it (2 to 3600)",
         environment: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds", default: 120, in: 2...3600)
+    static let retryBase = wholeNumber(
+        summary:
+            "seconds before a failed delivery's first retry, doubling for each later one up to an hour, "
+            + "jittered; a provider's shorter `Retry-After` waits as long (1 to 3600)",
+        environment: "BELFRY_RETRY_BASE", file: "retry_base_seconds", default: 5, in: 1...3600)
     static let retentionDays = wholeNumber(
         summary: "days after which read or archived inbox notifications are purged (1 to 3650)",
         environment: "BELFRY_RETENTION_DAYS", file: "retention_days", default: 90, in: 1...3650)
@@ -173,7 +178,7 @@ public struct ServerSetting: Sendable {
     /// Every setting, in the guide's order.
     public static let all: [ServerSetting] = [
         config, hostname, port, database, apiKeys, tokenSecret, tokenLifetime, logLevel, logFormat, maxBodySize,
-        requestTimeout, idleTimeout, deliveryLease, retentionDays, maxDevicesPerUser, rateLimits,
+        requestTimeout, idleTimeout, deliveryLease, retryBase, retentionDays, maxDevicesPerUser, rateLimits,
         maxStreamsPerUser, webhookURL, webhookSecret,
         apnsKey, apnsKeyID,
         apnsTeamID, apnsTopic, apnsURL, fcmServiceAccount, fcmURL, extraCertificates, vapidSubject, vapidKey,

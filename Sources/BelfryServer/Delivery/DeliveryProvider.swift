@@ -118,16 +118,19 @@ extension DeliveryProvider {
 /// Backoff between attempts: exponential with full jitter, so retries from many deliveries
 /// spread out instead of arriving together.
 struct Backoff: Sendable {
+    /// The first retry's ceiling; each later one doubles it (`BELFRY_RETRY_BASE`).
     var base: TimeInterval = 5
     var cap: TimeInterval = 3600
     /// The longest wait a provider's Retry-After is allowed to ask for.
     var maxRetryAfter: TimeInterval = 24 * 3600
 
-    /// The wait before the attempt after `attempt`, with `jitter` uniform in 0..<1.
+    /// The wait before the attempt after `attempt`, with `jitter` uniform in 0..<1. A provider's
+    /// Retry-After is honoured when it asks for longer than the backoff's own wait, never for
+    /// less: `Retry-After: 1` from a failing host would spend every attempt in seconds.
     func delay(afterAttempt attempt: Int, retryAfter: TimeInterval?, jitter: Double) -> TimeInterval {
-        if let retryAfter { return min(max(retryAfter, 0), maxRetryAfter) }
-        let ceiling = min(cap, base * pow(2, Double(max(attempt - 1, 0))))
-        return ceiling * jitter
+        let own = min(cap, base * pow(2, Double(max(attempt - 1, 0)))) * jitter
+        guard let retryAfter else { return own }
+        return min(max(retryAfter, own), maxRetryAfter)
     }
 }
 

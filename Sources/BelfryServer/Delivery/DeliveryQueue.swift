@@ -26,7 +26,7 @@ final class DeliveryQueue: Sendable {
     /// This process, as recorded on the deliveries it claims.
     let name: String
     let lease: TimeInterval
-    let backoff = Backoff()
+    let backoff: Backoff
     /// Wakes `run` when deliveries are queued, a kind's slots come free, or the queue stops.
     let signal: WorkSignal
     let slots: DeliverySlots
@@ -51,8 +51,10 @@ final class DeliveryQueue: Sendable {
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
         providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
-        signal: WorkSignal = WorkSignal(), onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }
+        signal: WorkSignal = WorkSignal(), backoff: Backoff = Backoff(),
+        onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }
     ) {
+        self.backoff = backoff
         self.onStorageFailure = onStorageFailure
         self.database = database
         self.storage = storage
@@ -491,11 +493,13 @@ final class DeliveryQueue: Sendable {
             maxAttempts = 1
             result = .failed(reason: "no provider for \(delivery.channel.kind.rawValue) channels is configured")
         }
+        // A retry on the last attempt is the delivery's end: it is logged as what it is.
+        let last = if case .retry = result, delivery.attempt >= maxAttempts { true } else { false }
         logger.log(
-            level: result.isDelivered ? .debug : .info, "delivery attempt",
+            level: result.isDelivered ? .debug : last ? .warning : .info, "delivery attempt",
             metadata: [
                 "belfry.delivery.id": "\(delivery.id)", "belfry.channel": "\(delivery.channel.id)",
-                "belfry.attempt": "\(delivery.attempt)", "belfry.outcome": "\(result.outcome)",
+                "belfry.attempt": "\(delivery.attempt)", "belfry.outcome": "\(last ? "dead" : result.outcome)",
             ])
         return AttemptResult(
             delivery: delivery, result: result, maxAttempts: maxAttempts, started: started, finished: now())
