@@ -147,6 +147,7 @@ public func configure(
         vapidKey: vapidKey,
         logger: app.logger
     )
+    app.belfry.metrics.start(channels: settings.workspace.channels.map(\.id))
     app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub, flag: app.belfry.shutdown))
     if case .postgres(let url) = settings.database {
         let listener = try InboxRelayListener(url: url)

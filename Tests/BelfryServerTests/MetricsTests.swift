@@ -53,7 +53,7 @@ struct MetricsTests {
             #expect(Self.sample(sent, #"belfry_delivery_latency_seconds_count{channel="webhook"}"#) == 2)
             let latency = try #require(Self.sample(sent, #"belfry_delivery_latency_seconds_sum{channel="webhook"}"#))
             #expect(abs(latency - (7 + 3607)) < 1, "\(latency)")
-            #expect(Self.sample(sent, #"belfry_delivery_latency_seconds_count{channel="email"}"#) == nil, "none sent")
+            #expect(Self.sample(sent, #"belfry_delivery_latency_seconds_count{channel="email"}"#) == 0, "none sent")
             #expect(sent.contains("# TYPE belfry_deliveries_total counter"))
             #expect(sent.contains("# HELP belfry_deliveries_total Finished delivery attempts"))
 
@@ -97,7 +97,25 @@ struct MetricsTests {
             #expect(answer.status == 200)
             return answer.body
         }
-        #expect(Self.sample(try await scrape(), "belfry_streams_open") == 0)
+        // A fresh process: every documented series is there, at 0, before anything happened.
+        let fresh = try await scrape()
+        #expect(Self.sample(fresh, "belfry_streams_open") == 0)
+        for outcome in ["sent", "retry", "failed", "skipped", "dead"] {
+            #expect(
+                Self.sample(fresh, #"belfry_deliveries_total{channel="webhook",outcome="\#(outcome)"}"#) == 0,
+                "\(outcome)")
+        }
+        for state in ["accepted", "done", "failed"] {
+            #expect(Self.sample(fresh, #"belfry_events_total{state="\#(state)"}"#) == 0)
+        }
+        #expect(Self.sample(fresh, #"belfry_delivery_latency_seconds_count{channel="webhook"}"#) == 0)
+        #expect(Self.sample(fresh, #"belfry_build_info{version="\#(belfryVersion)"}"#) == 1)
+        #expect((Self.sample(fresh, "process_cpu_seconds_total") ?? 0) > 0)
+        #expect((Self.sample(fresh, "process_resident_memory_bytes") ?? 0) > 1_000_000)
+        #expect((Self.sample(fresh, "process_open_fds") ?? 0) > 3)
+        #expect((Self.sample(fresh, "process_max_fds") ?? 0) >= 1024)
+        let started = Self.sample(fresh, "process_start_time_seconds") ?? 0
+        #expect(abs(started - Date().timeIntervalSince1970) < 120)
 
         let put = try await CommandLineTests.request(
             "PUT", "\(base)/v1/users/ada", bearer: BatchProcessTests.key, json: "{}")

@@ -9,6 +9,30 @@ import Vapor
 final class BelfryMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
 
+    /// The outcomes `belfry_deliveries_total` counts.
+    static let outcomes = ["sent", "retry", "failed", "skipped", "dead"]
+    /// The states `belfry_events_total` counts.
+    static let eventStates = ["accepted", "done", "failed"]
+
+    /// Makes every documented series exist from the start, at 0: a counter that appears only at
+    /// its first increment hides that increment from `increase(...) > 0`.
+    func start(channels: [String]) {
+        for channel in channels {
+            for outcome in Self.outcomes {
+                _ = registry.makeCounter(
+                    descriptor: Name.deliveries, labels: [("channel", channel), ("outcome", outcome)])
+            }
+            _ = registry.makeDurationHistogram(
+                descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
+        }
+        for state in Self.eventStates {
+            _ = registry.makeCounter(descriptor: Name.events, labels: [("state", state)])
+        }
+        _ = registry.makeCounter(descriptor: Name.fannedOut)
+        registry.makeGauge(descriptor: Name.buildInfo, labels: [("version", belfryVersion)]).set(to: 1)
+        registry.makeGauge(descriptor: Name.processStart).set(to: ProcessFigures.startTime)
+    }
+
     /// Each metric's full name and help text. (The descriptor type is not `Sendable`, so it is
     /// made where it is used; the texts are made once.)
     private enum Name {
@@ -51,6 +75,24 @@ final class BelfryMetrics: Sendable {
         }
         static var streamsOpen: MetricNameDescriptor {
             metric("belfry_streams_open", "Inbox streams open on this instance.")
+        }
+        static var buildInfo: MetricNameDescriptor {
+            metric("belfry_build_info", "Always 1; the version of Belfry this process runs, as a label.")
+        }
+        static var processStart: MetricNameDescriptor {
+            metric("process_start_time_seconds", "When this process started, in seconds since 1970.")
+        }
+        static var processCPU: MetricNameDescriptor {
+            metric("process_cpu_seconds_total", "CPU time this process has used, user and system, in seconds.")
+        }
+        static var processMemory: MetricNameDescriptor {
+            metric("process_resident_memory_bytes", "This process's resident memory, in bytes.")
+        }
+        static var processOpenFDs: MetricNameDescriptor {
+            metric("process_open_fds", "File descriptors this process has open (sockets included).")
+        }
+        static var processMaxFDs: MetricNameDescriptor {
+            metric("process_max_fds", "The most file descriptors this process may open.")
         }
     }
 
@@ -117,6 +159,16 @@ final class BelfryMetrics: Sendable {
             registry.makeGauge(descriptor: Name.outboxPending, labels: [("channel", channel)]).set(to: Double(count))
         }
         registry.makeGauge(descriptor: Name.streamsOpen).set(to: Double(openStreams))
+        // A counter of the process's own; the registry's counters only go up by increments, so
+        // this one is a gauge under the conventional name, set from the kernel's figure.
+        registry.makeGauge(descriptor: Name.processCPU).set(to: ProcessFigures.cpuSeconds)
+        if let resident = ProcessFigures.residentBytes {
+            registry.makeGauge(descriptor: Name.processMemory).set(to: resident)
+        }
+        if let open = ProcessFigures.openFileDescriptors {
+            registry.makeGauge(descriptor: Name.processOpenFDs).set(to: Double(open))
+        }
+        registry.makeGauge(descriptor: Name.processMaxFDs).set(to: ProcessFigures.maxFileDescriptors)
         return registry.emitToString()
     }
 }
