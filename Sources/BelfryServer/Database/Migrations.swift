@@ -21,6 +21,7 @@ enum BelfryMigrations {
         AddSessionEpochs(),
         CreateAPIKeysAndAuditLog(),
         AddDeviceApps(),
+        AddNotificationsAvailableIndex(),
     ]
 }
 

@@ -113,6 +113,17 @@ struct ConsoleData: Sendable {
             default: unsent[index] += count
             }
         }
+        // An inbox notification is sent when it becomes available: it has no delivery row.
+        for row in try await sql.select()
+            .column(minuteIndex(of: "available_at", since: since), as: "bucket")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from("notifications").where("in_inbox", .equal, true)
+            .where("available_at", .greaterThanOrEqual, since).where("available_at", .lessThanOrEqual, now())
+            .groupBy(SQLColumn("bucket")).all()
+        {
+            let index = try row.decode(column: "bucket", as: Int.self)
+            if sent.indices.contains(index) { sent[index] += try row.decode(column: "n", as: Int.self) }
+        }
         return Overview(
             events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
             since: since, depth: depth, sent: sent,
