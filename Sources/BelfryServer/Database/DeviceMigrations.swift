@@ -61,15 +61,3 @@ struct AddDeviceApps: AsyncMigration {
         try await database.schema("devices").deleteField("app").update()
     }
 }
-
-/// The console's "sent in the last hour" counts inbox notifications too, which have no
-/// delivery row: by when they became available.
-struct AddNotificationsAvailableIndex: AsyncMigration {
-    func prepare(on database: any Database) async throws {
-        try await database.sql.raw("CREATE INDEX notifications_available ON notifications (available_at)").run()
-    }
-
-    func revert(on database: any Database) async throws {
-        try await database.sql.raw("DROP INDEX notifications_available").run()
-    }
-}
