@@ -1,5 +1,7 @@
 import BelfryCore
+import BelfryTestServers
 import BelfryTestSupport
+import Crypto
 import Fluent
 import Foundation
 import Testing
@@ -101,9 +103,21 @@ struct WebPagesTests {
         #expect(HTML.void("input", [.flag("checked", false), .value("1")]).rendered == #"<input value="1">"#)
     }
 
+    /// Email set up (to a relay that is never reached): the pages show channels only when the
+    /// server can deliver them.
+    static func email(_ settings: inout ServerConfiguration) {
+        settings.email = .init(smtp: try! SMTPLocation.parse("smtp://127.0.0.1:9?tls=none").get(), from: "a@b.example")
+    }
+
     @Test("a user token asks first, then becomes a Secure, HttpOnly, SameSite=Lax cookie and leaves the address")
     func tokenExchange() async throws {
-        try await withBelfry(.sqlite) { app in
+        let fcm = try await FCMTestServer()
+        defer { Task { await fcm.shutdown() } }
+        try await withBelfry(.sqlite) { settings in
+            settings.fcm = .init(serviceAccountJSON: fcm.serviceAccountJSON, url: fcm.url)
+            settings.apns = .init(
+                keyPEM: P256.Signing.PrivateKey().pemRepresentation, keyID: "ABCDE12345", teamID: "TEAM123456")
+        } _: { app in
             let token = try await app.userToken("ada", tenants: ["enwiki", "dewiki"])
             let asked = try await app.send(.GET, "/preferences?token=\(token)&tenant=dewiki")
             #expect(asked.status == .ok)
@@ -179,7 +193,7 @@ struct WebPagesTests {
 
     @Test("form posts need the page's CSRF token", arguments: TestDatabase.allCases)
     func csrfRefusal(database: TestDatabase) async throws {
-        try await withBelfry(database) { app in
+        try await withBelfry(database, settings: Self.email) { app in
             let token = try await app.userToken("ada")
             let browser = try await Browser.signIn(app, token: token)
             let page = try await browser.get("/preferences")
@@ -324,6 +338,75 @@ struct WebPagesTests {
             #expect(try await app.send(.GET, "/sw.js").body.string.contains("notificationclick"))
             #expect(try await app.send(.GET, "/web/sw.js").status == .notFound)
             #expect(try await app.send(.GET, "/web/..%2Fopenapi.yaml").status == .notFound)
+        }
+    }
+
+    @Test("the preference center shows only channels the server delivers, never the internal ones")
+    func shownChannels() async throws {
+        try await withBelfry(.sqlite) { app in
+            let token = try await app.userToken("ada")
+            let page = try await Browser.signIn(app, token: token).get("/preferences").body.string
+            #expect(page.contains(#"name="channel:mention:inbox""#))
+            for hidden in ["ios_push", "android_push", "web_push", "email", "webhook"] {
+                #expect(!page.contains(#"name="channel:mention:\#(hidden)""#), "\(hidden)")
+                #expect(!page.contains(#"name="overall:\#(hidden)""#), "\(hidden)")
+            }
+            #expect(!page.contains("Integrations"), "the webhook is the backend's: internal by default")
+            #expect(!page.contains("Push notifications on this browser"), "no Web Push on this server")
+            #expect(!page.contains("BELFRY_"), "no operator-facing text")
+        }
+        try await withBelfry(.sqlite, settings: Self.email) { app in
+            let token = try await app.userToken("ada")
+            let page = try await Browser.signIn(app, token: token).get("/preferences").body.string
+            #expect(page.contains(#"name="channel:mention:email""#) && page.contains(#"name="overall:email""#))
+        }
+    }
+
+    @Test("a category that is off shows its channels disabled, and a form post leaves them as they were")
+    func categoryOffDisablesChannels() async throws {
+        try await withBelfry(.sqlite, settings: Self.email) { app in
+            let token = try await app.userToken("ada")
+            let browser = try await Browser.signIn(app, token: token)
+            let before = try await browser.get("/preferences")
+            let csrf = try Self.csrf(in: before)
+            // Everything on but mention.
+            var form = [("_csrf", csrf), ("tenant", "enwiki")]
+            let data = try await app.send(.GET, "/v1/me/preferences", bearer: token).decode(PreferenceData.self)
+            for category in (data.sections ?? []).flatMap({ $0.subcategories ?? [] })
+            where category.category != "mention" {
+                form.append((PreferenceCenterPage.categoryField(category.category), "opt_in"))
+                for channel in category.channels ?? [] where channel.preference == .optIn {
+                    form.append((PreferenceCenterPage.channelField(category.category, channel.channel), "opt_in"))
+                }
+            }
+            form.append((PreferenceCenterPage.channelField("mention", "inbox"), "opt_in"))
+            #expect(try await browser.post("/preferences", form: form).status == .seeOther)
+            let page = try await browser.get("/preferences").body.string
+            let box = try #require(page.firstMatch(of: /<input[^>]*id="ch-mention-inbox"[^>]*>/)?.output)
+            #expect(box.contains("disabled") && box.contains("checked"), "\(box)")
+            let other = try #require(page.firstMatch(of: /<input[^>]*id="ch-reverted-inbox"[^>]*>/)?.output)
+            #expect(!other.contains("disabled"))
+            // Posting the page as it is (the disabled boxes are not sent) keeps mention's channels.
+            let csrfNow = try Self.csrf(in: try await browser.get("/preferences"))
+            form[0] = ("_csrf", csrfNow)
+            form.removeAll { $0.0 == PreferenceCenterPage.channelField("mention", "inbox") }
+            #expect(try await browser.post("/preferences", form: form).status == .seeOther)
+            let after = try await app.send(.GET, "/v1/me/preferences", bearer: token).decode(PreferenceData.self)
+            let mention = (after.sections ?? []).flatMap { $0.subcategories ?? [] }.first { $0.category == "mention" }
+            #expect(mention?.preference == .optOut)
+            #expect(mention?.channels?.first { $0.channel == "inbox" }?.preference == .optIn)
+        }
+    }
+
+    @Test("a category's own Mark as read action is the only such button of its unread notifications")
+    func oneMarkAsRead() async throws {
+        try await withBelfry(.sqlite) { app in
+            let token = try await app.userToken("ada")
+            try await InboxAPITests.notify(app, ["ada"], title: "Talk", category: "edit-user-talk")
+            try await InboxAPITests.notify(app, ["ada"], title: "Mention", category: "mention")
+            let page = try await Browser.signIn(app, token: token, page: "inbox").get("/inbox").body.string
+            #expect(page.components(separatedBy: ">Mark as read<").count - 1 == 2, "one per notification")
+            #expect(page.contains(#"value="action:mark-read""#))
         }
     }
 

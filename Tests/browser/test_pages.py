@@ -59,15 +59,19 @@ class Server:
         self.database = os.path.join(self.directory, "belfry.sqlite")
         self.api_key = "browser-test-" + secrets.token_hex(16)
         self.binary = belfry_binary()
-        self.environment = dict(
-            os.environ,
-            BELFRY_API_KEY=self.api_key,
-            BELFRY_VAPID_SUBJECT="mailto:browser-tests@example.org",
+        self.environment = {
+            **os.environ,
+            "BELFRY_API_KEY": self.api_key,
+            "BELFRY_VAPID_SUBJECT": "mailto:browser-tests@example.org",
+            # Email configured (to a relay nobody answers), so that the pages offer the channel:
+            # they show only channels the server can deliver.
+            "BELFRY_SMTP_URL": "smtp://127.0.0.1:9?tls=none",
+            "BELFRY_EMAIL_FROM": "Belfry <notify@example.org>",
             # Every test signs in from 127.0.0.1: more than one address's default share a minute.
-            BELFRY_RATE_LIMITS="public=1000/min,signin=100/min",
-            BELFRY_LOG_LEVEL="warning",
+            "BELFRY_RATE_LIMITS": "public=1000/min,signin=100/min",
+            "BELFRY_LOG_LEVEL": "warning",
             **(environment or {}),
-        )
+        }
         self.process = subprocess.Popen(
             [self.binary, "serve", "--hostname", "127.0.0.1", "--port", "0", "--database", self.database],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.environment,
@@ -293,6 +297,21 @@ class PreferenceCenterTests(PagesTestCase):
         self.assertTrue(self.find('input[name="channel:mention:email"]').is_selected())
         self.assertTrue(self.find('input[name="overall:email"][value="required"]').is_selected())
         self.assertFalse(self.find('input[name="overall:email"][value="all"]').is_selected())
+
+    def test_a_category_switched_off_disables_its_channels(self):
+        token = self.server.user("cat")
+        self.sign_in("preferences", token)
+        email = self.find('input[name="channel:mention:email"]')
+        self.assertTrue(email.is_enabled())
+        self.find('input[name="category:mention"]').click()
+        self.assertFalse(email.is_enabled(), "off: nothing of the type is sent, whatever the channel says")
+        self.saved()
+        self.driver.refresh()
+        self.assertFalse(self.find('input[name="channel:mention:email"]').is_enabled(), "and after a reload")
+        self.find('input[name="category:mention"]').click()
+        self.assertTrue(self.find('input[name="channel:mention:email"]').is_enabled())
+        # A channel users cannot change stays disabled, category on or off.
+        self.assertFalse(self.find('input[name="channel:login-fail:email"]').is_enabled())
 
     def test_items_users_cannot_change_stay_as_they_are(self):
         token = self.server.user("linus")
@@ -740,8 +759,10 @@ class AccessibilityTests(PagesTestCase):
         self.server.send("bo", "Your edit was reverted", category="reverted", body="Your edit on Belfry was reverted.")
         self.server.send("bo", "Linus mentioned you", body="Linus mentioned you on Talk:Belfry.")
         self.sign_in("inbox", token)
-        read = self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")[-1]
-        read.find_element(By.CSS_SELECTOR, 'button[value="read"]').click()
+        # The talk message's own "Mark as read" action stands in for the built-in button.
+        talk = self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li")[-1]
+        self.assertEqual(len(talk.find_elements(By.CSS_SELECTOR, 'button[value="read"]')), 0)
+        self.driver.find_elements(By.CSS_SELECTOR, '#inbox-list button[value="read"]')[-1].click()
         self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".notification.unread")) == 2)
         self.check_both_schemes("/inbox")
 

@@ -101,14 +101,16 @@ extension WorkspaceConfig {
     }
 
     private static func readChannel(_ node: ConfigNode) -> ChannelDefinition? {
-        guard node.object(keys: ["id", "kind", "name", "default"]) else { return nil }
+        guard node.object(keys: ["id", "kind", "name", "default", "internal"]) else { return nil }
         let id = node["id"].identifier()
         if !node["kind"].isPresent { node["kind"].fail("is required") }
         let kind = node["kind"].choice(ChannelKind.self)
         let name = node["name"].string() ?? id
         let defaultPreference = node["default"].choice(default: ChannelLevelPreferenceOptions.all)
+        let isInternal = node["internal"].isPresent ? node["internal"].bool(default: false) : nil
         guard let id, let kind, let name, let defaultPreference else { return nil }
-        return ChannelDefinition(id: id, kind: kind, name: name, defaultPreference: defaultPreference)
+        return ChannelDefinition(
+            id: id, kind: kind, name: name, defaultPreference: defaultPreference, isInternal: isInternal)
     }
 
     private static func readSection(_ node: ConfigNode) -> SectionDefinition? {

@@ -80,17 +80,34 @@ public struct ChannelDefinition: Codable, Hashable, Sendable {
     public var name: String
     /// The overall preference a user has before choosing one.
     public var defaultPreference: ChannelLevelPreferenceOptions
+    /// The backend's own channel, never shown to users on the hosted pages (the webhook, by default).
+    public var isInternal: Bool
 
-    public init(id: String, kind: ChannelKind, name: String, defaultPreference: ChannelLevelPreferenceOptions = .all) {
+    public init(
+        id: String, kind: ChannelKind, name: String, defaultPreference: ChannelLevelPreferenceOptions = .all,
+        isInternal: Bool? = nil
+    ) {
         self.id = id
         self.kind = kind
         self.name = name
         self.defaultPreference = defaultPreference
+        self.isInternal = isInternal ?? (kind == .webhook)
     }
 
     enum CodingKeys: String, CodingKey {
         case id, kind, name
         case defaultPreference = "default"
+        case isInternal = "internal"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(String.self, forKey: .id)
+        kind = try container.decode(ChannelKind.self, forKey: .kind)
+        name = try container.decode(String.self, forKey: .name)
+        defaultPreference = try container.decode(ChannelLevelPreferenceOptions.self, forKey: .defaultPreference)
+        // A server that predates the flag sends none.
+        isInternal = try container.decodeIfPresent(Bool.self, forKey: .isInternal) ?? (kind == .webhook)
     }
 }
 

@@ -104,11 +104,15 @@ struct NotificationCenterPage {
                             .data("data-action", action.id)
                         ) { action.title }
                     }
+                    // A category's own "Mark as read" action marks read too: one button, not two.
+                    let ownMarkRead = item.actions.contains { $0.title.lowercased() == "mark as read" }
                     if item.archivedAt == nil {
-                        el(
-                            "button", .type("submit"), .name("op"), .value(unread ? "read" : "unread"),
-                            .class("mark"), .aria("aria-describedby", "n-\(id)-title")
-                        ) { unread ? "Mark as read" : "Mark as unread" }
+                        if !(unread && ownMarkRead) {
+                            el(
+                                "button", .type("submit"), .name("op"), .value(unread ? "read" : "unread"),
+                                .class("mark"), .aria("aria-describedby", "n-\(id)-title")
+                            ) { unread ? "Mark as read" : "Mark as unread" }
+                        }
                         el(
                             "button", .type("submit"), .name("op"), .value("archive"), .class("archive"),
                             .aria("aria-describedby", "n-\(id)-title")

@@ -49,8 +49,10 @@ struct PreferenceCenterPage {
                 ) { flash.text }
             }
             pushSection
-            el("noscript") {
-                el("p", .class("flash")) { "Push notifications on this browser can be turned on with JavaScript." }
+            if data.channelPreferences?.contains(where: { $0.channel == "web_push" }) == true {
+                el("noscript") {
+                    el("p", .class("flash")) { "Push notifications on this browser can be turned on with JavaScript." }
+                }
             }
             form
         }
@@ -146,20 +148,22 @@ struct PreferenceCenterPage {
                         el("span", .class("visually-hidden")) { "\(category.name): " }
                         "send by"
                     }
-                    for channel in channels { channelView(channel, category: category) }
+                    for channel in channels { channelView(channel, category: category, categoryOn: on) }
                 }
             }
         }
     }
 
-    private func channelView(_ channel: CategoryChannel, category: Category) -> HTML {
+    /// A channel's box: disabled while its category is off (nothing of the type is sent then).
+    private func channelView(_ channel: CategoryChannel, category: Category, categoryOn: Bool) -> HTML {
         let id = "ch-\(category.category)-\(channel.channel)"
         let on = channel.preference == .optIn
         return el("span", .class(channel.isEditable ? "check" : "check locked")) {
             void(
                 "input", .type("checkbox"), .id(id), .name(Self.channelField(category.category, channel.channel)),
-                .value("opt_in"), .flag("checked", on), .flag("disabled", !channel.isEditable),
+                .value("opt_in"), .flag("checked", on), .flag("disabled", !channel.isEditable || !categoryOn),
                 .aria("aria-describedby", channel.isEditable ? nil : "\(id)-locked"),
+                .data("data-locked", channel.isEditable ? nil : "true"),
                 .data("data-pref", Self.channelField(category.category, channel.channel)))
             el("label", .for(id)) {
                 channelName(channel.channel)
@@ -202,6 +206,10 @@ struct PreferenceCenterPage {
     private var pushSection: HTML {
         let types = (data.sections ?? []).flatMap { $0.subcategories ?? [] }.filter { category in
             category.channels?.contains { $0.channel == "web_push" } == true
+        }
+        // No browser push on this server: nothing to offer.
+        guard data.channelPreferences?.contains(where: { $0.channel == "web_push" }) == true else {
+            return .fragment([])
         }
         return el(
             "section", .id("push"), .class("pref-section push"), .aria("aria-labelledby", "push-heading"),
@@ -246,7 +254,8 @@ struct PreferenceCenterPage {
                         void(
                             "input", .type("checkbox"), .role("switch"), .id(id), .class("switch"),
                             .flag("checked", on), .aria("aria-checked", on ? "true" : "false"),
-                            .flag("disabled", !editable),
+                            .flag("disabled", !editable || category.preference != .optIn),
+                            .data("data-locked", editable ? nil : "true"),
                             .data("data-pref", Self.channelField(category.category, "web_push")))
                         el("label", .for(id), .class("switch-label")) { category.name }
                     }

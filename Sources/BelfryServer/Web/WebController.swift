@@ -235,7 +235,8 @@ struct WebController: RouteCollection {
         let view = try await req.belfry.preferenceStore.view(
             userID: try user.requireID(), scope: .tenant(tenant), on: req.db)
         let page = PreferenceCenterPage(
-            workspace: req.belfry.workspace, data: view.data, tenant: tenant, etag: view.etag,
+            workspace: req.belfry.workspace, data: view.data.showing(req.belfry.settings.channelsShownToUsers),
+            tenant: tenant, etag: view.etag,
             userTenants: try await user.tenantIDs(on: req.db), flash: flash, csrf: req.webSigner.csrfToken(for: session)
         )
         let layout = try await layout(
@@ -254,7 +255,9 @@ struct WebController: RouteCollection {
         let store = req.belfry.preferenceStore
         let current = try await store.view(userID: userID, scope: .tenant(tenant), on: req.db)
         let everywhere = form["apply"] == "all"
-        let changes = Self.changes(from: form, against: current.data, all: everywhere)
+        // The page showed only some channels: the others are not in the form, and stay as they are.
+        let changes = Self.changes(
+            from: form, against: current.data.showing(req.belfry.settings.channelsShownToUsers), all: everywhere)
         var scopes: [PreferenceScope] = [.tenant(tenant)]
         if everywhere {
             scopes += try await user.tenantIDs(on: req.db).filter { $0 != tenant }.map(PreferenceScope.tenant)
@@ -288,7 +291,8 @@ struct WebController: RouteCollection {
     }
 
     /// The changes a posted form makes to `current`: only what differs, or, with `all`, every
-    /// editable item (other sites may differ from the one shown). Items users cannot change are never sent.
+    /// editable item (other sites may differ from the one shown). Items users cannot change are
+    /// never sent, nor the channels of a category that was off: the page showed them disabled.
     static func changes(from form: [String: String], against current: PreferenceData, all: Bool) -> [PreferenceChange] {
         var changes: [PreferenceChange] = []
         for category in (current.sections ?? []).flatMap({ $0.subcategories ?? [] }) {
@@ -297,7 +301,7 @@ struct WebController: RouteCollection {
                     form[PreferenceCenterPage.categoryField(category.category)] == nil ? .optOut : .optIn
                 if all || wanted != category.preference { changes.append(.category(category.category, wanted)) }
             }
-            for channel in category.channels ?? [] where channel.isEditable {
+            for channel in category.channels ?? [] where channel.isEditable && category.preference == .optIn {
                 let wanted: PreferenceOptions =
                     form[PreferenceCenterPage.channelField(category.category, channel.channel)] == nil
                     ? .optOut : .optIn

@@ -88,8 +88,12 @@
       form.append(element);
     }
     const describedBy = `n-${id}-title`;
+    // A category's own "Mark as read" action marks read too: one button, not two.
+    const ownMarkRead = (item.actions ?? []).some((action) => action.title.toLowerCase() === "mark as read");
     if (!item.archived_at) {
-      form.append(button(unread ? "read" : "unread", unread ? "Mark as read" : "Mark as unread", "mark", describedBy));
+      if (!(unread && ownMarkRead)) {
+        form.append(button(unread ? "read" : "unread", unread ? "Mark as read" : "Mark as unread", "mark", describedBy));
+      }
       form.append(button("archive", "Archive", "archive", describedBy));
     } else {
       form.append(button("unarchive", "Move to inbox", "archive", describedBy));

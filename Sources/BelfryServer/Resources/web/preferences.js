@@ -26,6 +26,15 @@
       else control.checked = value === "opt_in";
       if (control.getAttribute("role") === "switch") control.setAttribute("aria-checked", String(control.checked));
     }
+    if (key.startsWith("category:")) gate(key.slice("category:".length), value === "opt_in");
+  }
+
+  // A category's channel boxes (and its push type) take changes only while the category is on.
+  function gate(category, on) {
+    for (const control of document.querySelectorAll("[data-pref]")) {
+      if (!control.dataset.pref.startsWith(`channel:${category}:`)) continue;
+      control.disabled = !on || control.dataset.locked === "true";
+    }
   }
 
   const confirmed = new Map(keys().map((key) => [key, read(key)]));
