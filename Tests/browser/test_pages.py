@@ -246,6 +246,24 @@ class PagesTestCase(unittest.TestCase):
     def saved(self):
         self.wait(lambda d: self.find("#save-status").text == "Saved.", "the change was not saved")
 
+    def check_narrow(self, path):
+        """The page at a phone's 375 px: nothing wider than the screen, every control on it, no
+        axe violation."""
+        self.driver.set_window_size(375, 800)
+        try:
+            self.driver.get(self.server.base + path)
+            width = self.driver.execute_script("return document.documentElement.clientWidth")
+            scroll = self.driver.execute_script("return document.documentElement.scrollWidth")
+            self.assertLessEqual(scroll, width, f"{path} scrolls sideways at 375 px")
+            outside = self.driver.execute_script(
+                "return Array.from(document.querySelectorAll('button, input, select, a'))"
+                ".filter(e => e.offsetParent !== null && e.getBoundingClientRect().right > innerWidth + 1)"
+                ".map(e => e.outerHTML.slice(0, 80));")
+            self.assertEqual(outside, [], f"{path}: controls off the screen")
+            self.assertEqual(self.axe(), [])
+        finally:
+            self.driver.set_window_size(1280, 1400)
+
 
 class PreferenceCenterTests(PagesTestCase):
     def test_category_switch_saves_after_the_debounce_and_stays_off_after_reload(self):
@@ -752,6 +770,14 @@ class AccessibilityTests(PagesTestCase):
         self.sign_in("preferences", token)
         self.check_both_schemes("/preferences")
 
+    def test_pages_fit_a_phone(self):
+        token = self.server.user("nia")
+        self.server.send("nia", "A message on your talk page", category="edit-user-talk",
+                         body="Linus left a message on your talk page with a rather long title to wrap.")
+        self.sign_in("preferences", token)
+        self.check_narrow("/preferences")
+        self.check_narrow("/inbox")
+
     def test_inbox_has_no_axe_violations(self):
         token = self.server.user("bo")
         self.server.send("bo", "A message on your talk page", category="edit-user-talk",
@@ -886,6 +912,18 @@ class ConsoleTests(PagesTestCase):
         self.check_both_schemes(link.replace(self.server.base, ""), name="console-event")
         self.driver.delete_cookie("belfry_console")
         self.check_both_schemes("/admin", name="console-sign-in")
+
+    def test_console_fits_a_phone(self):
+        self.server.user("nox")
+        self.server.send("nox", "Failed login attempts", category="login-fail", body="From an unknown device")
+        self.kill_webhook_deliveries("nox")
+        self.console_sign_in()
+        self.check_narrow("/admin")
+        link = self.find("#console-events tbody a").get_attribute("href")
+        self.check_narrow(link.replace(self.server.base, ""))
+        self.check_narrow("/admin/keys")
+        self.check_narrow("/admin/audit")
+        self.driver.delete_cookie("belfry_console")
 
 
 class EmailTests(PagesTestCase):

@@ -124,3 +124,57 @@ func el(_ tag: StaticString, _ attributes: HTMLAttribute..., @HTMLBuilder conten
 func void(_ tag: StaticString, _ attributes: HTMLAttribute...) -> HTML {
     .void(tag, attributes)
 }
+
+extension HTML {
+    /// A data table whose body cells carry their column's heading as `data-label`: on a narrow
+    /// screen the rows stack as cards and each value shows its heading (belfry.css).
+    func labellingCells() -> HTML {
+        guard case .element(let tag, let attributes, let children) = self, tag.description == "table" else {
+            return self
+        }
+        let headings =
+            children.lazy.compactMap { child -> [String]? in
+                guard case .element(let part, _, let rows) = child, part.description == "thead",
+                    case .element(_, _, let cells)? = rows.first
+                else { return nil }
+                return cells.map(\.plainText)
+            }.first ?? []
+        return .element(
+            tag, attributes,
+            children.map { child in
+                guard case .element(let part, let partAttributes, let rows) = child, part.description == "tbody" else {
+                    return child
+                }
+                return .element(part, partAttributes, rows.map { $0.labelled(headings) })
+            })
+    }
+
+    private func labelled(_ headings: [String]) -> HTML {
+        switch self {
+        case .element(let tag, let attributes, let cells) where tag.description == "tr":
+            var index = 0
+            return .element(
+                tag, attributes,
+                cells.map { cell in
+                    guard case .element(let name, let cellAttributes, let content) = cell, name.description == "td"
+                    else { return cell }
+                    defer { index += 1 }
+                    guard index < headings.count, !headings[index].isEmpty else { return cell }
+                    return .element(name, cellAttributes + [.data("data-label", headings[index])], content)
+                })
+        case .fragment(let parts):
+            return .fragment(parts.map { $0.labelled(headings) })
+        default:
+            return self
+        }
+    }
+
+    /// The text inside, without markup.
+    var plainText: String {
+        switch self {
+        case .text(let text): text
+        case .element(_, _, let children), .fragment(let children): children.map(\.plainText).joined()
+        case .void: ""
+        }
+    }
+}

@@ -257,7 +257,7 @@ enum ConsolePages {
                             }
                         }
                     }
-                }
+                }.labellingCells()
             }
         }
     }
@@ -328,7 +328,7 @@ enum ConsolePages {
                             }
                         }
                     }
-                }
+                }.labellingCells()
             }
         }
     }
@@ -438,7 +438,7 @@ enum ConsolePages {
                             }
                         }
                     }
-                }
+                }.labellingCells()
             }
         }
     }
@@ -468,7 +468,7 @@ enum ConsolePages {
                             }
                         }
                     }
-                }
+                }.labellingCells()
                 if let next = page.nextBefore {
                     el("p") { el("a", .href("/admin/audit?before=\(next)")) { "Older entries" } }
                 }
@@ -571,7 +571,7 @@ enum ConsolePages {
                             }
                         }
                     }
-                }
+                }.labellingCells()
                 if detail.more > 0 {
                     el("p", .class("muted")) { "\(detail.more) more deliveries are not listed." }
                 }
