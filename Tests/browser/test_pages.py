@@ -26,7 +26,7 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WAIT = 15  # seconds for any condition; the debounce is 1 s
@@ -913,7 +913,33 @@ class ConsoleTests(PagesTestCase):
         self.driver.delete_cookie("belfry_console")
         self.check_both_schemes("/admin", name="console-sign-in")
 
+    def test_a_test_notification_reaches_the_user_and_shows_its_event(self):
+        token = self.server.user("tess")
+        self.addCleanup(self.driver.delete_cookie, "belfry_console")
+        self.console_sign_in()
+        self.find("#test-user").send_keys("tess")
+        Select(self.find("#test-category")).select_by_value("mention")
+        title = self.find("#test-title")
+        title.clear()
+        title.send_keys("Is the inbox working?")
+        self.find("form.test-form button").click()
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, "h1").text.startswith("Event "), "no event page")
+        self.assertIn("Is the inbox working?", self.find("main").text)
+        def inbox():
+            return self.server.request("GET", "/v1/me/notifications", token=token)[1]["notifications"]
+        self.wait(lambda d: inbox(), "the test notification did not reach the inbox")
+        self.assertEqual([n["title"] for n in inbox()], ["Is the inbox working?"])
+        _, audit = self.server.request("GET", "/v1/audit")
+        self.assertIn("test_notification.sent", [entry["action"] for entry in audit["entries"]])
+        # An unknown user is refused, and no user is made for the typo.
+        self.driver.get(self.server.base + "/admin")
+        self.find("#test-user").send_keys("tesss")
+        self.find("form.test-form button").click()
+        self.wait(lambda d: "no user" in d.find_element(By.CSS_SELECTOR, "main").text, "no error page")
+        self.driver.delete_cookie("belfry_console")
+
     def test_console_fits_a_phone(self):
+        self.addCleanup(self.driver.delete_cookie, "belfry_console")
         self.server.user("nox")
         self.server.send("nox", "Failed login attempts", category="login-fail", body="From an unknown device")
         self.kill_webhook_deliveries("nox")

@@ -17,6 +17,7 @@ struct AuditLog: Sendable {
         case consoleSignInFailed = "console.sign_in_failed"
         case consoleSignOut = "console.sign_out"
         case deliveriesRetried = "deliveries.retried"
+        case testNotificationSent = "test_notification.sent"
         case deviceMoved = "device.moved"
         case serverStarted = "server.started"
     }

@@ -1,3 +1,4 @@
+import BelfryCore
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
@@ -40,6 +41,7 @@ struct ConsoleController: RouteCollection {
         console.get("keys", use: keys)
         console.post("keys", "revoke", use: revokeKey)
         console.get("audit", use: audit)
+        console.post("test", use: sendTest)
     }
 
     /// Seconds between the live feed's reads.
@@ -141,7 +143,7 @@ struct ConsoleController: RouteCollection {
             ConsolePages.overview(
                 data, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
                 openStreams: context.inboxHub.openStreams,
-                flash: flash))
+                flash: flash, categories: context.workspace.categories))
     }
 
     @Sendable func event(req: Request) async throws -> Response {
@@ -197,6 +199,26 @@ struct ConsoleController: RouteCollection {
             on: req.db)
         let back = form["return"] == "event" ? "/admin/events/\(ended.uuidString.lowercased())" : "/admin"
         let response = req.redirect(to: "\(back)?retried=1", redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    /// A test notification to one existing user, through the API's intake; then its event page.
+    @Sendable func sendTest(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        let session = try await requireSessionForChange(req, form: form)
+        let user = (form["user"] ?? "").trimmingCharacters(in: .whitespaces)
+        // A test never creates a user: a typo would otherwise make one.
+        _ = try await UserModel.find(externalID: user, on: req.db)
+        let request = EventRequest(
+            category: form["category"] ?? "", recipients: [user],
+            content: .init(title: form["title"] ?? "", body: form["body"] ?? ""))
+        let accepted = try await req.belfry.eventIntake.accept(request, on: req.db)
+        let id = accepted.id.uuidString.lowercased()
+        try await req.belfry.auditLog.record(
+            .testNotificationSent, by: session.actor, subject: id, detail: "to \(user), \(request.category)",
+            on: req.db)
+        let response = req.redirect(to: "/admin/events/\(id)", redirectType: .normal)
         WebResponse.secure(response)
         return response
     }

@@ -61,7 +61,10 @@ enum ConsolePages {
 
     // MARK: Overview
 
-    static func overview(_ data: ConsoleData.Overview, csrf: String, openStreams: Int, flash: String?) -> HTML {
+    static func overview(
+        _ data: ConsoleData.Overview, csrf: String, openStreams: Int, flash: String?,
+        categories: [CategoryDefinition] = []
+    ) -> HTML {
         document(title: "Overview", csrf: csrf, live: true) {
             el("h1") { "Overview" }
             if let flash {
@@ -69,6 +72,35 @@ enum ConsolePages {
             }
             for (id, section) in sections(data, csrf: csrf, openStreams: openStreams) {
                 el("div", .id(id), .class("live-section")) { section }
+            }
+            if !categories.isEmpty { testNotification(categories, csrf: csrf) }
+        }
+    }
+
+    /// A notification to one user, to check that a channel reaches them: it goes through the
+    /// same intake as the API's, and the page then shows its event.
+    private static func testNotification(_ categories: [CategoryDefinition], csrf: String) -> HTML {
+        el("section", .aria("aria-labelledby", "test-heading")) {
+            el("h2", .id("test-heading")) { "Send a test notification" }
+            el("form", .init("method", "post"), .init("action", "/admin/test"), .class("test-form")) {
+                void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+                el("label", .for("test-user")) { "User (their external id)" }
+                void("input", .id("test-user"), .name("user"), .init("required", ""), .init("autocomplete", "off"))
+                el("label", .for("test-category")) { "Category" }
+                el("select", .id("test-category"), .name("category")) {
+                    for category in categories {
+                        el("option", .value(category.id)) { "\(category.name) (\(category.id))" }
+                    }
+                }
+                el("label", .for("test-title")) { "Title" }
+                void(
+                    "input", .id("test-title"), .name("title"), .value("Test notification"),
+                    .init("required", ""))
+                el("label", .for("test-body")) { "Body" }
+                void(
+                    "input", .id("test-body"), .name("body"),
+                    .value("Sent from the console to check that this channel reaches you."))
+                el("button", .type("submit")) { "Send" }
             }
         }
     }
@@ -147,7 +179,7 @@ enum ConsolePages {
                     el("span", .class("key key-sent")) { "sent" }
                     " "
                     el("span", .class("key key-unsent")) { "not sent" }
-                    " per minute; inbox notifications available at once are written, not attempted"
+                    " per minute; an inbox notification counts as sent when it becomes available"
                 }
             }
         }
