@@ -16,6 +16,14 @@ struct CommandLineTests {
     /// `belfry` is built next to the test bundle.
     static let executable = BelfryServeProcess.executable
 
+    /// A list's rows as the command prints them: a header line, then columns two spaces or
+    /// more apart.
+    static func table(_ output: String) -> [[String]] {
+        output.split(separator: "\n").dropFirst().filter { !$0.hasPrefix("More: ") }.map { line in
+            line.split(separator: #/ {2,}/#).map(String.init)
+        }
+    }
+
     static func temporaryDirectory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -191,8 +199,7 @@ struct CommandLineTests {
             _ = try await app.deliveryQueue?.runOnce()
         }
         let run = { (arguments: [String]) in try TestProcess.run(Self.executable, arguments + ["--database", path]) }
-        let rows = try run(["deliveries", "list", "--channel", "webhook", "--since", "1h"]).split(separator: "\n")
-            .map { $0.split(separator: "\t").map(String.init) }
+        let rows = Self.table(try run(["deliveries", "list", "--channel", "webhook", "--since", "1h"]))
         #expect(rows.count == 2)
         #expect(
             rows.allSatisfy {
@@ -215,7 +222,10 @@ struct CommandLineTests {
         #expect(try run(["deliveries", "retry", "--channel", "webhook"]) == "1 delivery queued again\n")
         let both = try #require(throws: TestProcess.Failure.self) { try run(["deliveries", "retry"]) }
         #expect(both.status == 64)
-        #expect(try run(["audit"]).contains("cli\tdeliveries.retried\tchannel:webhook\t1 queued"))
+        #expect(
+            Self.table(try run(["audit"])).contains {
+                $0.suffix(4) == ["cli", "deliveries.retried", "channel:webhook", "1 queued"]
+            })
     }
 
     @Test("topics lists topics with their subscribers, and adds and removes them")
@@ -236,12 +246,12 @@ struct CommandLineTests {
         _ = try TestProcess.run(Self.executable, ["topics", "add", "project-42", "ada"] + database)
         #expect(
             try TestProcess.run(Self.executable, ["topics"] + database)
-                == "page:Bell_tower\t2\nproject-42\t1\n")
+                == "TOPIC            SUBSCRIBERS\npage:Bell_tower  2\nproject-42       1\n")
         let removed = try TestProcess.run(Self.executable, ["topics", "remove", "page:Bell_tower", "bob"] + database)
         #expect(removed.contains("1 unsubscribed"))
         #expect(
-            try TestProcess.run(Self.executable, ["topics", "list", "page:Bell_tower"] + database)
-                == "page:Bell_tower\t1\n")
+            Self.table(try TestProcess.run(Self.executable, ["topics", "list", "page:Bell_tower"] + database))
+                == [["page:Bell_tower", "1"]])
         let bad = try #require(throws: TestProcess.Failure.self) {
             try TestProcess.run(Self.executable, ["topics", "add", "bad topic", "ada"] + database)
         }
@@ -269,6 +279,7 @@ struct CommandLineTests {
         #expect(ids.count == 2)
         let again = try TestProcess.run(Self.executable, arguments)
         #expect(again.matches(of: uuid).map { String($0.output) } == ids, "the same idempotency key sends nothing new")
+        #expect(again.hasPrefix(#"Nothing new was sent: the idempotency key "launch" was used already, for 2 events:"#))
 
         try await withBelfryApp(location: .sqlite(path: database)) { app, _ in
             let first = try await app.send(.GET, "/v1/events/\(ids[0])", bearer: testAPIKey).decode(EventStatus.self)

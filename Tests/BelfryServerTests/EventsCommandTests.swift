@@ -41,10 +41,10 @@ struct EventsCommandTests {
         failing.stop()
 
         let listed = try TestProcess.run(CommandLineTests.executable, ["events"] + database)
-        let lines = listed.split(separator: "\n")
+        let lines = CommandLineTests.table(listed)
         #expect(lines.count == 2, "\(listed)")
-        #expect(lines.first?.hasPrefix(fine.uuidString) == true, "newest first: \(listed)")
-        #expect(lines.last?.contains("\tdone\tlogin-fail\tenwiki\t1/1") == true, "\(listed)")
+        #expect(lines.first?.first == fine.uuidString, "newest first: \(listed)")
+        #expect(lines.last?.dropFirst(2).prefix(4) == ["done", "login-fail", "enwiki", "1/1"], "\(listed)")
         let failedOnes = try TestProcess.run(
             CommandLineTests.executable, ["events", "list", "--state", "failed"] + database)
         #expect(failedOnes == "no events\n")

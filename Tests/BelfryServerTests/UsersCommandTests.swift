@@ -27,16 +27,19 @@ struct UsersCommandTests {
         }
         let run = { (arguments: [String]) in try TestProcess.run(CommandLineTests.executable, arguments + database) }
 
-        let listed = try run(["users"]).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+        let listed = CommandLineTests.table(try run(["users"]))
         #expect(listed.map { $0.prefix(2) } == [["ada", "ada@example.org"], ["bob", "-"]])
-        #expect(try run(["users", "list", "--after", "ada"]).hasPrefix("bob\t"))
+        #expect(try run(["users"]).hasPrefix("ID   EMAIL"), "a header row, aligned")
+        #expect(CommandLineTests.table(try run(["users", "list", "--after", "ada"])).first?.first == "bob")
+        let page = try run(["users", "list", "--limit", "1"])
+        #expect(page.hasSuffix("More: belfry users list --after ada\n"), "\(page)")
         let shown = try JSONDecoder.iso8601.decode(UserRecord.self, from: Data(try run(["users", "show", "ada"]).utf8))
         #expect(shown.id == "ada" && shown.email == "ada@example.org")
         #expect(shown.tenants == ["dewiki", "enwiki"], "\(shown.tenants)")
 
-        let devices = try run(["devices", "list", "--user", "ada"]).split(separator: "\t").map(String.init)
+        let devices = try #require(CommandLineTests.table(try run(["devices", "list", "--user", "ada"])).first)
         #expect(devices.count == 5)
-        #expect(devices[1] == "apns" && devices[4] == "active\n")
+        #expect(devices[1] == "apns" && devices[4] == "active")
         #expect(devices[3] == String(DevicesAPITests.token.prefix(8)) + "…", "never the whole token")
         #expect(try run(["devices", "list", "--user", "bob"]) == "no devices\n")
 
@@ -49,7 +52,7 @@ struct UsersCommandTests {
             let failure = try #require(throws: TestProcess.Failure.self) { try run(arguments) }
             #expect(failure.output.contains(#"no user "ada""#), "\(arguments)")
         }
-        #expect(try run(["users"]).hasPrefix("bob\t"))
+        #expect(CommandLineTests.table(try run(["users"])).map(\.first) == ["bob"])
         let bad = try #require(throws: TestProcess.Failure.self) { try run(["users", "show", "not an id"]) }
         #expect(bad.output.contains("is not a valid user id"))
         try await withBelfryApp(location: .sqlite(path: path)) { app, _ in

@@ -92,11 +92,13 @@ struct ListOutput: ParsableArguments {
     @ArgumentParser.Flag(help: "Print one JSON array of objects with stable keys instead of lines.")
     var json = false
 
-    /// Prints `rows` (each as many values as `columns`), or `empty` when there is none.
-    func say(_ rows: [[String]], columns: [String], empty: String) {
+    /// Prints `rows` (each as many values as `columns`) under a header, in aligned columns, or
+    /// `empty` when there is none; `more`, when the list goes on, is the command for the next page.
+    func say(_ rows: [[String]], columns: [String], empty: String, more: String? = nil) {
         guard json else {
-            if rows.isEmpty { BelfryServer.say(empty) }
-            for row in rows { BelfryServer.say(row.joined(separator: "\t")) }
+            guard !rows.isEmpty else { return BelfryServer.say(empty) }
+            for line in Self.aligned([columns.map { $0.uppercased() }] + rows) { BelfryServer.say(line) }
+            if let more { BelfryServer.say("More: \(more)") }
             return
         }
         let objects = rows.map { Dictionary(uniqueKeysWithValues: zip(columns, $0)) }
@@ -104,6 +106,24 @@ struct ListOutput: ParsableArguments {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         BelfryServer.say(String(decoding: (try? encoder.encode(objects)) ?? Data("[]".utf8), as: UTF8.self))
     }
+
+    /// The lines of a table: each column as wide as its widest value, two spaces between, no
+    /// trailing space.
+    static func aligned(_ table: [[String]]) -> [String] {
+        let widths = (0..<(table.map(\.count).max() ?? 0)).map { column in
+            table.map { column < $0.count ? $0[column].count : 0 }.max() ?? 0
+        }
+        return table.map { row in
+            row.enumerated().map { column, value in
+                column == row.count - 1 ? value : value.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }
+    }
+}
+
+/// "1 recipient", "2 recipients".
+func counted(_ count: Int, _ noun: String, plural: String? = nil) -> String {
+    "\(count) \(count == 1 ? noun : plural ?? noun + "s")"
 }
 
 /// Writes a value as the API writes it, indented for people: `events show`, `users show`.

@@ -46,27 +46,38 @@ struct SendCommand: AsyncParsableCommand {
         let users = try Self.readRecipients(recipients)
         guard !users.isEmpty else { throw ValidationError("no recipients: --to named no user ids") }
         let batches = users.chunked(EventIntake.maxRecipients)
-        let ids = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+        let (ids, replayed) = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
             let intake = app.belfry.eventIntake
             let progress = Progress(total: users.count)
             var ids: [UUID] = []
+            var replayed = 0
             for (index, batch) in batches.enumerated() {
                 let request = EventRequest(
                     category: category, recipients: Array(batch), tenant: tenant,
                     content: .init(title: title, body: body, url: url),
                     idempotencyKey: idempotencyKey.map { "\($0)-\(index + 1)" })
                 do {
-                    ids.append(try await intake.accept(request, on: app.db).id)
+                    let accepted = try await intake.accept(request, on: app.db)
+                    ids.append(accepted.id)
+                    if accepted.replayed { replayed += 1 }
                 } catch let error as BelfryError {
                     throw CommandFailure(error.message)
                 }
                 progress.advance(by: batch.count, events: ids.count)
             }
             progress.finish()
-            return ids
+            return (ids, replayed)
         }
-        say("Accepted \(ids.count) event\(ids.count == 1 ? "" : "s") for \(users.count) recipients:")
+        if replayed == ids.count {
+            say(
+                "Nothing new was sent: the idempotency key \"\(idempotencyKey ?? "")\" was used already, "
+                    + "for \(counted(ids.count, "event")):")
+            ids.forEach { say("  \($0)") }
+            return
+        }
+        say("Accepted \(counted(ids.count - replayed, "event")) for \(counted(users.count, "recipient")):")
         ids.forEach { say("  \($0)") }
+        if replayed > 0 { say("(\(counted(replayed, "event")) of them sent before, under the same idempotency key.)") }
         say("A running `belfry serve` fans them out; follow each with GET /v1/events/{event_id}.")
     }
 
@@ -143,7 +154,7 @@ struct SendCommand: AsyncParsableCommand {
             let width = 30
             let filled = total == 0 ? width : width * done / total
             let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-            var line = "[\(bar)] \(done)/\(total) recipients, \(events) event\(events == 1 ? "" : "s")"
+            var line = "[\(bar)] \(done)/\(counted(total, "recipient")), \(counted(events, "event"))"
             guard seconds > 0, done > 0 else { return line }
             let rate = Double(done) / seconds
             line += ", \(Int(rate.rounded()))/s"

@@ -36,7 +36,8 @@ struct UsersCommand: AsyncParsableCommand {
             }
             output.say(
                 users.map { [$0.externalID, $0.email ?? "-", $0.createdAt.ISO8601Format()] },
-                columns: ["id", "email", "created_at"], empty: "no users")
+                columns: ["id", "email", "created_at"], empty: "no users",
+                more: users.count == limit ? users.last.map { "belfry users list --after \($0.externalID)" } : nil)
         }
     }
 
