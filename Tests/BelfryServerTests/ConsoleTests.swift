@@ -205,4 +205,42 @@ struct ConsoleTests {
             #expect(eventPage.contains("/admin/deliveries/\(second.id.uuidString.lowercased())/retry"))
         }
     }
+
+    @Test("event search and a user's messages page without repeats or gaps", arguments: TestDatabase.allCases)
+    func searchPages(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            _ = try await APNsChannelTests.register(app, try await app.userToken("ada"))
+            var ids: Set<UUID> = []
+            for number in 0..<60 {
+                ids.insert(try await InboxAPITests.notify(app, ["ada"], title: "T\(number)", category: "reverted"))
+            }
+            let query = app.belfry.eventStatuses
+            var seen: [UUID] = []
+            var before: UUID?
+            repeat {
+                let page = try await query.search(
+                    category: "reverted", since: nil, before: before, limit: 25, on: app.db)
+                seen += page
+                before = page.count == 25 ? page.last : nil
+            } while before != nil
+            #expect(seen.count == 60 && Set(seen) == ids)
+            #expect(try await query.search(category: "mention", since: nil, before: nil, limit: 25, on: app.db).isEmpty)
+
+            // Each event made a push delivery (no provider here: it failed); the user's messages page through them.
+            while try await app.deliveryQueue?.runOnce() ?? 0 > 0 {}
+            var messages: [UUID] = []
+            var older: UUID?
+            repeat {
+                let detail = try #require(
+                    try await app.belfry.consoleData.user(
+                        "ada", before: older, preferences: app.belfry.preferenceStore, devices: app.belfry.deviceStore,
+                        on: app.db))
+                messages += detail.messages.map(\.delivery.id)
+                older = detail.older
+                #expect(detail.messages.allSatisfy { !$0.delivery.attemptLog.isEmpty })
+            } while older != nil
+            #expect(messages.count == Set(messages).count)
+            #expect(messages.count == 60, "one push each")
+        }
+    }
 }

@@ -938,6 +938,66 @@ class ConsoleTests(PagesTestCase):
         self.wait(lambda d: "no user" in d.find_element(By.CSS_SELECTOR, "main").text, "no error page")
         self.driver.delete_cookie("belfry_console")
 
+    def test_a_user_page_shows_devices_preferences_and_messages(self):
+        self.addCleanup(self.driver.delete_cookie, "belfry_console")
+        token = self.server.user("uma")
+        status, _ = self.server.request("POST", "/v1/me/devices", {
+            "platform": "apns", "token": "ab" * 32, "environment": "production", "authorization": "authorized",
+        }, token=token)
+        self.assertEqual(status, 201)
+        status, _ = self.server.request(
+            "PATCH", "/v1/me/preferences/categories/reverted?tenant=enwiki", {"preference": "opt_out"}, token=token)
+        self.assertEqual(status, 200)
+        self.server.send("uma", "Someone mentioned Uma")
+        self.console_sign_in()
+        self.find('nav a[href="/admin/users"]').click()
+        self.find("#user-id").send_keys("umma")
+        self.find("form.search-form button").click()
+        self.wait(lambda d: "There is no user" in d.find_element(By.CSS_SELECTOR, "main").text, "no answer")
+        self.find("#user-id").send_keys("uma")
+        self.find("form.search-form button").click()
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, "h1").text == "User uma", "no user page")
+        main = self.find("main").text
+        self.assertIn("apns", main)
+        self.assertIn("active", main)
+        self.assertIn("off: reverted", main)
+        # The push to the iPhone: this server has no APNs key, so it failed, with its attempt.
+        rows = self.driver.find_elements(By.CSS_SELECTOR, "main table.data")[-1].find_elements(By.CSS_SELECTOR, "tbody tr")
+        self.assertTrue(any("ios_push" in row.text and "failed" in row.text for row in rows), [r.text for r in rows])
+        self.assertTrue(any("Someone mentioned Uma" in row.text for row in rows))
+        self.check_narrow("/admin/users/uma")
+
+    def test_events_are_searched_by_id_category_and_time_a_page_at_a_time(self):
+        self.addCleanup(self.driver.delete_cookie, "belfry_console")
+        self.server.user("evan")
+        ids = []
+        for number in range(27):
+            status, answer = self.server.request("POST", "/v1/events", {
+                "category": "edit-thank", "recipients": ["evan"], "content": {"title": f"Thanks {number}", "body": "b"}})
+            self.assertEqual(status, 202)
+            ids.append(answer["event_id"])
+        self.console_sign_in()
+        self.find('nav a[href="/admin/events"]').click()
+        Select(self.find("#event-category")).select_by_value("edit-thank")
+        Select(self.find("#event-since")).select_by_value("1h")
+        self.find("form.search-form button").click()
+        self.wait(lambda d: "category=edit-thank" in d.current_url, "the search did not run")
+        first = [a.text for a in self.driver.find_elements(By.CSS_SELECTOR, "#main table.data tbody a")]
+        self.assertEqual(len(first), 25)
+        self.find("main p a").click()
+        self.wait(lambda d: "before=" in d.current_url, "no older page")
+        older = [a.text for a in self.driver.find_elements(By.CSS_SELECTOR, "#main table.data tbody a")]
+        # No repeats and no gaps across the pages; events accepted in one millisecond keep an
+        # order of their own, so the pages are compared as sets.
+        self.assertEqual(len(set(first) | set(older)), len(first) + len(older), "no event on two pages")
+        self.assertLessEqual({i.lower() for i in ids}, set(first) | set(older), "none left out")
+        self.find("#event-id").send_keys(ids[3])
+        self.find("form.search-form button").click()
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, "h1").text == f"Event {ids[3].lower()}", "no event page")
+        self.driver.get(self.server.base + "/admin/events?id=not-an-event")
+        self.assertIn("There is no event not-an-event.", self.find("main").text)
+        self.check_narrow("/admin/events?category=edit-thank")
+
     def test_console_fits_a_phone(self):
         self.addCleanup(self.driver.delete_cookie, "belfry_console")
         self.server.user("nox")

@@ -26,6 +26,27 @@ struct EventStatusQuery: Sendable {
         }
     }
 
+    /// Events of a category (or any), accepted after `since`, newest first, a page after the
+    /// event `before` (the last of the previous page), compared by its own stored time so that no
+    /// timestamp leaves the database.
+    func search(
+        category: String?, since: Date?, before: UUID?, limit: Int, on db: any Database
+    ) async throws -> [UUID] {
+        let select = db.sql.select().column("id").from("events")
+        if let category { select.where("category", .equal, category) }
+        if let since { select.where("created_at", .greaterThanOrEqual, since) }
+        if let before {
+            select.where(
+                SQLQueryString(
+                    """
+                    (created_at < (SELECT created_at FROM events WHERE id = \(bind: before))
+                     OR (created_at = (SELECT created_at FROM events WHERE id = \(bind: before)) AND id < \(bind: before)))
+                    """))
+        }
+        return try await select.orderBy("created_at", .descending).orderBy("id", .descending).limit(limit).all()
+            .map { try $0.decode(column: "id", as: UUID.self) }
+    }
+
     /// Whether the event is stored: one indexed read, where `status(of:)` counts everything.
     func exists(_ id: UUID, on db: any Database) async throws -> Bool {
         try await db.sql.select().column("id").from("events").where("id", .equal, id).limit(1).first() != nil

@@ -1,5 +1,6 @@
 import BelfryCore
 import Crypto
+import Fluent
 import Foundation
 import NIOConcurrencyHelpers
 import SQLKit
@@ -34,7 +35,10 @@ struct ConsoleController: RouteCollection {
         console.get(use: overview)
         console.grouped(RateLimitMiddleware(byAddress: .signin)).post("session", use: signIn)
         console.post("signout", use: signOut)
+        console.get("events", use: eventSearch)
         console.get("events", ":event_id", use: event)
+        console.get("users", use: userSearch)
+        console.get("users", ":user_id", use: user)
         console.post("events", ":event_id", "retry", use: retry)
         console.post("deliveries", ":delivery_id", "retry", use: retryDelivery)
         console.get("live", use: live)
@@ -201,6 +205,81 @@ struct ConsoleController: RouteCollection {
         let response = req.redirect(to: "\(back)?retried=1", redirectType: .normal)
         WebResponse.secure(response)
         return response
+    }
+
+    static let eventsPerPage = 25
+
+    /// Events by id, category and time, newest first, a page at a time.
+    @Sendable func eventSearch(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        let context = req.belfry
+        var filters = ConsolePages.EventFilters()
+        if let text = req.query[String.self, at: "id"]?.trimmingCharacters(in: .whitespaces), !text.isEmpty {
+            if let id = UUID(uuidString: text), try await context.eventStatuses.exists(id, on: req.db) {
+                let response = req.redirect(to: "/admin/events/\(id.uuidString.lowercased())", redirectType: .normal)
+                WebResponse.secure(response)
+                return response
+            }
+            filters.notFound = String(text.prefix(40))
+        }
+        filters.category = req.query[String.self, at: "category"].flatMap { context.workspace.category($0)?.id }
+        filters.since = req.query[String.self, at: "since"].flatMap { value in
+            ConsolePages.eventSpans.contains { $0.0 == value } ? value : nil
+        }
+        let span: TimeInterval? =
+            switch filters.since {
+            case "1h": 3600
+            case "24h": 86_400
+            case "7d": 7 * 86_400
+            default: nil
+            }
+        let ids = try await context.eventStatuses.search(
+            category: filters.category, since: span.map { context.now().addingTimeInterval(-$0) },
+            before: req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:)), limit: Self.eventsPerPage,
+            on: req.db)
+        let statuses = try await context.eventStatuses.statuses(of: ids, on: req.db)
+        let events = ids.compactMap { statuses[$0] }
+        let older = events.count == Self.eventsPerPage ? events.last.map { $0.id.uuidString.lowercased() } : nil
+        return WebResponse.html(
+            ConsolePages.eventSearch(
+                events, filters: filters, older: older, categories: context.workspace.categories,
+                csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+    }
+
+    /// The user search: an external id that exists leads to the user's page.
+    @Sendable func userSearch(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        var notFound: String?
+        if let id = req.query[String.self, at: "id"]?.trimmingCharacters(in: .whitespaces), !id.isEmpty {
+            if try await UserModel.query(on: req.db).filter(\.$externalID == id).first() != nil,
+                let escaped = id.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed)
+            {
+                let response = req.redirect(to: "/admin/users/\(escaped)", redirectType: .normal)
+                WebResponse.secure(response)
+                return response
+            }
+            notFound = String(id.prefix(64))
+        }
+        return WebResponse.html(
+            ConsolePages.userSearch(notFound: notFound, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+    }
+
+    /// A user's details, devices, preferences per site and messages with their attempts.
+    @Sendable func user(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        let id = req.parameters.get("user_id") ?? ""
+        let context = req.belfry
+        guard
+            let detail = try await context.consoleData.user(
+                id, before: req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:)),
+                preferences: context.preferenceStore, devices: context.deviceStore, on: req.db)
+        else {
+            throw BelfryError(.userNotFound, "There is no user \"\(id.prefix(64))\".")
+        }
+        return WebResponse.html(
+            ConsolePages.user(
+                detail, older: detail.older.map { $0.uuidString.lowercased() },
+                csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     /// A test notification to one existing user, through the API's intake; then its event page.

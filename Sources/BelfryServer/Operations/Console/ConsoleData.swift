@@ -173,24 +173,8 @@ struct ConsoleData: Sendable {
         let total =
             try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
             .where("event_id", .equal, id).first()?.decode(column: "n", as: Int.self) ?? 0
-        if !rows.isEmpty {
-            var log: [UUID: [Attempt]] = [:]
-            for row in try await sql.select()
-                .columns("delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
-                .from("delivery_attempts").where("delivery_id", .in, rows.map(\.id))
-                .orderBy("started_at").all()
-            {
-                log[try row.decode(column: "delivery_id", as: UUID.self), default: []].append(
-                    Attempt(
-                        number: try row.decode(column: "attempt", as: Int.self),
-                        startedAt: try row.decode(column: "started_at", as: Date.self),
-                        finishedAt: try row.decode(column: "finished_at", as: Date.self),
-                        outcome: try row.decode(column: "outcome", as: String.self),
-                        statusCode: try row.decode(column: "status_code", as: Int?.self),
-                        error: try row.decode(column: "error", as: String?.self)))
-            }
-            for index in rows.indices { rows[index].attemptLog = log[rows[index].id] ?? [] }
-        }
+        let logs = try await attemptLogs(of: rows.map(\.id), on: db)
+        for index in rows.indices { rows[index].attemptLog = logs[rows[index].id] ?? [] }
         let row = try await sql.select().columns("title", "body", "url", "data").from("events").where("id", .equal, id)
             .first()
         let content = EventContent(

@@ -25,6 +25,8 @@ enum ConsolePages {
                             el("nav", .aria("aria-label", "Console")) {
                                 el("ul") {
                                     el("li") { el("a", .href("/admin")) { "Overview" } }
+                                    el("li") { el("a", .href("/admin/events")) { "Events" } }
+                                    el("li") { el("a", .href("/admin/users")) { "Users" } }
                                     el("li") { el("a", .href("/admin/keys")) { "API keys" } }
                                     el("li") { el("a", .href("/admin/audit")) { "Audit log" } }
                                 }
@@ -256,9 +258,9 @@ enum ConsolePages {
         return runs
     }
 
-    private static func events(_ events: [EventStatus]) -> HTML {
+    static func events(_ events: [EventStatus], heading: String = "Recent events") -> HTML {
         el("section", .aria("aria-labelledby", "events-heading")) {
-            el("h2", .id("events-heading")) { "Recent events" }
+            el("h2", .id("events-heading")) { heading }
             if events.isEmpty {
                 el("p", .class("empty")) { "No events yet." }
             } else {
@@ -611,7 +613,7 @@ enum ConsolePages {
         }
     }
 
-    private static func fact(_ name: String, _ value: String) -> HTML {
+    static func fact(_ name: String, _ value: String) -> HTML {
         el("div") {
             el("dt") { name }
             el("dd") { value }
