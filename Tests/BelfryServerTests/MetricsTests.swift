@@ -152,5 +152,21 @@ struct MetricsTests {
         #expect(Self.sample(exposition, #"belfry_events_total{state="done"}"#) == 1)
         #expect(Self.sample(exposition, #"belfry_outbox_pending{channel="webhook"}"#) == 0)
         #expect(Self.sample(exposition, "belfry_streams_open") == 1)
+        #expect(Self.sample(exposition, #"belfry_events_total{state="accepted"}"#) == 1)
+
+        // `belfry send`, a process of its own, writes an event to the same database: the server
+        // that fans it out counts it as accepted.
+        _ = try TestProcess.run(
+            CommandLineTests.executable,
+            [
+                "send", "--database", directory.appendingPathComponent("belfry.sqlite").path, "--config", config.path,
+                "--category", "mention", "--title", "From the CLI", "--body", "b", "--to", "ada",
+            ])
+        var counted = 0.0
+        for _ in 0..<300 where counted < 2 {
+            try await Task.sleep(for: .milliseconds(100))
+            counted = Self.sample(try await scrape(), #"belfry_events_total{state="accepted"}"#) ?? 0
+        }
+        #expect(counted == 2)
     }
 }

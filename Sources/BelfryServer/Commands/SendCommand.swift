@@ -57,7 +57,7 @@ struct SendCommand: AsyncParsableCommand {
                     content: .init(title: title, body: body, url: url),
                     idempotencyKey: idempotencyKey.map { "\($0)-\(index + 1)" })
                 do {
-                    let accepted = try await intake.accept(request, on: app.db)
+                    let accepted = try await intake.accept(request, via: .command, on: app.db)
                     ids.append(accepted.id)
                     if accepted.replayed { replayed += 1 }
                 } catch let error as BelfryError {

@@ -157,3 +157,15 @@ struct AddNotificationsAvailableIndex: AsyncMigration {
         try await database.sql.raw("DROP INDEX notifications_available").run()
     }
 }
+
+/// Events stored by `belfry send` say so: the instance that starts their fan-out counts them as
+/// accepted, as the one that answered counts an API's.
+struct AddEventSource: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events").field("source", .string).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("events").deleteField("source").update()
+    }
+}

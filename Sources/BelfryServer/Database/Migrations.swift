@@ -22,6 +22,7 @@ enum BelfryMigrations {
         CreateAPIKeysAndAuditLog(),
         AddDeviceApps(),
         AddNotificationsAvailableIndex(),
+        AddEventSource(),
     ]
 }
 

@@ -78,6 +78,7 @@ struct Fanout: Sendable {
             }
         }
         metrics.fannedOut(outcome.recipients)
+        if outcome.acceptedByCommand { metrics.event("accepted") }
         if let ended = outcome.ended { metrics.event(ended.rawValue) }
     }
 
@@ -113,6 +114,8 @@ struct Fanout: Sendable {
         var ended: EventStatus.FanoutState?
         /// When the event was accepted: its inbox items' latency runs from then.
         var acceptedAt: Date?
+        /// The first batch of an event `belfry send` stored: counted as accepted here, once.
+        var acceptedByCommand = false
     }
 
     private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
@@ -121,7 +124,7 @@ struct Fanout: Sendable {
         let due = sql.select()
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
-                "processed", "topic", "topic_cursor"
+                "processed", "topic", "topic_cursor", "source"
             )
             .from("events")
             .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
@@ -256,9 +259,11 @@ struct Fanout: Sendable {
             if done { update.set("recipients", to: cursor) }
         }
         try await update.run()
+        let fromCommand = try event.decode(column: "source", as: String?.self) == EventIntake.Source.command.rawValue
         return Outcome(
-            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil, acceptedAt: acceptedAt
-        )
+            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil,
+            acceptedAt: acceptedAt,
+            acceptedByCommand: fromCommand && processed == 0)
     }
 
     /// What one recipient gets from an event: the user, when, and on which channels and devices.

@@ -35,11 +35,18 @@ struct EventIntake: Sendable {
         var recipients: Int
     }
 
+    /// Where an event came from: the API (counted as accepted by the instance that answered),
+    /// or `belfry send`, a process of its own (counted by the instance that starts its fan-out).
+    enum Source: String, Sendable {
+        case api
+        case command
+    }
+
     /// Checks `request` and stores it; throws a clear error naming every problem.
-    func accept(_ request: EventRequest, on db: any Database) async throws -> Accepted {
+    func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
-        let (id, replayed, recipients) = try await store(event, on: db)
-        if !replayed { metrics.event("accepted") }
+        let (id, replayed, recipients) = try await store(event, source: source, on: db)
+        if !replayed && source == .api { metrics.event("accepted") }
         wake()
         return Accepted(id: id, replayed: replayed, recipients: recipients)
     }
@@ -50,10 +57,10 @@ struct EventIntake: Sendable {
     ///
     /// - Returns: the event id, whether it is an earlier event replayed for its key, and its
     ///   recipients (for a topic, its subscribers now).
-    private func store(_ event: Checked, on db: any Database) async throws -> (UUID, Bool, Int) {
+    private func store(_ event: Checked, source: Source, on db: any Database) async throws -> (UUID, Bool, Int) {
         for attempt in 1...2 {
             do {
-                return try await storage.write(db) { tx in try await self.insert(event, on: tx) }
+                return try await storage.write(db) { tx in try await self.insert(event, source: source, on: tx) }
             } catch  where error.isConstraintFailure && attempt == 1 {
                 // Another request stored the same idempotency key first: the second try replays it.
                 continue
@@ -62,7 +69,7 @@ struct EventIntake: Sendable {
         preconditionFailure("the second attempt returns or throws")
     }
 
-    private func insert(_ event: Checked, on db: any Database) async throws -> (UUID, Bool, Int) {
+    private func insert(_ event: Checked, source: Source, on db: any Database) async throws -> (UUID, Bool, Int) {
         let sql = db.sql
         let now = self.now()
         if let key = event.idempotencyKey {
@@ -96,14 +103,14 @@ struct EventIntake: Sendable {
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
                 "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
-                "topic"
+                "topic", "source"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
                 EventStatus.FanoutState.pending.rawValue, event.notBefore, recipients, 0, 0, Date?.none,
                 now,
-                event.content.imageURL, event.ttlSeconds, event.topic
+                event.content.imageURL, event.ttlSeconds, event.topic, source == .api ? nil : source.rawValue
             )
             .run()
         try await storage.insert(
