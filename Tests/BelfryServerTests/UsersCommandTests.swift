@@ -36,6 +36,8 @@ struct UsersCommandTests {
         let shown = try JSONDecoder.iso8601.decode(UserRecord.self, from: Data(try run(["users", "show", "ada"]).utf8))
         #expect(shown.id == "ada" && shown.email == "ada@example.org")
         #expect(shown.tenants == ["dewiki", "enwiki"], "\(shown.tenants)")
+        let compact = try run(["users", "show", "ada", "--json"])
+        #expect(compact.hasPrefix(#"{"created_at":"#) && compact.filter { $0 == "\n" }.count == 1, "one line")
 
         let devices = try #require(CommandLineTests.table(try run(["devices", "list", "--user", "ada"])).first)
         #expect(devices.count == 5)

@@ -126,10 +126,18 @@ func counted(_ count: Int, _ noun: String, plural: String? = nil) -> String {
     "\(count) \(count == 1 ? noun : plural ?? noun + "s")"
 }
 
-/// Writes a value as the API writes it, indented for people: `events show`, `users show`.
-func sayJSON(_ value: some Encodable) throws {
+/// What `show` commands take: `--json` for one compact line, for scripts.
+struct ShowOutput: ParsableArguments {
+    @ArgumentParser.Flag(help: "Print the JSON on one line, for scripts, instead of indented for people.")
+    var json = false
+}
+
+/// Writes a value as the API writes it (`events show`, `users show`): indented for people, or
+/// `compact` on one line.
+func sayJSON(_ value: some Encodable, compact: Bool = false) throws {
     let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.outputFormatting =
+        compact ? [.sortedKeys, .withoutEscapingSlashes] : [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
     encoder.dateEncodingStrategy = .iso8601
     say(String(decoding: try encoder.encode(value), as: UTF8.self))
 }

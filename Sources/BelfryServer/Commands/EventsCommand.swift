@@ -75,12 +75,13 @@ struct EventsCommand: AsyncParsableCommand {
             abstract: "An event's fan-out and delivery status, as GET /v1/events/{id} answers it.")
 
         @OptionGroup var target: Target
+        @OptionGroup var output: ShowOutput
 
         func run() async throws {
             let status = try await target.run { app, event in
                 try await app.belfry.eventStatuses.status(of: event, on: app.db)
             }
-            try sayJSON(status)
+            try sayJSON(status, compact: output.json)
         }
     }
 

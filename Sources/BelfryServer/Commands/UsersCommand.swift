@@ -60,6 +60,7 @@ struct UsersCommand: AsyncParsableCommand {
             abstract: "A user as GET /v1/users/{id} answers, with their devices.")
 
         @OptionGroup var target: Target
+        @OptionGroup var output: ShowOutput
 
         func run() async throws {
             let user = target.user
@@ -67,7 +68,7 @@ struct UsersCommand: AsyncParsableCommand {
                 let model = try await UserModel.find(externalID: user, on: app.db)
                 return model.record(tenants: try await model.tenantIDs(on: app.db))
             }
-            try sayJSON(record)
+            try sayJSON(record, compact: output.json)
         }
     }
 
