@@ -31,6 +31,8 @@ final class WebhookReceiver: Sendable {
 
     struct Entry: Decodable {
         var valid: Bool
+        /// The Standard Webhooks headers, as the `standardwebhooks` package checks them.
+        var standard: Bool
         var delivery: String
         var answered: Int
         var body: JSONValue
@@ -124,6 +126,21 @@ struct DeliveryQueueTests {
             let entries = try receiver.entries()
             #expect(entries.count == 1)
             #expect(entries.first?.valid == false)
+            #expect(entries.first?.standard == false)
+        }
+    }
+
+    @Test("a whsec_ secret signs per Standard Webhooks with its base64 bytes, as the package reads it")
+    func standardWebhooksSecret() async throws {
+        let secret = "whsec_" + Data((0..<24).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
+        let receiver = try await WebhookReceiver(answers: "200", secret: secret)
+        defer { receiver.stop() }
+        try await withBelfry(.sqlite, webhook: .init(url: receiver.url, secret: secret)) { app in
+            _ = try await Self.trigger(app)
+            try await #require(app.deliveryQueue).runOnce()
+            let entries = try receiver.entries()
+            #expect(entries.count == 1)
+            #expect(entries.first?.standard == true && entries.first?.valid == true)
         }
     }
 
@@ -193,6 +210,7 @@ struct DeliveryQueueTests {
             let entries = try receiver.entries()
             #expect(entries.map(\.answered) == [500, 503, 200])
             #expect(entries.allSatisfy { $0.valid })
+            #expect(entries.allSatisfy { $0.standard }, "Standard Webhooks, checked by the standardwebhooks package")
             #expect(Set(entries.map(\.delivery)).count == 1, "one delivery id across its attempts")
             let numbers = entries.map { entry -> JSONValue? in
                 if case .object(let body) = entry.body { return body["attempt"] } else { return nil }

@@ -6,10 +6,12 @@ the n-th entry of STATUSES (comma-separated; the last one repeats; "503+120" add
 "Retry-After: 120"). STATUSES "flaky:P:SEED" instead answers P % of requests, at random, with
 500 or with 429 and "Retry-After: 1", and the rest with 200; no delivery is failed more than
 four times in a row, so that its attempt limit is never what the test measures. Checks each
-request's Belfry-Signature with Python's hmac and appends one JSON line per request to LOG:
-{"valid": bool, "delivery": ..., "body": {...}}. Requests are served concurrently, each
+request's Belfry-Signature with Python's hmac, and its Standard Webhooks headers with the
+`standardwebhooks` package, and appends one JSON line per request to LOG:
+{"valid": bool, "standard": bool, "delivery": ..., "body": {...}}. Requests are served concurrently, each
 answered after DELAY_MS milliseconds (0 unless given).
 """
+import base64
 import hashlib
 import hmac
 import json
@@ -17,7 +19,10 @@ import random
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 secret, statuses, log_path = sys.argv[1].encode(), sys.argv[2].split(","), sys.argv[3]
 delay = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0
@@ -54,6 +59,30 @@ def signature_is_valid(header, body):
     return hmac.compare_digest(expected, fields["v1"])
 
 
+def standard_is_valid(headers, body, delivery):
+    """The Standard Webhooks headers, checked by the `standardwebhooks` package. A secret that is
+    not `whsec_…` is its bytes, which the package takes as `whsec_` and their base64. The tests
+    run on a clock of their own, so a timestamp the package finds too old is checked by signing
+    the same message with it."""
+    text = secret.decode()
+    webhook = Webhook(text if text.startswith("whsec_") else "whsec_" + base64.b64encode(secret).decode())
+    fields = {name: headers.get(name, "") for name in ("webhook-id", "webhook-timestamp", "webhook-signature")}
+    if fields["webhook-id"] != (delivery or "").lower():
+        return False
+    try:
+        webhook.verify(body, fields)
+        return True
+    except WebhookVerificationError as error:
+        if "timestamp" not in str(error).lower():
+            return False
+    try:
+        moment = datetime.fromtimestamp(int(fields["webhook-timestamp"]), tz=timezone.utc)
+    except ValueError:
+        return False
+    expected = webhook.sign(fields["webhook-id"], moment, body.decode())
+    return expected in fields["webhook-signature"].split(" ")
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -64,6 +93,7 @@ class Handler(BaseHTTPRequestHandler):
             with open(log_path, "a") as log:
                 log.write(json.dumps({
                     "valid": signature_is_valid(self.headers.get("Belfry-Signature", ""), body),
+                    "standard": standard_is_valid(self.headers, body, delivery),
                     "delivery": delivery,
                     "answered": int(status),
                     "body": json.loads(body),

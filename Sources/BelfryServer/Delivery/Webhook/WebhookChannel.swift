@@ -9,11 +9,15 @@ import Vapor
 /// Delivers notifications as signed JSON POSTs to the workspace's webhook URL.
 ///
 /// The signature header is `Belfry-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`
-/// with the webhook secret as key; docs/delivery.md shows how a receiver checks it.
+/// with the webhook secret as key; docs/delivery.md shows how a receiver checks it. The same
+/// request is signed per Standard Webhooks too (`webhook-id`, `webhook-timestamp`,
+/// `webhook-signature`), so that a receiver may use one of its libraries.
 struct WebhookChannel: DeliveryProvider {
     let url: String
     let secret: String
     let client: HTTPClient
+    /// The key of the Standard Webhooks signature.
+    var standardKey: SymmetricKey { Self.standardKey(secret) }
     let now: @Sendable () -> Date
     var maxAttempts: Int { 8 }
     /// One request per connection of the client's pool for the receiver's host: a claimed
@@ -58,6 +62,22 @@ struct WebhookChannel: DeliveryProvider {
         }
     }
 
+    /// Standard Webhooks' `webhook-signature`: `v1,` and the base64 HMAC-SHA256 of
+    /// `<id>.<timestamp>.<body>`, keyed by ``standardKey(_:)``.
+    static func standardSignature(key: SymmetricKey, id: String, timestamp: Int, body: Data) -> String {
+        let message = Data("\(id).\(timestamp).".utf8) + body
+        return "v1," + Data(HMAC<SHA256>.authenticationCode(for: message, using: key)).base64EncodedString()
+    }
+
+    /// The Standard Webhooks key of a secret: a `whsec_` secret's base64 bytes, else the
+    /// secret's own bytes (a receiver's library then takes `whsec_` and their base64).
+    static func standardKey(_ secret: String) -> SymmetricKey {
+        if secret.hasPrefix("whsec_"), let bytes = Data(base64Encoded: String(secret.dropFirst(6))), !bytes.isEmpty {
+            return SymmetricKey(data: bytes)
+        }
+        return SymmetricKey(data: Data(secret.utf8))
+    }
+
     static func signature(secret: String, timestamp: Int, body: Data) -> String {
         let message = Data("\(timestamp).".utf8) + body
         let mac = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: Data(secret.utf8)))
@@ -87,9 +107,16 @@ struct WebhookChannel: DeliveryProvider {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "Belfry")
         request.headers.add(name: "Belfry-Delivery", value: delivery.id.uuidString)
+        let timestamp = Int(now().timeIntervalSince1970)
         request.headers.add(
-            name: "Belfry-Signature",
-            value: Self.signature(secret: secret, timestamp: Int(now().timeIntervalSince1970), body: body))
+            name: "Belfry-Signature", value: Self.signature(secret: secret, timestamp: timestamp, body: body))
+        // Standard Webhooks: the message id stays the same across a delivery's attempts.
+        let messageID = delivery.id.uuidString.lowercased()
+        request.headers.add(name: "webhook-id", value: messageID)
+        request.headers.add(name: "webhook-timestamp", value: String(timestamp))
+        request.headers.add(
+            name: "webhook-signature",
+            value: Self.standardSignature(key: standardKey, id: messageID, timestamp: timestamp, body: body))
         request.body = .bytes(ByteBuffer(data: body))
         do {
             let response = try await client.execute(request, timeout: timeout)
