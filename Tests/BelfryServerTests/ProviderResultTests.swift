@@ -40,18 +40,16 @@ struct ProviderResultTests {
         #expect(notification.ttlSeconds == 60)
 
         let device = APNsDevice(
-            DeviceStore.Device(
-                id: UUID(), userID: UUID(), platform: .apns, address: "ab12", environment: .sandbox,
-                authorization: .provisional, settings: PushSettings(sound: .disabled, badge: .notSupported),
-                createdAt: Date(), updatedAt: Date()))
+            PushDevice(
+                id: UUID(), address: "ab12", environment: .sandbox, authorization: .provisional,
+                settings: PushSettings(sound: .disabled, badge: .notSupported)))
         #expect(
             device
                 == APNsDevice(
                     token: "ab12", environment: .sandbox, authorization: .provisional, showsAlerts: true,
                     showsBadge: false, playsSound: false))
-        let unknownEnvironment = DeviceStore.Device(
-            id: UUID(), userID: UUID(), platform: .apns, address: "ab12", environment: nil, authorization: .denied,
-            settings: PushSettings(), createdAt: Date(), updatedAt: Date())
+        let unknownEnvironment = PushDevice(
+            id: UUID(), address: "ab12", environment: nil, authorization: .denied, settings: PushSettings())
         #expect(APNsDevice(unknownEnvironment).environment == .production)
         #expect(APNsDevice(unknownEnvironment).authorization == .denied)
     }

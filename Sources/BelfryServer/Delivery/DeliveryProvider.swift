@@ -2,9 +2,10 @@ import BelfryCore
 import Foundation
 import NIOCore
 
-/// One delivery as a provider sees it: the queue's claim reads it whole, content, device and
-/// badge included, so that a provider only shapes and sends.
+/// One delivery as a provider sees it: the queue's claim reads it whole, content and what its
+/// channel kind needs included, so that a provider only shapes and sends.
 struct Delivery: Sendable {
+    /// What a delivery row is: a notification, or an answer forwarded to the backend.
     enum Kind: String, Sendable {
         /// A notification to deliver.
         case notification
@@ -12,10 +13,22 @@ struct Delivery: Sendable {
         case action
     }
 
+    /// What each channel kind needs besides the content, read as it is at the claim.
+    enum Payload: Sendable {
+        /// The notification is in the inbox already: its streams are told.
+        case inbox
+        /// The app's webhook: the notification, or the user's answer to one of its actions.
+        case webhook(action: NotificationAction?)
+        /// One device (`nil`: removed since the delivery was queued), and the user's unread
+        /// count now, the badge a push carries.
+        case push(PushDevice?, unread: Int)
+        /// The user's address (`nil`: removed since) and language now.
+        case email(address: String?, locale: String?)
+        /// A row its channel cannot carry (an answer to an action on a channel other than a webhook).
+        case unsupported(reason: String)
+    }
+
     var id: UUID
-    var kind: Kind = .notification
-    /// For `.action`: the action the user chose.
-    var action: NotificationAction?
     var eventID: UUID
     var channel: ChannelDefinition
     /// This attempt's number, from 1.
@@ -23,19 +36,18 @@ struct Delivery: Sendable {
     var userID: UUID
     var externalUserID: String
     var content: DeliveryContent
-    /// For push channels: the device to deliver to, as it is now.
-    var device: DeviceStore.Device?
-    /// The user's unread inbox count now: the badge a push carries.
-    var unread: Int = 0
-    /// The user's email address and locale as they are now, for email.
-    var email: String? = nil
-    var locale: String? = nil
+    var payload: Payload
     /// For a delayed channel: what makes it unnecessary, and the inbox notification as it is now.
     var condition: CategoryChannelDefinition.Condition? = nil
     var readAt: Date? = nil
     var seenAt: Date? = nil
     /// When its event was accepted (the 202), for the delivery latency metric.
     var acceptedAt: Date? = nil
+
+    /// For push: the device, when it still exists.
+    var device: PushDevice? {
+        if case .push(let device, _) = payload { device } else { nil }
+    }
 
     /// Why this delivery is no longer needed, if it is a fallback whose condition came true.
     var fallbackMet: SkipReason? {
@@ -146,7 +158,7 @@ struct InboxProvider: DeliveryProvider {
     var concurrency: Int { 256 }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        if delivery.kind == .notification { await becameAvailable(delivery.eventID, delivery.userID) }
+        await becameAvailable(delivery.eventID, delivery.userID)
         return .delivered()
     }
 }
@@ -154,4 +166,31 @@ struct InboxProvider: DeliveryProvider {
 extension ChannelKind {
     /// What users call the thing a push channel delivers to, in delivery errors.
     var deviceNoun: String { self == .webPush ? "subscription" : "device" }
+}
+
+/// A device as a push provider needs it, read at the claim: no storage type.
+struct PushDevice: Sendable {
+    var id: UUID
+    /// Its app; `nil`: the platform's one app from the server settings.
+    var app: String? = nil
+    /// The APNs or FCM token, or the Web Push endpoint.
+    var address: String
+    var environment: APNsEnvironment? = nil
+    var topic: String? = nil
+    /// Web Push: the browser's keys.
+    var p256dh: String? = nil
+    var authSecret: String? = nil
+    var authorization: PushAuthorization
+    var settings: PushSettings
+    var retiredAt: Date? = nil
+    var retiredReason: String? = nil
+}
+
+extension DeviceStore.Device {
+    var pushDevice: PushDevice {
+        PushDevice(
+            id: id, app: app, address: address, environment: environment, topic: topic, p256dh: p256dh,
+            authSecret: authSecret, authorization: authorization, settings: settings, retiredAt: retiredAt,
+            retiredReason: retiredReason)
+    }
 }

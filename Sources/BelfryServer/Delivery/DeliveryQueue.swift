@@ -414,15 +414,9 @@ final class DeliveryQueue: Sendable {
     private static func delivery(
         _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery {
-        let actionID = try row.decode(column: "action_id", as: String?.self)
-        let hasDevice = try row.decode(column: "device_row_id", as: UUID?.self) != nil
         let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
         return Delivery(
             id: id,
-            kind: Delivery.Kind(rawValue: try row.decode(column: "kind", as: String.self)) ?? .notification,
-            action: actionID.map { id in
-                category.actions.first { $0.id == id } ?? NotificationAction(id: id, title: id)
-            },
             eventID: try row.decode(column: "event_id", as: UUID.self),
             channel: channel,
             attempt: try row.decode(column: "attempts", as: Int.self),
@@ -439,15 +433,41 @@ final class DeliveryQueue: Sendable {
                 createdAt: try row.decode(column: "created_at", as: Date.self),
                 ttlSeconds: ttl ?? category.push.ttlSeconds,
                 batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
-            device: hasDevice ? try DeviceStore.device(row, prefix: "device_") : nil,
-            unread: try row.decode(column: "unread", as: Int.self),
-            email: try row.decode(column: "user_email", as: String?.self),
-            locale: try row.decode(column: "user_locale", as: String?.self),
+            payload: try payload(row, channel: channel, category: category),
             condition: try row.decode(column: "condition", as: String?.self).flatMap(
                 CategoryChannelDefinition.Condition.init(rawValue:)),
             readAt: try row.decode(column: "read_at", as: Date?.self),
             seenAt: try row.decode(column: "seen_at", as: Date?.self),
             acceptedAt: try row.decode(column: "event_created_at", as: Date.self))
+    }
+
+    /// What the row's channel kind needs, from the claim's columns.
+    private static func payload(
+        _ row: any SQLRow, channel: ChannelDefinition, category: CategoryDefinition
+    ) throws -> Delivery.Payload {
+        let action = try row.decode(column: "action_id", as: String?.self).map { id in
+            category.actions.first { $0.id == id } ?? NotificationAction(id: id, title: id)
+        }
+        let isAction = Delivery.Kind(rawValue: try row.decode(column: "kind", as: String.self)) == .action
+        if isAction && channel.kind != .webhook {
+            return .unsupported(
+                reason: "\(channel.kind.rawValue) channels deliver notifications, not answers to actions")
+        }
+        switch channel.kind {
+        case .inbox:
+            return .inbox
+        case .webhook:
+            return .webhook(action: isAction ? action : nil)
+        case .apns, .fcm, .webPush:
+            let hasDevice = try row.decode(column: "device_row_id", as: UUID?.self) != nil
+            return .push(
+                hasDevice ? try DeviceStore.device(row, prefix: "device_").pushDevice : nil,
+                unread: try row.decode(column: "unread", as: Int.self))
+        case .email:
+            return .email(
+                address: try row.decode(column: "user_email", as: String?.self),
+                locale: try row.decode(column: "user_locale", as: String?.self))
+        }
     }
 
     /// Claimed deliveries with everything their providers need: the notification's content,
@@ -513,9 +533,10 @@ final class DeliveryQueue: Sendable {
             // stop here rather than let one delivery take workers down for ever.
             return .retry(reason: "gave up after \(provider.maxAttempts) attempts; the last ones did not finish")
         }
-        if delivery.channel.kind.isPush {
+        if case .unsupported(let reason) = delivery.payload { return .failed(reason: reason) }
+        if case .push(let device, _) = delivery.payload {
             let noun = delivery.channel.kind.deviceNoun
-            guard let device = delivery.device else { return .failed(reason: "the \(noun) was removed") }
+            guard let device else { return .failed(reason: "the \(noun) was removed") }
             if device.retiredAt != nil {
                 return .failed(reason: "the \(noun) was retired: \(device.retiredReason ?? "no reason given")")
             }

@@ -16,14 +16,16 @@ struct APNsChannel: DeliveryProvider {
     var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        guard let device = delivery.device else { return .failed(reason: "the device was removed") }
+        guard case .push(let device?, let unread) = delivery.payload else {
+            return .failed(reason: "the device was removed")
+        }
         guard let provider = providers[device.app] else { return ByApp<APNsProvider>.missing(device.app, .apns) }
         guard let topic = device.topic ?? provider.configuration.topic else {
             return .failed(reason: "no APNs topic: set BELFRY_APNS_TOPIC or register the device with one")
         }
         guard
             let request = APNsPayload.request(
-                APNsNotification(delivery.content), device: APNsDevice(device), unread: delivery.unread, topic: topic)
+                APNsNotification(delivery.content), device: APNsDevice(device), unread: unread, topic: topic)
         else {
             return .failed(
                 reason: "the device no longer lets the app notify (authorization \(device.authorization.rawValue))")
@@ -72,7 +74,7 @@ extension APNsNotification {
 }
 
 extension APNsDevice {
-    init(_ device: DeviceStore.Device) {
+    init(_ device: PushDevice) {
         self.init(
             token: device.address, environment: device.environment == .sandbox ? .sandbox : .production,
             authorization: Authorization(device.authorization),

@@ -32,7 +32,7 @@ package enum EmailBenchmark {
             content.deliveryID = UUID()
             let delivery = Delivery(
                 id: content.deliveryID, eventID: UUID(), channel: channel, attempt: 1, userID: UUID(),
-                externalUserID: "grace", content: content, email: "grace@example.org")
+                externalUserID: "grace", content: content, payload: .email(address: "grace@example.org", locale: "en"))
             return try composer.message(for: delivery, to: "grace@example.org", locale: "en")
         }
         // One message first, so a connection is open before timing starts.

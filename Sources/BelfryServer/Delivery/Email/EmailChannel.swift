@@ -13,14 +13,14 @@ struct EmailChannel: DeliveryProvider {
     var concurrency: Int { client.configuration.maxConnections }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        guard delivery.kind == .notification else {
-            return .failed(reason: "email channels deliver notifications, not answers to actions")
+        guard case .email(let address, let locale) = delivery.payload else {
+            return .failed(reason: "an email channel got a delivery of another kind")
         }
         // Fan-out skips users without an address; one removed since then ends here.
-        guard let address = delivery.email else { return .failed(reason: "the user has no email address") }
+        guard let address else { return .failed(reason: "the user has no email address") }
         let message: MailMessage
         do {
-            message = try composer.message(for: delivery, to: address, locale: delivery.locale)
+            message = try composer.message(for: delivery, to: address, locale: locale)
         } catch {
             return .failed(reason: "could not compose the email: \(error)")
         }

@@ -17,14 +17,16 @@ struct FCMChannel: DeliveryProvider {
     var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        guard let device = delivery.device else { return .failed(reason: "the device was removed") }
+        guard case .push(let device?, let unread) = delivery.payload else {
+            return .failed(reason: "the device was removed")
+        }
         guard let provider = providers[device.app] else { return ByApp<FCMProvider>.missing(device.app, .fcm) }
         var notification = FCMNotification(delivery.content)
         // FCM counts a message's time to live from the send, not from when the event was accepted.
         notification.ttlSeconds = delivery.content.ttlSeconds.map {
             $0 == 0 ? 0 : max($0 - Int(now().timeIntervalSince(delivery.content.createdAt)), 0)
         }
-        guard let request = FCMPayload.request(notification, device: FCMDevice(device), unread: delivery.unread)
+        guard let request = FCMPayload.request(notification, device: FCMDevice(device), unread: unread)
         else {
             return .failed(
                 reason: "the device no longer lets the app notify (authorization \(device.authorization.rawValue))")
@@ -72,7 +74,7 @@ extension FCMNotification {
 }
 
 extension FCMDevice {
-    init(_ device: DeviceStore.Device) {
+    init(_ device: PushDevice) {
         self.init(
             token: device.address, allowsNotifications: device.authorization.allowsDelivery,
             showsAlerts: device.settings.showsText, showsBadge: device.settings.badge == .enabled)

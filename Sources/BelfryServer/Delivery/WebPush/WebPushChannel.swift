@@ -40,7 +40,9 @@ struct WebPushChannel: DeliveryProvider {
     }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        guard let device = delivery.device else { return .failed(reason: "the subscription was removed") }
+        guard case .push(let device?, let unread) = delivery.payload else {
+            return .failed(reason: "the subscription was removed")
+        }
         guard let tokens = tokens[device.app] else { return ByApp<VAPIDTokens>.missing(device.app, .webPush) }
         let content = delivery.content
         guard let endpoint = URL(string: device.address), let origin = VAPIDKey.origin(of: endpoint),
@@ -60,7 +62,7 @@ struct WebPushChannel: DeliveryProvider {
         do {
             let keys = try WebPushSubscriberKeys(p256dh: p256dh, auth: auth)
             let body = try WebPushEncryption.encrypt(
-                WebPushMessage(content, badge: delivery.unread).encoded(), for: keys)
+                WebPushMessage(content, badge: unread).encoded(), for: keys)
 
             var request = HTTPClientRequest(url: device.address)
             request.method = .POST

@@ -86,19 +86,22 @@ struct WebhookChannel: DeliveryProvider {
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
         let content = delivery.content
+        guard case .webhook(let action) = delivery.payload else {
+            return .failed(reason: "a webhook channel got a delivery of another kind")
+        }
         let body: Data
         do {
             let data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
             body = try Response.jsonEncoder.encode(
                 Envelope(
-                    type: delivery.kind == .action ? "notification.action" : "notification.delivered",
+                    type: action == nil ? "notification.delivered" : "notification.action",
                     deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,
                     user: ["id": delivery.externalUserID],
                     notification: .init(
                         id: content.notificationID, category: content.category.id, tenant: content.tenant,
                         title: content.title, body: content.body, url: content.url, data: data,
                         createdAt: content.createdAt, batch: content.batch),
-                    action: delivery.action))
+                    action: action))
         } catch {
             return .failed(reason: "could not encode the webhook body: \(error)")
         }
