@@ -17,7 +17,10 @@ public enum APNsPayload {
     ) -> APNsRequest? {
         guard device.authorization.allowsDelivery else { return nil }
         let provisional = device.authorization == .provisional
-        guard device.showsAlerts || device.showsBadge else { return nil }
+        // A provisional authorization delivers quietly to the Notification Center: no badge
+        // on the icon, as the system would not show one.
+        let showsBadge = device.showsBadge && !provisional
+        guard device.showsAlerts || showsBadge else { return nil }
 
         // Written by hand, keys in sorted order: Foundation's JSONSerialization (a dynamic cast
         // per value, keys sorted through ICU) took a quarter of the CPU of a push in a profile.
@@ -29,7 +32,7 @@ public enum APNsPayload {
             json.field("title", notification.title)
             json.close()
         }
-        if device.showsBadge { json.field("badge", unread) }
+        if showsBadge { json.field("badge", unread) }
         json.field("category", notification.category)
         if device.showsAlerts {
             // A provisional authorization delivers quietly, whatever the notification asks.

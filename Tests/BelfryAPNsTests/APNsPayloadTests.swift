@@ -44,12 +44,14 @@ struct APNsPayloadTests {
         #expect(aps["mutable-content"] == nil, "no media")
     }
 
-    @Test("provisional: no sound, delivered passively")
+    @Test("provisional: no sound and no badge, delivered passively")
     func provisional() throws {
         let aps = try #require(try Self.aps(Self.device(.provisional)))
         #expect(aps["sound"] == nil)
+        #expect(aps["badge"] == nil, "quiet delivery puts no count on the icon")
         #expect(aps["interruption-level"] as? String == "passive")
         #expect(aps["alert"] != nil)
+        #expect(try Self.aps(Self.device(.provisional, alert: false)) == nil, "a badge alone it would not show")
     }
 
     @Test("alerts off: badge only; sound off: silent; nothing to show: nothing sent")
@@ -181,7 +183,7 @@ struct APNsPayloadTests {
                 aps["interruption-level"] = level.rawValue
             }
         }
-        if device.showsBadge { aps["badge"] = unread }
+        if device.showsBadge && !provisional { aps["badge"] = unread }
         var belfry: [String: Any] = [
             "notification_id": notification.notificationID.uuidString.lowercased(), "tenant": notification.tenant,
         ]

@@ -316,6 +316,14 @@ class PreferenceCenterTests(PagesTestCase):
         self.assertTrue(self.find('input[name="overall:email"][value="required"]').is_selected())
         self.assertFalse(self.find('input[name="overall:email"][value="all"]').is_selected())
 
+    def test_a_category_of_no_section_stands_on_its_own(self):
+        token = self.server.user("una")
+        self.sign_in("preferences", token)
+        unnamed = self.find(".pref-section.unnamed")
+        self.assertEqual(unnamed.find_elements(By.CSS_SELECTOR, "h2"), [], "seed 004: no heading for it")
+        self.assertIn("New activity digest", unnamed.text)
+        self.assertTrue(unnamed.find_element(By.CSS_SELECTOR, 'input[name="category:new-activity-digest"]'))
+
     def test_a_category_switched_off_disables_its_channels(self):
         token = self.server.user("cat")
         self.sign_in("preferences", token)
