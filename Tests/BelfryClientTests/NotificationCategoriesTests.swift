@@ -35,6 +35,42 @@ struct NotificationCategoriesTests {
             clock: clock, store: store)
     }
 
+    /// What the system was given.
+    final class Registrar: NotificationCategoryRegistering, @unchecked Sendable {
+        private let lock = NSLock()
+        private var calls: [[NotificationCategoryRegistration]] = []
+        var registered: [[NotificationCategoryRegistration]] { lock.withLock { calls } }
+        func setNotificationCategories(_ categories: [NotificationCategoryRegistration]) async {
+            lock.withLock { calls.append(categories) }
+        }
+    }
+
+    @Test("one call fetches the categories and registers them with the system, offline from the kept copy")
+    func registersWithTheSystem() async throws {
+        let body = try JSONEncoder().encode(Self.workspace)
+        let offline = Switch()
+        let transport = FakeTransport { _ in
+            if offline.isOn { throw URLError(.notConnectedToInternet) }
+            return (200, ["ETag": "\"w1\"", "Content-Type": "application/json"], body)
+        }
+        let store = InMemoryKeyValueStore()
+        let registrar = Registrar()
+        let registered = try await client(transport, store: store).registerNotificationCategories(with: registrar)
+        #expect(registrar.registered == [registered])
+        #expect(registered.map(\.identifier) == ["edit-user-talk", "mention"])
+        #expect(registered.first?.actions.map(\.identifier) == ["reply", "mark-read", "block"])
+
+        offline.isOn = true
+        let relaunched = client(transport, store: store)
+        let pending = Task { try await relaunched.registerNotificationCategories(with: registrar) }
+        for delay in [0.5, 1, 2] {
+            while clock.sleeperCount == 0 { await Task.yield() }
+            await clock.advance(by: delay)
+        }
+        #expect(try await pending.value == registered)
+        #expect(registrar.registered.count == 2, "registered again at the next launch, from the kept copy")
+    }
+
     @Test("categories come with their actions and hints as plain values; a kept copy is asked for with its ETag")
     func categories() async throws {
         let body = try JSONEncoder().encode(Self.workspace)

@@ -54,6 +54,30 @@ public struct NotificationCategoryRegistration: Sendable, Hashable {
     }
 }
 
+/// Where an app's notification categories are registered with the system: on Apple platforms
+/// ``SystemNotificationCategories`` (`UNUserNotificationCenter.setNotificationCategories`); in
+/// tests, a fake.
+public protocol NotificationCategoryRegistering: Sendable {
+    /// Replaces the app's registered categories with `categories`.
+    func setNotificationCategories(_ categories: [NotificationCategoryRegistration]) async
+}
+
+extension BelfryClient {
+    /// Fetches the workspace's categories (see ``notificationCategories()``) and registers them
+    /// with the system in one call, so that a push's actions show and its taps come back with
+    /// their identifiers. Call it at launch; it is cheap when nothing changed (a 304), and
+    /// works offline from the kept copy.
+    /// - Returns: what was registered.
+    @discardableResult
+    public func registerNotificationCategories(
+        with registrar: some NotificationCategoryRegistering
+    ) async throws(BelfryClientError) -> [NotificationCategoryRegistration] {
+        let categories = try await notificationCategories()
+        await registrar.setNotificationCategories(categories)
+        return categories
+    }
+}
+
 extension BelfryClient {
     static let workspaceKey = "belfry.workspace.v1"
     static let workspaceETagKey = "belfry.workspace.etag.v1"
