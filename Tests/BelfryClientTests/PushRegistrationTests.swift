@@ -297,6 +297,39 @@ struct PushRegistrationTests {
         #expect(server.devices.count == 1)
     }
 
+    @Test("each launch and foreground asks the OS for the token again; a changed one replaces the old device")
+    func tokenRefreshAtLaunch() async throws {
+        _ = try await subscribed()
+        let old = try #require(storedRecord)
+        // The same token at the next launch: asked for, and nothing changes on the server.
+        let same = FakeTokenSource(tokenOnRegister: FakeTokenSource.token(1))
+        let relaunched = registration(FakeAuthorizer(.authorized), same)
+        await relaunched.login(user: "ada", tenants: ["enwiki", "dewiki"])
+        await relaunched.settled()
+        #expect(same.registerCalls == 1, "asked at launch, though a record is saved")
+        #expect(relaunched.record?.deviceID == old.deviceID)
+        #expect(server.deletions.isEmpty)
+        // Restored on a new phone: the OS gives another token, found at the next foreground.
+        let restored = FakeTokenSource(tokenOnRegister: FakeTokenSource.token(7))
+        let again = registration(FakeAuthorizer(.authorized), restored)
+        await again.login(user: "ada", tenants: ["enwiki", "dewiki"])
+        try await Eventually.until("the new token registered") {
+            again.record?.token == FakeTokenSource.token(7).hexToken
+        }
+        await again.settled()
+        #expect(again.phase == .on)
+        #expect(server.deletions.map(\.id) == [old.deviceID.uuidString], "the old device is removed")
+        await again.recheck()
+        await again.settled()
+        #expect(restored.registerCalls == 2, "and asked again at the foreground")
+        // Permission revoked: nothing is asked.
+        let denied = FakeTokenSource()
+        let off = registration(FakeAuthorizer(.denied), denied)
+        await off.login(user: "ada", tenants: ["enwiki", "dewiki"])
+        await off.settled()
+        #expect(denied.registerCalls == 0)
+    }
+
     @Test("seed 000 step 10 is off by default: permission granted in Settings does not subscribe by itself")
     func step10OffByDefault() async {
         let authorizer = FakeAuthorizer(.authorized)

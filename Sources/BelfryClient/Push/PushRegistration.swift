@@ -359,6 +359,10 @@ public final class PushRegistration {
             }
             if self.record != nil {
                 phase = Self.phase(subscribedWith: status)
+                // At each launch and foreground, ask the OS for the token again: it may have
+                // changed (a restore, a reinstall), and a new one replaces the old on the server
+                // when it arrives (`tokenArrived`).
+                if status.allowsDelivery { await tokenSource.register() }
             }
             return
         }
