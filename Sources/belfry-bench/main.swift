@@ -52,16 +52,7 @@ default:
 }
 
 /// This process's CPU time so far, user and system, in seconds.
-func processCPUSeconds() -> Double {
-    var usage = rusage()
-    #if canImport(Glibc)
-        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
-    #else
-        getrusage(RUSAGE_SELF, &usage)
-    #endif
-    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
-    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
+func processCPUSeconds() -> Double { ProcessFigures.cpuSeconds }
 
 func benchmarkAPNs(count: Int, concurrency: Int) async throws {
     // The server has an event loop of its own, as it has under h2load (another process): the

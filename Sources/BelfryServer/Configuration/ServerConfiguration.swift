@@ -346,13 +346,7 @@ public struct ServerConfiguration: Sendable {
             text.isEmpty || text.count > 255
                 ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
         }
-        let apnsURL = pick(.apnsURL) { text -> Result<String, ConfigurationProblem> in
-            guard (try? HTTP2Client.Origin(text)) != nil else {
-                return .failure(
-                    .init("expected an https URL without a query, such as https://host:port, got \"\(text)\""))
-            }
-            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
-        }
+        let apnsURL = pick(.apnsURL, parse: pushServiceURL)
         var apns: APNs?
         switch (apnsKey, apnsKeyID, apnsTeamID) {
         case (let key?, let keyID?, let teamID?):
@@ -373,13 +367,7 @@ public struct ServerConfiguration: Sendable {
             }
         }
         let fcmServiceAccount = pick(.fcmServiceAccount) { readServiceAccount($0, readFile: readFile) }
-        let fcmURL = pick(.fcmURL) { text -> Result<String, ConfigurationProblem> in
-            guard (try? HTTP2Client.Origin(text)) != nil else {
-                return .failure(
-                    .init("expected an https URL without a query, such as https://host:port, got \"\(text)\""))
-            }
-            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
-        }
+        let fcmURL = pick(.fcmURL, parse: pushServiceURL)
         var fcm: FCM?
         if let fcmServiceAccount {
             fcm = FCM(serviceAccountJSON: fcmServiceAccount, url: fcmURL ?? FCM.googleURL)
@@ -477,6 +465,15 @@ public struct ServerConfiguration: Sendable {
             apns: apns, fcm: fcm, apps: apps, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
+    }
+
+    /// A push service's host instead of the provider's own (a stand-in, a proxy): an https URL
+    /// without a query, kept without a trailing slash.
+    static func pushServiceURL(_ text: String) -> Result<String, ConfigurationProblem> {
+        guard (try? HTTP2Client.Origin(text)) != nil else {
+            return .failure(.init("expected an https URL without a query, such as https://host:port, got \"\(text)\""))
+        }
+        return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
     }
 
     /// Reads an APNs token signing key (a `.p8` file).

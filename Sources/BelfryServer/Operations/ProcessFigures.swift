@@ -8,11 +8,12 @@ import Foundation
 
 /// The process's own figures for `/metrics`: CPU time, resident memory, open file descriptors,
 /// when it started. Read from the kernel at each scrape.
-enum ProcessFigures {
+package enum ProcessFigures {
     /// When the process started (close enough: when this type was first used, at start-up).
     static let startTime = Date().timeIntervalSince1970.rounded()
 
-    static var cpuSeconds: Double {
+    /// CPU time the process has used, user and system, in seconds.
+    package static var cpuSeconds: Double {
         var usage = rusage()
         #if canImport(Glibc)
             getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
