@@ -316,6 +316,17 @@ class PreferenceCenterTests(PagesTestCase):
         self.assertTrue(self.find('input[name="overall:email"][value="required"]').is_selected())
         self.assertFalse(self.find('input[name="overall:email"][value="all"]').is_selected())
 
+    def test_only_channels_the_server_delivers_are_offered(self):
+        # This server has Web Push and email, no APNs key, no FCM account, and a webhook that is
+        # the backend's own.
+        token = self.server.user("oli")
+        self.sign_in("preferences", token)
+        labels = {label.text for label in self.driver.find_elements(By.CSS_SELECTOR, "#category-mention label")}
+        self.assertTrue({"In-app inbox", "Browser push", "Email"} <= labels, labels)
+        text = self.find("main").text
+        for absent in ("iOS push", "Android push", "Integrations", "BELFRY_"):
+            self.assertNotIn(absent, text)
+
     def test_a_category_of_no_section_stands_on_its_own(self):
         token = self.server.user("una")
         self.sign_in("preferences", token)
