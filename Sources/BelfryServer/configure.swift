@@ -247,6 +247,7 @@ public func configure(
     try app.register(collection: UsersController())
     try app.register(collection: PreferencesController())
     try app.register(collection: EventsController())
+    try app.register(collection: MessagesController())
     try app.register(collection: TopicsController())
     try app.register(collection: QuietHoursController())
     try app.register(collection: InboxController())

@@ -235,9 +235,9 @@ struct ConsoleTests {
                     try await app.belfry.consoleData.user(
                         "ada", before: older, preferences: app.belfry.preferenceStore, devices: app.belfry.deviceStore,
                         on: app.db))
-                messages += detail.messages.map(\.delivery.id)
+                messages += detail.messages.map(\.id)
                 older = detail.older
-                #expect(detail.messages.allSatisfy { !$0.delivery.attemptLog.isEmpty })
+                #expect(detail.messages.allSatisfy { !$0.attempts.isEmpty })
             } while older != nil
             #expect(messages.count == Set(messages).count)
             #expect(messages.count == 60, "one push each")

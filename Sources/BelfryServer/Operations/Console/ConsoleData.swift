@@ -48,14 +48,7 @@ struct ConsoleData: Sendable {
         var attemptLog: [Attempt] = []
     }
 
-    struct Attempt: Sendable {
-        var number: Int
-        var startedAt: Date
-        var finishedAt: Date
-        var outcome: String
-        var statusCode: Int?
-        var error: String?
-    }
+    typealias Attempt = MessageRecord.Attempt
 
     /// What an event said: its notification's title, body, link and data (JSON text).
     struct EventContent: Sendable {
@@ -173,7 +166,7 @@ struct ConsoleData: Sendable {
         let total =
             try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
             .where("event_id", .equal, id).first()?.decode(column: "n", as: Int.self) ?? 0
-        let logs = try await attemptLogs(of: rows.map(\.id), on: db)
+        let logs = try await MessageLog.attempts(of: rows.map(\.id), on: db)
         for index in rows.indices { rows[index].attemptLog = logs[rows[index].id] ?? [] }
         let row = try await sql.select().columns("title", "body", "url", "data").from("events").where("id", .equal, id)
             .first()

@@ -144,23 +144,23 @@ extension ConsolePages {
                             el("tr") {
                                 el("td") { timestamp(message.createdAt) }
                                 el("td") {
-                                    el("a", .href("/admin/events/\(message.event.uuidString.lowercased())")) {
+                                    el("a", .href("/admin/events/\(message.eventID.uuidString.lowercased())")) {
                                         message.title.isEmpty ? message.category : message.title
                                     }
                                     el("span", .class("muted")) { " \(message.category)" }
                                 }
-                                el("td") { message.delivery.channel }
+                                el("td") { message.channel }
                                 el("td") {
-                                    el("span", .class("state state-\(message.delivery.status)")) {
-                                        message.delivery.status
+                                    el("span", .class("state state-\(message.status)")) {
+                                        message.status
                                     }
-                                    if let error = message.delivery.lastError {
+                                    if let error = message.lastError {
                                         el("span", .class("error-text")) { " \(inWords(error))" }
                                     }
                                 }
                                 el("td") {
                                     el("ol", .class("attempts")) {
-                                        for attempt in message.delivery.attemptLog {
+                                        for attempt in message.attempts {
                                             el("li") {
                                                 "\(timestamp(attempt.finishedAt)) \(attempt.outcome)"
                                                     + (attempt.statusCode.map { " (\($0))" } ?? "")
