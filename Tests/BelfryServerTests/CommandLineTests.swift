@@ -188,6 +188,32 @@ struct CommandLineTests {
         #expect(try TestProcess.run(Self.executable, ["--version"]) == belfryVersion + "\n")
     }
 
+    @Test("messages lists the message log with filters and a next page, and shows one with its attempts")
+    func messages() async throws {
+        let directory = try Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("belfry.sqlite").path
+        try await withBelfryApp(location: .sqlite(path: path)) { app, _ in
+            _ = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
+            _ = try await app.deliveryQueue?.runOnce()
+        }
+        let run = { (arguments: [String]) in try TestProcess.run(Self.executable, arguments + ["--database", path]) }
+        let all = Self.table(try run(["messages"]))
+        #expect(all.count >= 2)
+        #expect(all.allSatisfy { $0.count == 8 })
+        let ada = Self.table(try run(["messages", "list", "--user", "ada", "--channel", "webhook", "--limit", "1"]))
+        #expect(ada.count == 1 && ada[0][2] == "ada" && ada[0][3] == "webhook" && ada[0][4] == "failed")
+        let page = try run(["messages", "list", "--channel", "webhook", "--limit", "1"])
+        let more = try #require(page.split(separator: "\n").last { $0.hasPrefix("More: ") })
+        #expect(more.contains("belfry messages list --channel webhook --limit 1 --after "))
+        let shown = try JSONDecoder.iso8601.decode(
+            MessageRecord.self, from: Data(try run(["messages", "show", ada[0][0], "--json"]).utf8))
+        #expect(shown.user == "ada" && shown.attempts.count == 1)
+        #expect(shown.attempts.first?.error == "no provider for webhook channels is configured")
+        let unknown = try #require(throws: TestProcess.Failure.self) { try run(["messages", "--user", "nobody"]) }
+        #expect(unknown.status == 1 && unknown.output.contains(#"no user "nobody""#))
+    }
+
     @Test("deliveries lists the failed and dead and retries them by id or by channel")
     func deliveries() async throws {
         let directory = try Self.temporaryDirectory()
