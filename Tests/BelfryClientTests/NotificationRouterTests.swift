@@ -107,4 +107,31 @@ struct NotificationRouterTests {
                 navigation: NavigationState(isOnNotificationCenter: true))
                 == .none)
     }
+
+    @Test("seed 001: in an article a toast, with the bell in view its badge, elsewhere the system decides")
+    func seed001ToastRule() {
+        let everything = PushSettings()
+        for authorization in [PushAuthorization.authorized, .denied, .provisional] {
+            #expect(
+                ForegroundPresentation.decide(
+                    settings: everything, authorization: authorization,
+                    navigation: NavigationState(isReadingArticle: true)) == .inAppToast,
+                "reading an article, push \(authorization)")
+            #expect(
+                ForegroundPresentation.decide(
+                    settings: everything, authorization: authorization,
+                    navigation: NavigationState(isBellVisible: true)) == .bellBadge,
+                "the bell in view, push \(authorization)")
+        }
+        // A modal over the article or the feed hides the bell and the article: the system decides.
+        #expect(
+            ForegroundPresentation.decide(
+                settings: everything, authorization: .authorized,
+                navigation: NavigationState(presentedModals: 1, isBellVisible: true))
+                == .systemBanner([.banner, .list, .sound, .badge]))
+        #expect(
+            ForegroundPresentation.decide(
+                settings: everything, authorization: .denied,
+                navigation: NavigationState(presentedModals: 1, isReadingArticle: true)) == .inAppToast)
+    }
 }

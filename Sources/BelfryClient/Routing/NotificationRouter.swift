@@ -33,15 +33,22 @@ public struct NavigationState: Sendable, Equatable {
     public var isOnNotificationCenter: Bool
     /// The app finished launching and can navigate (false early in a cold launch).
     public var isReady: Bool
+    /// The bell is on screen (the explore feed's top bar, or the top bar of the screen the app
+    /// opens on): its badge shows a new notification without anything covering the screen.
+    public var isBellVisible: Bool
+    /// The user is reading an article (seed 001): a notification arrives as the app's toast.
+    public var isReadingArticle: Bool
 
     public init(
         presentedModals: Int = 0, editorHasUnsavedChanges: Bool = false, isOnNotificationCenter: Bool = false,
-        isReady: Bool = true
+        isReady: Bool = true, isBellVisible: Bool = false, isReadingArticle: Bool = false
     ) {
         self.presentedModals = presentedModals
         self.editorHasUnsavedChanges = editorHasUnsavedChanges
         self.isOnNotificationCenter = isOnNotificationCenter
         self.isReady = isReady
+        self.isBellVisible = isBellVisible
+        self.isReadingArticle = isReadingArticle
     }
 }
 
@@ -132,6 +139,9 @@ public enum ForegroundPresentation: Sendable, Equatable {
     case systemBanner(Set<PresentationOption>)
     /// The app's own toast; tapping it routes like a notification tap.
     case inAppToast
+    /// The bell on screen shows it: its badge counts it, and nothing covers the screen. The
+    /// notification is listed in the system's notification center when push allows it.
+    case bellBadge
     /// Nothing: the user is already looking at the notification center, which updates live.
     case none
 
@@ -139,7 +149,8 @@ public enum ForegroundPresentation: Sendable, Equatable {
         case banner, list, sound, badge
     }
 
-    /// Decides for one notification.
+    /// Decides for one notification, by seed 001's rule: where the user is first, the system's
+    /// permission second.
     /// - Parameters:
     ///   - settings: the device's notification settings; `nil` when push is not authorized.
     ///   - navigation: where the user is.
@@ -148,7 +159,13 @@ public enum ForegroundPresentation: Sendable, Equatable {
     )
         -> ForegroundPresentation
     {
-        if navigation.isOnNotificationCenter && navigation.presentedModals == 0 { return .none }
+        if navigation.presentedModals == 0 {
+            if navigation.isOnNotificationCenter { return .none }
+            // Reading an article: the app's toast, which the reader can tap or let pass.
+            if navigation.isReadingArticle { return .inAppToast }
+            // The bell is in view: its badge tells, without covering the screen.
+            if navigation.isBellVisible { return .bellBadge }
+        }
         // Push turned on in the app's Settings and allowed by the OS: the system style, on top of the app.
         guard authorization == .authorized || authorization == .ephemeral, let settings,
             settings.alert == .enabled
