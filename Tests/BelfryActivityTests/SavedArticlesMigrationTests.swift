@@ -37,6 +37,28 @@ struct SavedArticlesMigrationTests {
         Dictionary(try store.allArticles().map { ($0.articleKey, $0.savedDate) }, uniquingKeysWith: max)
     }
 
+    @Test("seed 002: runIfNeeded moves a batch at a time within its budget, then does nothing once done")
+    func runIfNeeded() async throws {
+        try await withFiles { files in
+            let legacy = try files.legacy()
+            let expected = try seed(legacy, count: 25)
+            let store = try files.store()
+            let migration = SavedArticlesMigration(
+                recorder: SavedArticlesRecorder(legacy: legacy, store: store), batchSize: 10)
+            // No budget: one batch, at launch.
+            let first = await migration.runIfNeeded(budget: .zero)
+            #expect(first.batchCount == 1 && first.migratedCount == 10 && !first.isComplete)
+            #expect(try legacy.pendingCount() == 15)
+            // A foreground with time to spare: the rest.
+            let second = await migration.runIfNeeded(budget: .seconds(60))
+            #expect(second.migratedCount == 15 && second.isComplete)
+            #expect(try dates(store) == expected)
+            // Done: later calls touch nothing.
+            let third = await migration.runIfNeeded(budget: .seconds(60))
+            #expect(third.batchCount == 0 && third.isComplete)
+        }
+    }
+
     @Test("seed 002 (engineering): the migration copies saved dates in batches and marks legacy rows migrated")
     func copiesInBatches() async throws {
         try await withFiles { files in

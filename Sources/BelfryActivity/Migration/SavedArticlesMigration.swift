@@ -17,6 +17,8 @@ public struct SavedArticlesMigration: Sendable {
     public let recorder: SavedArticlesRecorder
     /// Legacy rows per batch.
     public let batchSize: Int
+    /// Set once a run found nothing left: later `runIfNeeded` calls return at once.
+    private let finished = FinishedFlag()
 
     /// - Parameters:
     ///   - recorder: the app's recorder, so that batches and saves never interleave.
@@ -24,6 +26,35 @@ public struct SavedArticlesMigration: Sendable {
     public init(recorder: SavedArticlesRecorder, batchSize: Int = 200) {
         self.recorder = recorder
         self.batchSize = max(1, batchSize)
+    }
+
+    /// For launch and foreground (seed 002's "regularly"): batches until nothing is pending, a
+    /// batch fails, or `budget` is spent on `clock`, always at least one batch, so that a large
+    /// old store moves a little at each visit without holding up the app. Once a run found
+    /// nothing left, later calls do no work at all.
+    public func runIfNeeded<C: Clock>(budget: C.Duration, clock: C) async -> MigrationReport {
+        var report = MigrationReport()
+        if finished.isSet {
+            report.isComplete = true
+            return report
+        }
+        let deadline = clock.now.advanced(by: budget)
+        repeat {
+            let batch = await recorder.migrateBatch(limit: batchSize)
+            report.add(batch)
+            if batch.failure != nil { return report }
+            if batch.fetched < batchSize {
+                report.isComplete = true
+                finished.set()
+                return report
+            }
+        } while clock.now < deadline && !Task.isCancelled
+        return report
+    }
+
+    /// ``runIfNeeded(budget:clock:)`` on the continuous clock.
+    public func runIfNeeded(budget: Duration) async -> MigrationReport {
+        await runIfNeeded(budget: budget, clock: ContinuousClock())
     }
 
     /// Runs batches until nothing is pending, a batch fails, or the task is cancelled.
@@ -90,4 +121,14 @@ public struct MigrationReport: Sendable, Equatable {
         skipped += batch.skipped
         failure = batch.failure
     }
+}
+
+/// Whether a migration has seen its end, shared by the copies of a `SavedArticlesMigration`.
+private final class FinishedFlag: @unchecked Sendable {
+    // @unchecked: the flag is read and set under `lock`.
+    private let lock = NSLock()
+    private var value = false
+
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
 }
