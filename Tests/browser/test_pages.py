@@ -643,6 +643,15 @@ class PushSubscribedTests(PagesTestCase):
         devices = listed["devices"]
         self.assertEqual([(d["platform"], d["endpoint"]) for d in devices], [("web_push", keys["endpoint"])])
 
+        # A push type turned off here is off for this browser on every site of the user (seed 000
+        # step 7), not only the one shown.
+        self.find("#pt-mention").click()
+        self.wait(lambda d: self.find("#save-status").text == "Saved.", "the type was not saved")
+        for site in ("enwiki", "dewiki"):
+            channels = {c["channel"]: c["preference"]
+                        for c in category_preference(self.server.preferences(token, site), "mention")["channels"]}
+            self.assertEqual(channels["web_push"], "opt_out", site)
+
         # Shown again later, the page still knows push is on.
         self.driver.refresh()
         self.wait(lambda d: self.find("#push").get_attribute("data-state") == "on", "not on after reload")

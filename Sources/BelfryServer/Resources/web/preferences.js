@@ -39,6 +39,9 @@
 
   const confirmed = new Map(keys().map((key) => [key, read(key)]));
   const pending = new Map();
+  // Keys changed from "push on this browser": a browser's push types apply on every site of the
+  // user (seed 000 step 7, as the app's push settings do), not only the one shown.
+  const everywhere = new Set();
   let timer = null;
   let inFlight = Promise.resolve();
 
@@ -78,18 +81,27 @@
   async function flush() {
     timer = null;
     const batch = Array.from(pending).filter(([key, value]) => confirmed.get(key) !== value);
+    const wide = new Set(everywhere);
     pending.clear();
+    everywhere.clear();
     if (batch.length === 0) {
       setStatus("");
       return;
     }
     setStatus("Saving…");
     try {
-      const answer = await Belfry.api("/v1/me/preferences/changes", {
-        method: "POST",
-        body: { tenants: [tenant], changes: batch.map(([key, value]) => change(key, value)) },
-      });
-      adopt(answer.results[0].preferences);
+      const here = batch.filter(([key]) => !wide.has(key));
+      const all = batch.filter(([key]) => wide.has(key));
+      const sites = Array.from(new Set([tenant, ...userTenants]));
+      for (const [part, tenants] of [[here, [tenant]], [all, sites]]) {
+        if (part.length === 0) continue;
+        const answer = await Belfry.api("/v1/me/preferences/changes", {
+          method: "POST",
+          body: { tenants, changes: part.map(([key, value]) => change(key, value)) },
+        });
+        // The site shown comes first in the answer.
+        adopt(answer.results[0].preferences);
+      }
       if (pending.size === 0) setStatus("Saved.");
     } catch (error) {
       for (const [key] of batch) {
@@ -107,6 +119,7 @@
     const value = control.type === "radio" ? control.value : control.checked ? "opt_in" : "opt_out";
     show(key, value);
     pending.set(key, value);
+    if (control.closest("#push-types")) everywhere.add(key);
     setStatus("Changes are saved automatically…");
     clearTimeout(timer);
     timer = setTimeout(() => { inFlight = inFlight.then(flush); }, DEBOUNCE_MS);
