@@ -664,6 +664,30 @@ class PushSubscribedTests(PagesTestCase):
         self.assertIn({"unsubscribed": True}, self.driver.execute_script("return window.__pushCalls"))
 
 
+    def test_signing_out_unsubscribes_this_browser(self):
+        self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": self.STAND_IN})
+        self.driver.execute_cdp_cmd("Browser.setPermission", {
+            "permission": {"name": "notifications"}, "setting": "granted", "origin": self.server.base,
+        })
+        token = self.server.user("sol")
+        keys = self.subscription_keys()
+        self.sign_in("preferences", token)
+        self.driver.execute_script("localStorage.setItem('test.push.keys', arguments[0])", json.dumps(keys))
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "off")
+        self.find("#push-toggle").click()
+        self.wait(lambda d: self.find("#push").get_attribute("data-state") == "on", "push did not turn on")
+        self.assertEqual(len(self.server.request("GET", "/v1/me/devices", token=token)[1]["devices"]), 1)
+
+        self.find("#signout button").click()
+        self.wait(lambda d: d.find_element(By.CSS_SELECTOR, "h1").text == "Signed out", "no signed-out page")
+        self.assertIsNone(self.driver.get_cookie("belfry_session"))
+        # The device is removed in the background (seed 000 step 9).
+        self.wait(lambda d: self.server.request("GET", "/v1/me/devices", token=token)[1]["devices"] == [],
+                  "the browser's device was not removed")
+        self.driver.get(self.server.base + "/preferences")
+        self.assertNotEqual(self.find("h1").text, "Notification preferences", "signed out: the page asks first")
+
+
 class ServiceWorkerTests(PagesTestCase):
     """The service worker's handlers, run in Chromium's JavaScript engine with stand-ins for
     the worker's `registration` and `clients` (no push service can deliver a real push here)."""

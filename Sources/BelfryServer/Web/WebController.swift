@@ -16,6 +16,7 @@ struct WebController: RouteCollection {
         pages.post("inbox", use: changeInbox)
         pages.grouped(RateLimitMiddleware(byAddress: .public)).post("web", "session", use: signIn)
         routes.post("web", "session", "token", use: apiToken)
+        pages.post("web", "signout", use: signOut)
         routes.get("web", ":file", use: asset)
         routes.get("sw.js", use: serviceWorker)
     }
@@ -199,6 +200,26 @@ struct WebController: RouteCollection {
         return WebLayout(
             page: page, title: title, userName: user.externalID, unread: counts.unread,
             csrf: req.webSigner.csrfToken(for: session), apiToken: token.token, scripts: scripts)
+    }
+
+    /// Ends this browser's session: the cookie is cleared and a page says so. The page's script
+    /// has already unsubscribed the browser from push, so that a shared computer stops getting
+    /// the user's notifications.
+    @Sendable func signOut(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        guard let page = form["page"].flatMap(WebLayout.Page.init(rawValue:)) else {
+            throw BelfryError.badRequest("This form has no page to sign out of. Reload the page and try again.")
+        }
+        let (_, user) = try await requireSessionForChange(req, page: page, form: form)
+        req.logger.info("signed out of the web pages", metadata: ["belfry.user": "\(user.externalID)"])
+        let response = WebResponse.html(
+            WebResponse.standalone(title: "Signed out", kind: "signed-out-page") {
+                el("p") { "You are signed out on this browser. Open a link from the app or an email to come back." }
+            })
+        response.cookies[WebSession.cookieName] = HTTPCookies.Value(
+            string: "", expires: Date(timeIntervalSince1970: 0), maxAge: 0, path: "/", isSecure: true,
+            isHTTPOnly: true, sameSite: .lax)
+        return response
     }
 
     /// `POST /web/session/token?page=…` (session cookie and `X-CSRF-Token`): a fresh token for

@@ -87,6 +87,13 @@ struct WebLayout {
                     el("span", .class("visually-hidden")) { "Signed in as " }
                     userName
                 }
+                // push.js unsubscribes this browser first, in the background (seed 000 step 9).
+                el("form", .init("method", "post"), .init("action", "/web/signout"), .id("signout"), .class("signout"))
+                {
+                    void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+                    void("input", .type("hidden"), .name("page"), .value(page.rawValue))
+                    el("button", .type("submit"), .class("button-secondary")) { "Sign out" }
+                }
             }
         }
     }

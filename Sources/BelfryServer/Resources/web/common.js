@@ -66,3 +66,19 @@ window.Belfry = (() => {
 
   return { api, toast, csrf, token: () => token, refreshToken };
 })();
+
+// Signing out of the pages, from any page, unsubscribes this browser from push (seed 000 step 9):
+// the form goes on at once; the device's removal and the unsubscribe finish in the background.
+document.getElementById("signout")?.addEventListener("submit", () => {
+  const device = localStorage.getItem("belfry.push.device");
+  localStorage.removeItem("belfry.push.device");
+  if (device) {
+    fetch(`/v1/me/devices/${encodeURIComponent(device)}`, {
+      method: "DELETE", keepalive: true, headers: { Authorization: `Bearer ${Belfry.token()}` },
+    });
+  }
+  navigator.serviceWorker?.getRegistration("/")
+    .then((registration) => registration?.pushManager.getSubscription())
+    .then((subscription) => subscription?.unsubscribe())
+    .catch(() => {});
+});
