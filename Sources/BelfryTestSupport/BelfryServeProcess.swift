@@ -24,7 +24,12 @@ public struct BelfryServeProcess: Sendable {
         let process = try BackgroundProcess(
             executable, ["serve", "--port", "0", "--database", database] + arguments, environment: environment)
         do {
-            let output = try await process.waitForOutput(containing: readyLine)
+            var output = try await process.waitForOutput(containing: readyLine)
+            // The ready line may be a log line (standard error) that comes before the banner's
+            // "listening on" (standard output): then wait for that too.
+            if output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/) == nil {
+                output = try await process.waitForOutput(containing: "Belfry listening on ")
+            }
             guard let text = output.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/)?.output.1,
                 let port = Int(text)
             else {
