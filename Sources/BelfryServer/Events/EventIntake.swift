@@ -16,6 +16,8 @@ struct EventIntake: Sendable {
     /// How deep `data` may nest: lists and objects inside one another.
     static let maxDataDepth = 32
     static let idempotencyWindow: TimeInterval = 24 * 3600
+    /// How long storing an event may take on PostgreSQL before the request is answered 503.
+    static let storeDeadline: TimeInterval = 4
     /// Recipients per INSERT statement: well under SQLite's 32 766 bound parameters.
     static let insertBatch = 500
 
@@ -45,7 +47,15 @@ struct EventIntake: Sendable {
     /// Checks `request` and stores it; throws a clear error naming every problem.
     func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
-        let (id, replayed, recipients) = try await store(event, source: source, on: db)
+        // On PostgreSQL a query sent just as its connection was lost may never end, and nothing
+        // else may fail to tell of it: the store gives up after a few seconds, which answers 503
+        // (send it again, with its Idempotency-Key) and replaces the pool.
+        let (id, replayed, recipients) =
+            storage.kind == .postgres
+            ? try await withDeadline(Self.storeDeadline, "storing an event") {
+                try await store(event, source: source, on: db)
+            }
+            : try await store(event, source: source, on: db)
         if !replayed && source == .api { metrics.event("accepted") }
         wake()
         return Accepted(id: id, replayed: replayed, recipients: recipients)
