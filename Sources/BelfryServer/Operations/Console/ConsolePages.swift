@@ -587,15 +587,7 @@ enum ConsolePages {
                                         .compactMap { $0 }.joined(separator: ": ")
                                 }
                                 el("td") {
-                                    el("ol", .class("attempts")) {
-                                        for attempt in delivery.attemptLog {
-                                            el("li") {
-                                                "\(timestamp(attempt.finishedAt)) \(attempt.outcome)"
-                                                    + (attempt.statusCode.map { " (\($0))" } ?? "")
-                                                    + (attempt.error.map { ": \($0)" } ?? "")
-                                            }
-                                        }
-                                    }
+                                    attemptList(delivery.attemptLog, showingErrors: true)
                                 }
                                 el("td") {
                                     if ended.contains(delivery.status) {
@@ -608,6 +600,20 @@ enum ConsolePages {
                 }.labellingCells()
                 if detail.more > 0 {
                     el("p", .class("muted")) { "\(detail.more) more deliveries are not listed." }
+                }
+            }
+        }
+    }
+
+    /// A delivery's attempts, oldest first: time, outcome and the provider's status (and its
+    /// error, where the page has no other place for it).
+    static func attemptList(_ attempts: [ConsoleData.Attempt], showingErrors: Bool) -> HTML {
+        el("ol", .class("attempts")) {
+            for attempt in attempts {
+                el("li") {
+                    "\(timestamp(attempt.finishedAt)) \(attempt.outcome)"
+                        + (attempt.statusCode.map { " (\($0))" } ?? "")
+                        + (showingErrors ? attempt.error.map { ": \($0)" } ?? "" : "")
                 }
             }
         }

@@ -159,14 +159,8 @@ extension ConsolePages {
                                     }
                                 }
                                 el("td") {
-                                    el("ol", .class("attempts")) {
-                                        for attempt in message.attempts {
-                                            el("li") {
-                                                "\(timestamp(attempt.finishedAt)) \(attempt.outcome)"
-                                                    + (attempt.statusCode.map { " (\($0))" } ?? "")
-                                            }
-                                        }
-                                    }
+                                    // The status column shows the last error already.
+                                    attemptList(message.attempts, showingErrors: false)
                                 }
                             }
                         }
