@@ -16,9 +16,18 @@ struct WebhookChannel: DeliveryProvider {
     let url: String
     let secret: String
     let client: HTTPClient
-    /// The key of the Standard Webhooks signature.
-    var standardKey: SymmetricKey { Self.standardKey(secret) }
     let now: @Sendable () -> Date
+    /// The key of the Standard Webhooks signature, derived once from the secret.
+    let standardKey: SymmetricKey
+
+    init(url: String, secret: String, client: HTTPClient, now: @escaping @Sendable () -> Date) {
+        self.url = url
+        self.secret = secret
+        self.client = client
+        self.now = now
+        standardKey = Self.standardKey(secret)
+    }
+
     var maxAttempts: Int { 8 }
     /// One request per connection of the client's pool for the receiver's host: a claimed
     /// delivery is sent at once, never left waiting for a connection while its lease runs out
