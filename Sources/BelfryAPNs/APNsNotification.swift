@@ -34,12 +34,15 @@ public struct APNsNotification: Sendable, Hashable {
     public var ttlSeconds: Int?
     /// For a digest: how many events it gathered (the alert already summarizes them).
     public var batchCount: Int?
+    /// A background notification (`apns-push-type: background`): wakes the app to fetch, shows
+    /// nothing.
+    public var background: Bool
 
     public init(
         id: UUID, notificationID: UUID, category: String, tenant: String, title: String, body: String,
         url: String? = nil, imageURL: String? = nil, data: String? = nil, threadID: String? = nil,
         collapseID: String? = nil, interruptionLevel: InterruptionLevel? = nil, urgent: Bool = true,
-        createdAt: Date, ttlSeconds: Int? = nil, batchCount: Int? = nil
+        createdAt: Date, ttlSeconds: Int? = nil, batchCount: Int? = nil, background: Bool = false
     ) {
         self.id = id
         self.notificationID = notificationID
@@ -57,6 +60,7 @@ public struct APNsNotification: Sendable, Hashable {
         self.createdAt = createdAt
         self.ttlSeconds = ttlSeconds
         self.batchCount = batchCount
+        self.background = background
     }
 }
 

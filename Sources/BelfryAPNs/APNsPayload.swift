@@ -15,6 +15,7 @@ public enum APNsPayload {
     public static func request(
         _ notification: APNsNotification, device: APNsDevice, unread: Int, topic: String
     ) -> APNsRequest? {
+        if notification.background { return backgroundRequest(notification, device: device, topic: topic) }
         guard device.authorization.allowsDelivery else { return nil }
         let provisional = device.authorization == .provisional
         // A provisional authorization delivers quietly to the Notification Center: no badge
@@ -43,6 +44,45 @@ public enum APNsPayload {
             if let thread = notification.threadID { json.field("thread-id", thread) }
         }
         json.close()
+        custom(notification, into: &json)
+        let payload = json.finish()
+
+        var headers: [(String, String)] = [
+            ("apns-push-type", "alert"),
+            ("apns-id", notification.id.uuidString.lowercased()),
+            ("apns-topic", topic),
+            // 10 sends at once; 5 lets the device save power. A badge-only update is never urgent.
+            ("apns-priority", notification.urgent && device.showsAlerts ? "10" : "5"),
+        ]
+        headers += expiryAndCollapse(notification)
+        return APNsRequest(
+            deviceToken: device.token, environment: device.environment, headers: headers, payload: payload)
+    }
+
+    /// A background notification: `content-available` and Belfry's dictionary, no alert, sound or
+    /// badge, at priority 5 as Apple requires. It needs no permission to show anything, so it
+    /// goes to every device the app registered, whatever its authorization.
+    private static func backgroundRequest(
+        _ notification: APNsNotification, device: APNsDevice, topic: String
+    ) -> APNsRequest {
+        var json = JSONBytes()
+        json.open("aps")
+        json.field("content-available", 1)
+        json.close()
+        custom(notification, into: &json)
+        var headers: [(String, String)] = [
+            ("apns-push-type", "background"),
+            ("apns-id", notification.id.uuidString.lowercased()),
+            ("apns-topic", topic),
+            ("apns-priority", "5"),
+        ]
+        headers += expiryAndCollapse(notification)
+        return APNsRequest(
+            deviceToken: device.token, environment: device.environment, headers: headers, payload: json.finish())
+    }
+
+    /// Belfry's own dictionary: the notification's id, tenant, target, data and batch.
+    private static func custom(_ notification: APNsNotification, into json: inout JSONBytes) {
         json.open("belfry")
         if let count = notification.batchCount {
             json.open("batch")
@@ -60,22 +100,17 @@ public enum APNsPayload {
         json.field("tenant", notification.tenant)
         if let url = notification.url { json.field("url", url) }
         json.close()
-        let payload = json.finish()
+    }
 
-        var headers: [(String, String)] = [
-            ("apns-push-type", "alert"),
-            ("apns-id", notification.id.uuidString.lowercased()),
-            ("apns-topic", topic),
-            // 10 sends at once; 5 lets the device save power. A badge-only update is never urgent.
-            ("apns-priority", notification.urgent && device.showsAlerts ? "10" : "5"),
-        ]
+    /// `apns-expiration` from the time to live, and `apns-collapse-id`.
+    private static func expiryAndCollapse(_ notification: APNsNotification) -> [(String, String)] {
+        var headers: [(String, String)] = []
         if let ttl = notification.ttlSeconds {
             let expiration = ttl == 0 ? 0 : Int(notification.createdAt.timeIntervalSince1970) + ttl
             headers.append(("apns-expiration", String(expiration)))
         }
         if let collapse = notification.collapseID { headers.append(("apns-collapse-id", collapse)) }
-        return APNsRequest(
-            deviceToken: device.token, environment: device.environment, headers: headers, payload: payload)
+        return headers
     }
 
     /// The largest payload a notification can make: every field a device may get, and a large

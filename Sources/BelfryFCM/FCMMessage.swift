@@ -26,11 +26,14 @@ public struct FCMNotification: Sendable, Hashable {
     public var ttlSeconds: Int?
     /// For a digest: how many events it gathered.
     public var batchCount: Int?
+    /// A background message: data only, for the app to fetch with; nothing shown.
+    public var background: Bool
 
     public init(
         id: UUID, notificationID: UUID, category: String, tenant: String, title: String, body: String,
         url: String? = nil, imageURL: String? = nil, data: String? = nil, tag: String? = nil,
-        collapseKey: String? = nil, urgent: Bool = true, ttlSeconds: Int? = nil, batchCount: Int? = nil
+        collapseKey: String? = nil, urgent: Bool = true, ttlSeconds: Int? = nil, batchCount: Int? = nil,
+        background: Bool = false
     ) {
         self.id = id
         self.notificationID = notificationID
@@ -46,6 +49,7 @@ public struct FCMNotification: Sendable, Hashable {
         self.urgent = urgent
         self.ttlSeconds = ttlSeconds
         self.batchCount = batchCount
+        self.background = background
     }
 }
 
@@ -87,24 +91,30 @@ public enum FCMPayload {
     /// - Parameter unread: the user's unread count now: the notification's count and the
     ///   launcher badge, and `unread` in `data` for an app that draws its own.
     public static func request(_ notification: FCMNotification, device: FCMDevice, unread: Int) -> FCMRequest? {
-        guard device.allowsNotifications, device.showsAlerts || device.showsBadge else { return nil }
+        // A background message shows nothing, so it needs no permission to show anything.
+        let background = notification.background
+        guard background || (device.allowsNotifications && (device.showsAlerts || device.showsBadge)) else {
+            return nil
+        }
+        let showsAlerts = device.showsAlerts && !background
         // Keys in sorted order, written by hand as the APNs payload is: no Foundation encoder per send.
         var json = JSONBytes()
         json.open("message")
         json.open("android")
         if let key = notification.collapseKey { json.field("collapse_key", key) }
-        if device.showsAlerts {
+        if showsAlerts {
             json.open("notification")
             json.field("channel_id", notification.category)
             if device.showsBadge { json.field("notification_count", unread) }
             if let tag = notification.tag { json.field("tag", tag) }
             json.close()
         }
-        json.field("priority", notification.urgent && device.showsAlerts ? "HIGH" : "NORMAL")
+        json.field("priority", notification.urgent && showsAlerts ? "HIGH" : "NORMAL")
         if let ttl = notification.ttlSeconds { json.field("ttl", "\(min(max(ttl, 0), maxTTL))s") }
         json.close()
         // FCM's data values are strings only; the app reads Belfry's ids from here.
         json.open("data")
+        if background { json.field("background", "1") }
         if let count = notification.batchCount { json.field("batch_count", String(count)) }
         json.field("category", notification.category)
         if let data = notification.data,
@@ -119,7 +129,7 @@ public enum FCMPayload {
         json.field("unread", String(unread))
         if let url = notification.url { json.field("url", url) }
         json.close()
-        if device.showsAlerts {
+        if showsAlerts {
             json.open("notification")
             json.field("body", notification.body)
             if let image = notification.imageURL { json.field("image", image) }

@@ -149,6 +149,36 @@ struct APNsChannelTests {
             .map { try $0.decode(column: "id", as: UUID.self).uuidString.lowercased() }
     }
 
+    @Test("a background push: push type background, priority 5, content-available and no alert, sound or badge")
+    func backgroundPush() async throws {
+        try await Self.withAPNs { app, server in
+            let ada = try await app.userToken("ada")
+            let device = try await Self.register(app, ada)
+            let event = EventRequest(
+                category: "reverted", recipients: ["ada"], content: .init(title: "Edit reverted", body: "b"),
+                data: ["revision": .number(42)], push: .init(contentAvailable: true))
+            _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
+            // The same category without the event's flag: an alert, as before.
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "Another revert", category: "reverted")
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.deliveryQueue!.runOnce() > 0 {}
+            #expect(server.received.count == 2)
+            let background = try #require(server.received.first { $0.headers["apns-push-type"] == "background" })
+            #expect(background.status == 200)
+            #expect(background.deviceToken == device.token)
+            #expect(background.headers["apns-priority"] == "5")
+            #expect(background.aps.count == 1 && background.aps["content-available"] as? Int == 1)
+            #expect(background.aps["alert"] == nil && background.aps["sound"] == nil && background.aps["badge"] == nil)
+            let belfry = try #require(background.payload["belfry"] as? [String: Any])
+            #expect(belfry["notification_id"] as? String != nil)
+            #expect((belfry["data"] as? [String: Any])?["revision"] as? Int == 42)
+            let alert = try #require(server.received.first { $0.headers["apns-push-type"] == "alert" })
+            #expect((alert.aps["alert"] as? [String: Any])?["title"] as? String == "Another revert")
+            // The inbox lists both.
+            #expect(try await InboxAPITests.page(app, ada).notifications.count == 2)
+        }
+    }
+
     @Test("alerts off but the Notification Center on keeps the text; both off sends the badge alone")
     func notificationCenterSetting() async throws {
         try await Self.withAPNs { app, server in

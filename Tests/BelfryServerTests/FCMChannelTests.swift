@@ -312,6 +312,28 @@ struct FCMChannelTests {
         }
     }
 
+    @Test("a background message is data only, at normal priority, marked background")
+    func backgroundMessage() async throws {
+        try await Self.withFCM(.sqlite) { app, server in
+            let ada = try await app.userToken("ada")
+            _ = try await Self.register(app, ada)
+            let event = EventRequest(
+                category: "reverted", recipients: ["ada"], content: .init(title: "Edit reverted", body: "b"),
+                push: .init(contentAvailable: true))
+            _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            try await Self.deliver(app)
+            let message = try #require(server.received.first?.message)
+            #expect(message["notification"] == nil)
+            let android = try #require(message["android"] as? [String: Any])
+            #expect(android["notification"] == nil)
+            #expect(android["priority"] as? String == "NORMAL")
+            let data = try #require(message["data"] as? [String: String])
+            #expect(data["background"] == "1")
+            #expect(data["notification_id"] != nil && data["category"] == "reverted")
+        }
+    }
+
     @Test("registration: a token is required and checked; APNs fields are refused; a denied app gets nothing")
     func registration() async throws {
         try await Self.withFCM { app, server in

@@ -90,11 +90,34 @@ struct WebPushChannelTests {
             #expect(message["url"] as? String == "https://example.org/d/1")
             #expect(message["category"] as? String == "reverted")
             #expect(message["badge"] as? Int == 1)
-            #expect((message["actions"] as? [[String: String]])?.first?["action"] == "view-diff")
+            #expect((message["actions"] as? [[String: Any]])?.first?["action"] as? String == "view-diff")
+            #expect((message["actions"] as? [[String: Any]])?.first?["opens_app"] as? Bool == true)
             #expect((message["data"] as? [String: Any])?["revision"] as? Int == 42)
             let status = try await app.send(.GET, "/v1/events/\(id)", bearer: testAPIKey).decode(EventStatus.self)
             #expect(status.deliveries["web_push"] == ["sent": 1])
             #expect(message["notification_id"] as? String != nil)
+        }
+    }
+
+    @Test("a background message carries no text or actions, at low urgency")
+    func backgroundMessage() async throws {
+        try await Self.withWebPush(.sqlite) { app, endpoint in
+            let ada = try await app.userToken("ada")
+            _ = try await Self.register(app, ada, endpoint.subscribe("ada-laptop"))
+            let event = EventRequest(
+                category: "reverted", recipients: ["ada"], content: .init(title: "Edit reverted", body: "b"),
+                push: .init(contentAvailable: true))
+            _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            try await #require(app.deliveryQueue).runOnce()
+            let received = try #require(endpoint.received.first)
+            #expect(received.status == 201)
+            #expect(received.headers["urgency"] == "low")
+            let message = received.message
+            #expect(message["background"] as? Bool == true)
+            #expect(message["title"] == nil && message["body"] == nil && message["actions"] as? [Any] == nil)
+            #expect(message["notification_id"] as? String != nil)
+            #expect(message["badge"] as? Int == 1)
         }
     }
 

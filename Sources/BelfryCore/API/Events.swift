@@ -61,11 +61,27 @@ public struct EventRequest: Codable, Hashable, Sendable {
     /// How long push services keep the notification while the device is offline, in seconds
     /// (0: deliver now or never); the category's setting when absent.
     public var ttlSeconds: Int?
+    /// How this event's pushes go out, over the category's `push`.
+    public var push: Push?
+
+    /// An event's own push options.
+    public struct Push: Codable, Hashable, Sendable {
+        /// A background push instead of an alert (the category's `push.content_available` when absent).
+        public var contentAvailable: Bool?
+
+        public init(contentAvailable: Bool? = nil) {
+            self.contentAvailable = contentAvailable
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case contentAvailable = "content_available"
+        }
+    }
 
     public init(
         category: String, recipients: [String] = [], topic: String? = nil, exclude: [String]? = nil,
         tenant: String? = nil, content: Content, data: [String: JSONValue]? = nil, idempotencyKey: String? = nil,
-        schedule: Schedule? = nil, ttlSeconds: Int? = nil
+        schedule: Schedule? = nil, ttlSeconds: Int? = nil, push: Push? = nil
     ) {
         self.category = category
         self.recipients = recipients
@@ -77,10 +93,11 @@ public struct EventRequest: Codable, Hashable, Sendable {
         self.idempotencyKey = idempotencyKey
         self.schedule = schedule
         self.ttlSeconds = ttlSeconds
+        self.push = push
     }
 
     enum CodingKeys: String, CodingKey {
-        case category, recipients, topic, exclude, tenant, content, data, schedule
+        case category, recipients, topic, exclude, tenant, content, data, schedule, push
         case idempotencyKey = "idempotency_key"
         case ttlSeconds = "ttl_seconds"
     }
@@ -98,6 +115,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
         idempotencyKey = try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
         schedule = try container.decodeIfPresent(Schedule.self, forKey: .schedule)
         ttlSeconds = try container.decodeIfPresent(Int.self, forKey: .ttlSeconds)
+        push = try container.decodeIfPresent(Push.self, forKey: .push)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -112,6 +130,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
         try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
         try container.encodeIfPresent(schedule, forKey: .schedule)
         try container.encodeIfPresent(ttlSeconds, forKey: .ttlSeconds)
+        try container.encodeIfPresent(push, forKey: .push)
     }
 }
 

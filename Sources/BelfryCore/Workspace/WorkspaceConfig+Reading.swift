@@ -309,7 +309,9 @@ extension WorkspaceConfig {
 
     private static func readPushHints(_ node: ConfigNode) -> PushHints {
         guard node.isPresent,
-            node.object(keys: ["thread_id", "collapse_key", "interruption_level", "priority", "ttl_seconds"])
+            node.object(keys: [
+                "thread_id", "collapse_key", "interruption_level", "priority", "ttl_seconds", "content_available",
+            ])
         else { return PushHints() }
         return PushHints(
             threadID: node["thread_id"].string(maxLength: 200),
@@ -317,7 +319,8 @@ extension WorkspaceConfig {
             interruptionLevel: node["interruption_level"].choice(PushHints.InterruptionLevel.self),
             priority: node["priority"].choice(default: PushHints.Priority.high) ?? .high,
             // APNs and Web Push services keep an undelivered message for about four weeks at most.
-            ttlSeconds: node["ttl_seconds"].int(in: 0...2_419_200)
+            ttlSeconds: node["ttl_seconds"].int(in: 0...2_419_200),
+            contentAvailable: node["content_available"].bool(default: false)
         )
     }
 

@@ -386,19 +386,25 @@ public struct PushHints: Codable, Hashable, Sendable {
     public var priority: Priority
     /// How long a push service keeps an undelivered notification.
     public var ttlSeconds: Int?
+    /// A background push (seed 003: a push that lets the app "download information and update
+    /// its interface"): APNs `content-available` with no alert, sound or badge; FCM and Web Push
+    /// send data only. The inbox, email and webhook are unchanged.
+    public var contentAvailable: Bool
 
     public init(
         threadID: String? = nil,
         collapseKey: String? = nil,
         interruptionLevel: InterruptionLevel? = nil,
         priority: Priority = .high,
-        ttlSeconds: Int? = nil
+        ttlSeconds: Int? = nil,
+        contentAvailable: Bool = false
     ) {
         self.threadID = threadID
         self.collapseKey = collapseKey
         self.interruptionLevel = interruptionLevel
         self.priority = priority
         self.ttlSeconds = ttlSeconds
+        self.contentAvailable = contentAvailable
     }
 
     enum CodingKeys: String, CodingKey {
@@ -407,6 +413,18 @@ public struct PushHints: Codable, Hashable, Sendable {
         case collapseKey = "collapse_key"
         case interruptionLevel = "interruption_level"
         case ttlSeconds = "ttl_seconds"
+        case contentAvailable = "content_available"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        threadID = try container.decodeIfPresent(String.self, forKey: .threadID)
+        collapseKey = try container.decodeIfPresent(String.self, forKey: .collapseKey)
+        interruptionLevel = try container.decodeIfPresent(InterruptionLevel.self, forKey: .interruptionLevel)
+        priority = try container.decodeIfPresent(Priority.self, forKey: .priority) ?? .high
+        ttlSeconds = try container.decodeIfPresent(Int.self, forKey: .ttlSeconds)
+        // Absent from the configs of servers before background pushes.
+        contentAvailable = try container.decodeIfPresent(Bool.self, forKey: .contentAvailable) ?? false
     }
 }
 

@@ -169,3 +169,14 @@ struct AddEventSource: AsyncMigration {
         try await database.schema("events").deleteField("source").update()
     }
 }
+
+/// An event's own `push.content_available`: a background push instead of an alert.
+struct AddEventBackgroundPush: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events").field("content_available", .bool).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("events").deleteField("content_available").update()
+    }
+}

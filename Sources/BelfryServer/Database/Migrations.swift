@@ -23,6 +23,7 @@ enum BelfryMigrations {
         AddDeviceApps(),
         AddNotificationsAvailableIndex(),
         AddEventSource(),
+        AddEventBackgroundPush(),
     ]
 }
 

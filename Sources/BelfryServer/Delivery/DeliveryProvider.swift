@@ -74,6 +74,9 @@ struct DeliveryContent: Sendable {
     var createdAt: Date
     /// The event's own time to live, else the category's.
     var ttlSeconds: Int? = nil
+    /// A background push (the event's `push.content_available`, else the category's): data for
+    /// the app, nothing shown.
+    var background = false
     /// For a digest: the events it gathered.
     var batch: NotificationBatch? = nil
 

@@ -432,6 +432,8 @@ final class DeliveryQueue: Sendable {
                 data: try row.decode(column: "data", as: String?.self),
                 createdAt: try row.decode(column: "created_at", as: Date.self),
                 ttlSeconds: ttl ?? category.push.ttlSeconds,
+                background: try row.decode(column: "content_available", as: Bool?.self)
+                    ?? category.push.contentAvailable,
                 batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
             payload: try payload(row, channel: channel, category: category),
             condition: try row.decode(column: "condition", as: String?.self).flatMap(
@@ -480,6 +482,7 @@ final class DeliveryQueue: Sendable {
           deliveries.condition, notifications.read_at, notifications.seen_at,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
           notifications.data, notifications.batch, notifications.created_at, events.image_url, events.ttl_seconds,
+          events.content_available,
           events.created_at AS event_created_at,
           devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),
           CASE WHEN deliveries.device_id IS NULL THEN 0 ELSE (

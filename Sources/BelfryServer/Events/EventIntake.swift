@@ -113,14 +113,15 @@ struct EventIntake: Sendable {
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
                 "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
-                "topic", "source"
+                "topic", "source", "content_available"
             )
             .values(
                 id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
                 EventStatus.FanoutState.pending.rawValue, event.notBefore, recipients, 0, 0, Date?.none,
                 now,
-                event.content.imageURL, event.ttlSeconds, event.topic, source == .api ? nil : source.rawValue
+                event.content.imageURL, event.ttlSeconds, event.topic, source == .api ? nil : source.rawValue,
+                event.contentAvailable
             )
             .run()
         try await storage.insert(
@@ -152,6 +153,7 @@ struct EventIntake: Sendable {
         // Only when given, as above.
         if let topic = event.topic { text += ["topic:" + topic] }
         if !event.exclude.isEmpty { text += ["exclude:"] + event.exclude }
+        if let background = event.contentAvailable { text += ["content_available:\(background)"] }
         let data = Data(text.joined(separator: "\u{0}").utf8)
         return SHA256.hash(data: data).hexEncoded
     }

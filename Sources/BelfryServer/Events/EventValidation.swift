@@ -27,6 +27,8 @@ extension EventIntake {
         /// The schedule as asked for, so that a retry can be recognised.
         var schedule: EventRequest.Schedule?
         var ttlSeconds: Int?
+        /// A background push, when the event says so (over the category's).
+        var contentAvailable: Bool?
     }
 
     /// Checks an event against the workspace, reporting every problem at once.
@@ -147,7 +149,7 @@ extension EventIntake {
             category: category, tenant: tenant, recipients: recipients, topic: event.topic,
             exclude: Array(excluded).sorted(), content: event.content, data: data,
             idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
-            ttlSeconds: event.ttlSeconds)
+            ttlSeconds: event.ttlSeconds, contentAvailable: event.push?.contentAvailable)
     }
 
     /// Four weeks, the longest any push service keeps a message.

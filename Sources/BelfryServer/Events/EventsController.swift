@@ -19,10 +19,10 @@ struct EventsController: RouteCollection {
             EventRequest.self,
             keys: [
                 "category", "recipients", "topic", "exclude", "tenant", "content", "data", "idempotency_key",
-                "schedule",
-                "ttl_seconds",
+                "schedule", "ttl_seconds", "push",
             ],
             nested: [
+                "push": ["content_available"],
                 "content": ["title", "body", "url", "image_url"], "schedule": ["send_at", "delay_seconds", "calendar"],
                 "schedule.calendar": ["month", "day", "weekday", "hour", "minute", "repeats"],
             ])

@@ -69,7 +69,7 @@ extension APNsNotification {
             threadID: content.pushThread, collapseID: push.collapseKey,
             interruptionLevel: push.interruptionLevel.map(InterruptionLevel.init),
             urgent: push.priority == .high, createdAt: content.createdAt, ttlSeconds: content.ttlSeconds,
-            batchCount: content.batch?.count)
+            batchCount: content.batch?.count, background: content.background)
     }
 }
 

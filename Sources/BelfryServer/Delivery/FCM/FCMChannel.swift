@@ -69,7 +69,8 @@ extension FCMNotification {
             tenant: content.tenant, title: content.title, body: content.body, url: content.url,
             imageURL: content.imageURL, data: content.data,
             tag: content.pushThread, collapseKey: push.collapseKey,
-            urgent: push.priority == .high, ttlSeconds: content.ttlSeconds, batchCount: content.batch?.count)
+            urgent: push.priority == .high, ttlSeconds: content.ttlSeconds, batchCount: content.batch?.count,
+            background: content.background)
     }
 }
 

@@ -9,25 +9,36 @@ struct WebPushMessage: Encodable, Sendable {
     struct Action: Encodable, Sendable {
         var action: String
         var title: String
+        /// Whether choosing it opens the app: an SDK routes only these to a screen.
+        var opensApp: Bool
+
+        enum CodingKeys: String, CodingKey {
+            case action, title
+            case opensApp = "opens_app"
+        }
     }
 
-    var title: String
-    var body: String
+    /// Absent from a background message, which the service worker does not show.
+    var title: String?
+    var body: String?
     var url: String?
     var imageURL: String?
     var notificationID: UUID
     var category: String
     var tenant: String
-    var actions: [Action]
+    var actions: [Action]?
     /// The user's unread inbox count when sent.
     var badge: Int
     /// The event's `data`.
     var data: JSONValue?
     /// For a digest: the count, and as many of its items as fit in a push message.
     var batch: NotificationBatch?
+    /// A background message: the service worker updates the badge and tells open pages, and
+    /// shows nothing.
+    var background: Bool?
 
     enum CodingKeys: String, CodingKey {
-        case title, body, url, category, tenant, actions, badge, data, batch
+        case title, body, url, category, tenant, actions, badge, data, batch, background
         case imageURL = "image_url"
         case notificationID = "notification_id"
     }
@@ -40,10 +51,13 @@ struct WebPushMessage: Encodable, Sendable {
         notificationID = content.notificationID
         category = content.category.id
         tenant = content.tenant
-        actions = content.category.actions.map { Action(action: $0.id, title: $0.title) }
+        actions = content.category.actions.map { Action(action: $0.id, title: $0.title, opensApp: $0.opensApp) }
         self.badge = badge
         data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
         batch = content.batch
+        if content.background {
+            (title, body, imageURL, actions, background) = (nil, nil, nil, nil, true)
+        }
         // Push services take 4096 bytes: a digest lists fewer items rather than fail; the count
         // stays, and the inbox has them all.
         while var listed = batch, !listed.items.isEmpty,
@@ -72,7 +86,10 @@ struct WebPushMessage: Encodable, Sendable {
         let hints = content.category.push
         var headers = [
             ("TTL", String(content.ttlSeconds ?? WebPushChannel.defaultTTL)),
-            ("Urgency", hints.interruptionLevel == .passive ? "low" : hints.priority.rawValue),
+            (
+                "Urgency",
+                hints.interruptionLevel == .passive || content.background ? "low" : hints.priority.rawValue
+            ),
             ("Content-Encoding", "aes128gcm"),
             ("Content-Type", "application/octet-stream"),
         ]

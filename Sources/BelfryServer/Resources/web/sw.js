@@ -12,6 +12,11 @@ self.addEventListener("push", (event) => {
   } catch {
     message = { body: event.data ? event.data.text() : "" };
   }
+  if (message.background) {
+    // A background message shows nothing: the badge follows, and open pages refresh.
+    event.waitUntil(refreshInBackground(message).catch(() => undefined));
+    return;
+  }
   const max = self.Notification?.maxActions ?? 2;
   const options = {
     body: message.body ?? "",
@@ -27,6 +32,18 @@ self.addEventListener("push", (event) => {
   }
   event.waitUntil(Promise.all(work).catch(() => undefined));
 });
+
+async function refreshInBackground(message) {
+  const work = [];
+  if (typeof message.badge === "number" && self.navigator.setAppBadge) {
+    work.push(message.badge > 0 ? self.navigator.setAppBadge(message.badge) : self.navigator.clearAppBadge());
+  }
+  const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+  for (const client of windows) {
+    client.postMessage({ type: "belfry.background", notification_id: message.notification_id ?? null });
+  }
+  await Promise.all(work);
+}
 
 // An action goes to the inbox, which records it with the user's session; a plain click opens
 // the notification's own address, else the notification in the inbox.
