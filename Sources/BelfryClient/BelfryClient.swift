@@ -25,6 +25,10 @@ public final class BelfryClient {
     public let inbox: Inbox
     /// Notifications opened from the system, marked read once (queued while offline).
     public let opened: OpenedNotifications
+    /// The refresh a background push started, which pushes arriving meanwhile share.
+    var backgroundRefresh: Task<BackgroundFetchResult, Never>?
+    /// The counts the last background refresh read, to tell new data from none.
+    var refreshedCounts: InboxCounts?
 
     /// - Parameters:
     ///   - baseURL: where Belfry serves its API.
@@ -47,16 +51,21 @@ public final class BelfryClient {
         emitter = BelfryEmitter()
         preferences = Preferences(api: api, store: store, emitter: emitter, debounce: debounce, maxWait: maxWait)
         inbox = Inbox(api: api)
-        opened = OpenedNotifications(api: api, store: store, clock: clock)
+        opened = OpenedNotifications(
+            api: api, store: store, clock: clock, categories: { Self.keptWorkspace(in: store)?.categories ?? [] })
     }
 
     /// Keeps `preferences` current with changes made on the user's other devices (the live
-    /// stream's `preferences.updated`). Runs until the task is cancelled.
-    public func followPreferenceChanges() async {
+    /// stream's `preferences.updated`), and, given the system's notification center, removes
+    /// notifications read or archived elsewhere from it and keeps the badge (see
+    /// ``DeliveredReconciler``). One stream does both. Runs until the task is cancelled.
+    public func followPreferenceChanges(reconciling scheduler: (any NotificationScheduling)? = nil) async {
+        let reconciler = scheduler.map(DeliveredReconciler.init)
         for await event in inbox.updates() {
             if case .preferencesUpdated(let tenant, let etag) = event {
                 await preferences.serverChanged(tenant: tenant, etag: etag)
             }
+            await reconciler?.apply(event)
         }
     }
 

@@ -16,8 +16,17 @@
             }
             content.sound = notification.showing.contains(.sound) ? .default : nil
             content.badge = notification.badge.map { NSNumber(value: $0) }
-            let trigger = UNCalendarNotificationTrigger(
-                dateMatching: notification.systemTriggerComponents(in: .current), repeats: false)
+            content.categoryIdentifier = notification.categoryIdentifier ?? ""
+            content.threadIdentifier = notification.threadIdentifier ?? ""
+            content.userInfo = notification.systemUserInfo
+            let trigger: UNNotificationTrigger =
+                if let interval = notification.systemRepeatingInterval {
+                    UNTimeIntervalNotificationTrigger(timeInterval: interval, repeats: true)
+                } else {
+                    UNCalendarNotificationTrigger(
+                        dateMatching: notification.systemTriggerComponents(in: .current),
+                        repeats: notification.repeating != nil)
+                }
             try await UNUserNotificationCenter.current().add(
                 UNNotificationRequest(identifier: notification.identifier, content: content, trigger: trigger))
         }
@@ -46,13 +55,19 @@
         public func removeDelivered(identifiers: [String]) async {
             UNUserNotificationCenter.current().removeDeliveredNotifications(withIdentifiers: identifiers)
         }
+
+        public func setBadge(_ count: Int) async {
+            try? await UNUserNotificationCenter.current().setBadgeCount(count)
+        }
     }
 
     extension ScheduledNotification {
         fileprivate init(_ request: UNNotificationRequest, fireDate: Date) {
             self.init(
                 systemIdentifier: request.identifier, title: request.content.title, body: request.content.body,
-                fireDate: fireDate, hasSound: request.content.sound != nil, badge: request.content.badge?.intValue)
+                fireDate: fireDate, hasSound: request.content.sound != nil, badge: request.content.badge?.intValue,
+                categoryIdentifier: request.content.categoryIdentifier,
+                threadIdentifier: request.content.threadIdentifier, userInfo: request.content.userInfo)
         }
     }
 #endif

@@ -55,20 +55,53 @@ extension NotificationSettings {
 }
 
 extension ScheduledNotification {
-    /// The calendar fields a one-time system trigger matches to fire at `fireDate`.
+    /// The calendar fields a one-time system trigger matches to fire at `fireDate`; for a
+    /// repeating calendar rule, the rule's own fields, those finer than the finest given zero
+    /// (as `CalendarRule` reads them: `hour: 8` is 08:00:00).
     func systemTriggerComponents(in calendar: Calendar) -> DateComponents {
-        calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: fireDate)
+        guard case .calendar(let rule)? = repeating else {
+            return calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: fireDate)
+        }
+        var components = DateComponents()
+        components.month = rule.month
+        components.day = rule.day
+        components.weekday = rule.weekday
+        components.hour = rule.hour ?? (rule.minute == nil ? 0 : nil)
+        components.minute = rule.minute ?? 0
+        components.second = 0
+        return components
+    }
+
+    /// The interval of a repeating interval trigger; `nil` for any other.
+    var systemRepeatingInterval: TimeInterval? {
+        if case .interval(let seconds, true)? = repeating { seconds } else { nil }
+    }
+
+    /// The user info as the system keeps it (property-list values from JSON).
+    var systemUserInfo: [AnyHashable: Any] {
+        guard let data = try? JSONEncoder().encode(userInfo),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return [:] }
+        return object
     }
 
     /// A request the system lists back: how it shows follows from what its content carries.
     init(
         systemIdentifier identifier: String, title: String, body: String, fireDate: Date, hasSound: Bool,
-        badge: Int?
+        badge: Int?, categoryIdentifier: String = "", threadIdentifier: String = "",
+        userInfo: [AnyHashable: Any] = [:]
     ) {
         var showing: Set<LocalSchedule.LocalPresentation> = []
         if !title.isEmpty || !body.isEmpty { showing.insert(.alert) }
         if hasSound { showing.insert(.sound) }
         if badge != nil { showing.insert(.badge) }
-        self.init(identifier: identifier, title: title, body: body, fireDate: fireDate, showing: showing, badge: badge)
+        var info: [String: JSONValue] = [:]
+        for case (let key as String, let value) in userInfo {
+            info[key] = JSONValue(foundation: value)
+        }
+        self.init(
+            identifier: identifier, title: title, body: body, fireDate: fireDate, showing: showing, badge: badge,
+            categoryIdentifier: categoryIdentifier.isEmpty ? nil : categoryIdentifier,
+            threadIdentifier: threadIdentifier.isEmpty ? nil : threadIdentifier, userInfo: info)
     }
 }

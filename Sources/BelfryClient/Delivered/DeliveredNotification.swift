@@ -11,8 +11,9 @@ public struct DeliveredNotification: Sendable, Equatable {
     public var title: String?
     public var body: String?
     public var url: URL?
-    /// The custom actions the message listed (Web Push); APNs names its category instead,
-    /// whose actions the app registered.
+    /// The custom actions the message listed (Web Push), with whether each opens the app; APNs
+    /// names its category instead, whose actions the app registered (``OpenedNotifications``
+    /// reads them from the workspace it last fetched).
     public var actions: [NotificationAction]
     /// The unread count the server sent, for the app's badge.
     public var badge: Int?
@@ -62,6 +63,7 @@ public struct DeliveredNotification: Sendable, Equatable {
             struct Action: Decodable {
                 var action: String
                 var title: String
+                var opens_app: Bool?
             }
 
             var notification_id: UUID
@@ -79,17 +81,25 @@ public struct DeliveredNotification: Sendable, Equatable {
         self.init(
             id: message.notification_id, category: message.category, tenant: message.tenant, title: message.title,
             body: message.body, url: message.url.flatMap(URL.init(string:)),
-            actions: (message.actions ?? []).map { NotificationAction(id: $0.action, title: $0.title) },
+            actions: (message.actions ?? []).map {
+                // Messages from servers before `opens_app` was sent: as before, every action opens.
+                NotificationAction(id: $0.action, title: $0.title, opensApp: $0.opens_app ?? true)
+            },
             badge: message.badge, data: message.data, batch: message.batch)
     }
 
-    /// What the router is asked when the user opens it: the notification, or one of its actions
-    /// that opens the app (`actionIdentifier`, as the system reports it).
+    /// What the router is asked when the user opens it or chooses one of its actions
+    /// (`actionIdentifier`, as the system reports it): the notification; an action that opens
+    /// the app, with the notification's target; an action that runs in the background
+    /// (`opens_app` false among ``actions``), nothing to open.
     public func routeRequest(actionIdentifier: String? = nil) -> RouteRequest {
-        if let actionIdentifier, !Self.systemActions.contains(actionIdentifier) {
-            return .actionTapped(actionID: actionIdentifier, target: url)
+        guard let actionIdentifier, !Self.systemActions.contains(actionIdentifier) else {
+            return .notificationTapped(notificationID: id)
         }
-        return .notificationTapped(notificationID: id)
+        if let action = actions.first(where: { $0.id == actionIdentifier }), !action.opensApp {
+            return .actionAnswered(actionID: actionIdentifier)
+        }
+        return .actionTapped(actionID: actionIdentifier, target: url)
     }
 
     /// What the system reports for a plain tap (Apple's default action) or a dismissal.

@@ -329,6 +329,22 @@ public final class Preferences {
         emitter.emit(.preferencesError(error))
     }
 
+    /// Reads every tenant read before again (a background push's refresh), keeping the user's own
+    /// changes that are still on their way; a tenant with a write in flight waits for its answer.
+    /// - Returns: whether any changed on the server.
+    func refreshRead() async throws(BelfryClientError) -> Bool {
+        var changed = false
+        for key in tenants.keys.sorted() where inFlight[key] == nil {
+            let before = tenants[key]?.etag
+            let fresh = try await read(key)
+            if fresh.etag != before {
+                changed = true
+                emitter.emit(.preferencesUpdated(fresh.shown, tenant: key.isEmpty ? nil : key))
+            }
+        }
+        return changed
+    }
+
     /// Another device changed a tenant's preferences (the live stream's `preferences.updated`):
     /// read them again, keeping the user's own changes that are still on their way.
     func serverChanged(tenant: String?, etag: String) async {

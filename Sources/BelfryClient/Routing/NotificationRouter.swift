@@ -9,8 +9,14 @@ public enum RouteRequest: Sendable, Equatable {
     case toastTapped(notificationID: UUID?)
     /// A notification's custom action that opens the app at its target.
     case actionTapped(actionID: String, target: URL?)
+    /// A notification's custom action that runs in the background ("Thank", "Mark as read"):
+    /// the answer goes to the server, and nothing opens.
+    case actionAnswered(actionID: String)
     /// The bell.
     case bellTapped
+    /// One of the app's own local notifications (see ``LocalNotifications``): its target, if
+    /// it has one.
+    case localNotificationTapped(identifier: String, target: URL?)
 }
 
 /// Where the app is when the tap arrives.
@@ -90,6 +96,9 @@ public enum NotificationRouter {
     ) -> RoutePlan {
         let destination: RouteStep
         switch request {
+        case .actionAnswered:
+            // Answered on the notification itself: the app stays where it is, or in the background.
+            return RoutePlan(steps: [], waitsUntilReady: false)
         case .notificationTapped(let id), .toastTapped(let id):
             destination =
                 navigation.isOnNotificationCenter && navigation.presentedModals == 0
@@ -102,6 +111,11 @@ public enum NotificationRouter {
             destination = .openTarget(target)
         case .actionTapped(_, nil):
             destination = .pushNotificationCenter(highlighting: nil)
+        case .localNotificationTapped(_, let target?):
+            destination = .openTarget(target)
+        case .localNotificationTapped(_, nil):
+            // Nothing to open: the app comes up where the user left it.
+            return RoutePlan(steps: [], waitsUntilReady: false)
         }
         if activity == .coldLaunch {
             // Nothing is presented yet on a cold launch: straight to the destination, when ready.

@@ -93,12 +93,15 @@ extension BelfryClient {
         try await workspace().categories.map(NotificationCategoryRegistration.init)
     }
 
+    /// The workspace configuration as last fetched, if it was.
+    static func keptWorkspace(in store: any KeyValueStore) -> WorkspaceConfig? {
+        store.data(forKey: workspaceKey).flatMap { try? BelfryAPI.decoder.decode(WorkspaceConfig.self, from: $0) }
+    }
+
     /// The workspace configuration in force, from the server or, when it says nothing changed
     /// or cannot be reached, from the kept copy.
     func workspace() async throws(BelfryClientError) -> WorkspaceConfig {
-        let kept = store.data(forKey: Self.workspaceKey).flatMap {
-            try? BelfryAPI.decoder.decode(WorkspaceConfig.self, from: $0)
-        }
+        let kept = Self.keptWorkspace(in: store)
         let etag =
             kept == nil ? nil : store.data(forKey: Self.workspaceETagKey).map { String(decoding: $0, as: UTF8.self) }
         let answer: BelfryAPI.Answer
