@@ -32,6 +32,10 @@ struct Options {
     var pushChannel: String?
     var platform = DevicePlatform.apns
     var app: String?
+    var answer: String?
+    var backgroundPush = false
+    var readElsewhere = false
+    var remindEvery: TimeInterval?
 
     static let usage = """
         usage: belfry-device [options]
@@ -51,6 +55,11 @@ struct Options {
           --platform apns|fcm   an iPhone (APNs device token) or an Android phone (FCM registration token)
           --app ID              the server's app the device belongs to, when it has several
           --push-channel ID     the workspace's push channel (default ios_push, android_push with --platform fcm)
+          --answer ACTION       then choose ACTION on the newest notification in Notification Center (offline
+                                first: the answer waits, then reaches the server once)
+          --background-push     then a background push arrives: counts, badge and preferences are refreshed
+          --read-elsewhere      then another device reads the newest notification: it leaves Notification Center
+          --remind SECONDS      schedule a local reminder repeating every SECONDS (60 or more), and tap it
         """
 
     static func parse(_ arguments: [String]) throws -> Options {
@@ -101,6 +110,14 @@ struct Options {
                 case let other: throw UsageError("--platform must be apns or fcm, not \(other)")
                 }
             case "--app": options.app = try value(flag)
+            case "--answer": options.answer = try value(flag)
+            case "--background-push": options.backgroundPush = true
+            case "--read-elsewhere": options.readElsewhere = true
+            case "--remind":
+                guard let seconds = TimeInterval(try value(flag)), seconds > 0 else {
+                    throw UsageError("--remind must be a number of seconds")
+                }
+                options.remindEvery = seconds
             case "--help", "-h":
                 print(usage)
                 exit(0)
@@ -291,6 +308,7 @@ func run(_ options: Options) async throws {
             say("   event \(id): \(String(decoding: status, as: UTF8.self))")
         }
     }
+    try await deliveredFlows(options, belfry: belfry, tokens: tokens)
     if options.revokeAfter {
         say("\n▶ the user turns notifications off in Settings, then comes back to the app")
         authorizer.revoke()
@@ -303,6 +321,76 @@ func run(_ options: Options) async throws {
         show(model, "signed out")
         await registration.settled()
         say("   the device was removed behind the scenes")
+    }
+}
+
+/// Issue 37's flows on the simulated device: an action chosen on a delivered notification, a
+/// background push, a read on another device, and a repeating local reminder.
+@MainActor
+func deliveredFlows(_ options: Options, belfry: BelfryClient, tokens: ClosureTokenProvider) async throws {
+    let center = InMemoryNotificationScheduler()
+    let newest = try await belfry.inbox.list(limit: 1).notifications.first
+    if let item = newest {
+        // What the push put in Notification Center.
+        await center.deliver(
+            ScheduledNotification(
+                identifier: "push-\(item.id.uuidString.prefix(8))", title: item.title, body: item.body, fireDate: Date(),
+                showing: [.alert], userInfo: ["belfry": .object(["notification_id": .string(item.id.uuidString)])]))
+    }
+    if let action = options.answer {
+        guard let item = newest else { throw UsageError("--answer needs a notification: add --trigger") }
+        _ = try await belfry.notificationCategories()
+        say("\n▶ the user chooses \"\(action)\" on the notification \"\(item.title)\"")
+        let request = belfry.opened.opened(
+            DeliveredNotification(id: item.id, category: item.category, url: item.url.flatMap(URL.init(string:))),
+            actionIdentifier: action)
+        let plan = NotificationRouter.plan(for: request, activity: .background, navigation: NavigationState())
+        say("   route: \(request) → \(plan.steps.isEmpty ? "nothing opens" : "\(plan.steps)")")
+        await belfry.opened.flush()
+        say("   waiting for the server: \(belfry.opened.waiting.count)")
+        let answered = try await belfry.inbox.list(limit: 1).notifications.first
+        say("   the server has it read: \(answered?.readAt != nil)")
+    }
+    if options.backgroundPush {
+        say("\n▶ a background push arrives")
+        let result = await belfry.handleBackgroundPush(
+            userInfo: ["aps": ["content-available": 1], "belfry": ["notification_id": newest?.id.uuidString ?? ""]],
+            badge: center)
+        say("   fetch result: \(result.rawValue); badge \(await center.badge.map(String.init) ?? "unset")")
+    }
+    if options.readElsewhere, let item = newest {
+        say("\n▶ the user reads \"\(item.title)\" on another device")
+        let reconciler = DeliveredReconciler(scheduler: center)
+        var updates = belfry.inbox.updates().makeAsyncIterator()
+        while let update = await updates.next(), update != .connected {}
+        _ = await updates.next()  // the counts sent on connecting
+        let other = BelfryClient(baseURL: options.server, tokenProvider: tokens, store: InMemoryKeyValueStore())
+        _ = try await other.inbox.markRead(item.id)
+        while let update = await updates.next() {
+            let removed = await reconciler.apply(update)
+            if case .counts = update { break }
+            if !removed.isEmpty { say("   removed from Notification Center: \(removed.joined(separator: ", "))") }
+        }
+        say("   Notification Center now lists \(await center.delivered().count); badge \(await center.badge ?? 0)")
+    }
+    if let every = options.remindEvery {
+        say("\n▶ the app schedules a reminder every \(Int(every)) s")
+        let authorizer = ScriptedAuthorizer(
+            answer: .authorized, file: options.state.appendingPathComponent("reminder-permission"))
+        _ = try await authorizer.requestAuthorization(options: [.alert, .sound])
+        let local = LocalNotifications(scheduler: center, authorization: authorizer)
+        let plan = try await local.schedule(
+            LocalNotificationRequest(
+                identifier: "reading-reminder", title: "Saved articles", body: "You have articles to read",
+                trigger: .interval(every, repeats: true), threadIdentifier: "reading",
+                url: URL(string: "https://en.wikipedia.org/wiki/Special:ReadingLists")))
+        say("   planned: \(plan)")
+        let fired = await center.fire(until: Date().addingTimeInterval(every * 3 + 1))
+        say("   fired \(fired.filter { $0.identifier == "reading-reminder" }.count) times in \(Int(every * 3)) s; still pending: \(await center.pending().map(\.identifier))")
+        if let shown = fired.last, let request = LocalNotifications.routeRequest(userInfo: shown.systemUserInfo) {
+            let steps = NotificationRouter.plan(for: request, activity: .foreground, navigation: NavigationState()).steps
+            say("   the user taps it: \(steps)")
+        }
     }
 }
 

@@ -158,6 +158,34 @@ struct PushEndToEndTests {
         }
     }
 
+    @Test("belfry-device shows issue 37's flows: an answered action, a background push, a read elsewhere, a reminder")
+    func deliveredFlowsOnTheSimulator() async throws {
+        try await EndToEndTests.withServer { server in
+            let executable = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+                .appendingPathComponent("belfry-device").path
+            let state = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-device-\(UUID())")
+            defer { try? FileManager.default.removeItem(at: state) }
+            let common = [
+                "--server", server.base.absoluteString, "--api-key", EndToEndTests.key, "--token-delay", "0.2",
+                "--state", state.path, "--trigger", "edit-user-talk",
+            ]
+            let first = try await Task.detached {
+                try TestProcess.run(
+                    executable, common + ["--user", "ada", "--answer", "mark-read", "--background-push", "--remind", "60"])
+            }.value
+            #expect(first.contains("route: actionAnswered(actionID: \"mark-read\") → nothing opens"), "\(first)")
+            #expect(first.contains("the server has it read: true"))
+            #expect(first.contains("fetch result: newData; badge 0"))
+            #expect(first.contains("fired 3 times in 180 s; still pending: [\"reading-reminder\"]"))
+            #expect(first.contains("openTarget(https://en.wikipedia.org/wiki/Special:ReadingLists)"))
+            let second = try await Task.detached {
+                try TestProcess.run(executable, common + ["--user", "bob", "--read-elsewhere"])
+            }.value
+            #expect(second.contains("removed from Notification Center: push-"), "\(second)")
+            #expect(second.contains("Notification Center now lists 0; badge 0"))
+        }
+    }
+
     @Test("belfry-device --platform fcm: an Android phone registers its FCM token, turns a type off, and gets the rest")
     func androidSimulator() async throws {
         let fcm = try await FCMTestServer()

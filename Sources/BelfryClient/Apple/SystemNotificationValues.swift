@@ -77,8 +77,9 @@ extension ScheduledNotification {
         if case .interval(let seconds, true)? = repeating { seconds } else { nil }
     }
 
-    /// The user info as the system keeps it (property-list values from JSON).
-    var systemUserInfo: [AnyHashable: Any] {
+    /// The user info as the system keeps it and hands it back with a tap (property-list values
+    /// from JSON): what ``LocalNotifications/routeRequest(userInfo:actionIdentifier:)`` reads.
+    public var systemUserInfo: [AnyHashable: Any] {
         guard let data = try? JSONEncoder().encode(userInfo),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         else { return [:] }
