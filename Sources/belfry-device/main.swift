@@ -334,7 +334,8 @@ func deliveredFlows(_ options: Options, belfry: BelfryClient, tokens: ClosureTok
         // What the push put in Notification Center.
         await center.deliver(
             ScheduledNotification(
-                identifier: "push-\(item.id.uuidString.prefix(8))", title: item.title, body: item.body, fireDate: Date(),
+                identifier: "push-\(item.id.uuidString.prefix(8))", title: item.title, body: item.body,
+                fireDate: Date(),
                 showing: [.alert], userInfo: ["belfry": .object(["notification_id": .string(item.id.uuidString)])]))
     }
     if let action = options.answer {
@@ -386,9 +387,12 @@ func deliveredFlows(_ options: Options, belfry: BelfryClient, tokens: ClosureTok
                 url: URL(string: "https://en.wikipedia.org/wiki/Special:ReadingLists")))
         say("   planned: \(plan)")
         let fired = await center.fire(until: Date().addingTimeInterval(every * 3 + 1))
-        say("   fired \(fired.filter { $0.identifier == "reading-reminder" }.count) times in \(Int(every * 3)) s; still pending: \(await center.pending().map(\.identifier))")
+        say(
+            "   fired \(fired.filter { $0.identifier == "reading-reminder" }.count) times in \(Int(every * 3)) s; still pending: \(await center.pending().map(\.identifier))"
+        )
         if let shown = fired.last, let request = LocalNotifications.routeRequest(userInfo: shown.systemUserInfo) {
-            let steps = NotificationRouter.plan(for: request, activity: .foreground, navigation: NavigationState()).steps
+            let steps = NotificationRouter.plan(for: request, activity: .foreground, navigation: NavigationState())
+                .steps
             say("   the user taps it: \(steps)")
         }
     }

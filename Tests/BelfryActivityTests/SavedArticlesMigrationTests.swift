@@ -59,6 +59,46 @@ struct SavedArticlesMigrationTests {
         }
     }
 
+    @Test("seed 002: the module reads the same figures before, during and after the migration")
+    func figuresThroughout() async throws {
+        try await withFiles { files in
+            let legacy = try files.legacy()
+            // 25 saves an hour apart, the last at base + 24 h; one of them also in a reading list
+            // that the new store already has (saved there later); one unparsable row.
+            try seed(legacy, count: 25)
+            try legacy.insertOldAppRow(key: "enwiki:bad", savedDate: "last Tuesday")
+            let store = try files.store()
+            try store.upsert([
+                SavedArticle(
+                    articleKey: "enwiki:3", title: "Three", savedDate: Self.base.addingTimeInterval(30 * 3600),
+                    readingList: "Travel")
+            ])
+            let recorder = SavedArticlesRecorder(legacy: legacy, store: store)
+            let now = Self.base.addingTimeInterval(48 * 3600)
+            let controller = SavedArticleDataController(
+                store: SavedArticlesDuringMigration(recorder: recorder), now: { now })
+            func figures() async throws -> (Int, Date?, [String]) {
+                let activity = try await controller.activity(recentLimit: 3)
+                return (activity.count, activity.lastSavedDate, activity.recent.map(\.articleKey))
+            }
+            let expected = (25, Self.base.addingTimeInterval(30 * 3600), ["enwiki:3", "enwiki:24", "enwiki:23"])
+            let before = try await figures()
+            #expect(before.0 == expected.0 && before.1 == expected.1 && before.2 == expected.2)
+            // The new store alone would say 1 before the migration.
+            #expect(try await store.activity(from: Self.base, to: now, recentLimit: 3).count == 1)
+
+            let migration = SavedArticlesMigration(recorder: recorder, batchSize: 10)
+            var report = MigrationReport()
+            repeat {
+                report = await migration.runBatch()
+                let during = try await figures()
+                #expect(during.0 == expected.0 && during.1 == expected.1 && during.2 == expected.2)
+            } while !report.isComplete
+            #expect(try legacy.pendingCount() == 0)
+            #expect(try await store.activity(from: Self.base, to: now, recentLimit: 3).count == 25)
+        }
+    }
+
     @Test("seed 002 (engineering): the migration copies saved dates in batches and marks legacy rows migrated")
     func copiesInBatches() async throws {
         try await withFiles { files in

@@ -171,7 +171,8 @@ struct PushEndToEndTests {
             ]
             let first = try await Task.detached {
                 try TestProcess.run(
-                    executable, common + ["--user", "ada", "--answer", "mark-read", "--background-push", "--remind", "60"])
+                    executable,
+                    common + ["--user", "ada", "--answer", "mark-read", "--background-push", "--remind", "60"])
             }.value
             #expect(first.contains("route: actionAnswered(actionID: \"mark-read\") → nothing opens"), "\(first)")
             #expect(first.contains("the server has it read: true"))
