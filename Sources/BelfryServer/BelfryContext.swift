@@ -31,6 +31,8 @@ struct BelfryContext: Sendable {
     let fanoutSignal: WorkSignal
     /// Wakes the delivery queue after deliveries are queued.
     let deliverySignal: WorkSignal
+    /// Wakes the status event sender after status events are queued.
+    let statusSignal = WorkSignal()
     /// Live inbox events for the streams open on this process.
     let inboxHub: InboxHub
     /// What `/metrics` reports.

@@ -164,8 +164,16 @@ public func configure(
         metrics: context.metrics, now: now,
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
         signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
-        onStorageFailure: monitor.noteFailure)
+        onStorageFailure: monitor.noteFailure,
+        statusEvents: settings.statusEndpoints.isEmpty ? nil : context.statusEvents)
     app.deliveryQueue = queue
+    if !settings.statusEndpoints.isEmpty {
+        app.statusEventSender = StatusEventSender(
+            database: db, storage: context.database, endpoints: settings.statusEndpoints,
+            client: try outboundClient(app, settings), now: now, jitter: options.jitter,
+            backoff: Backoff(base: TimeInterval(settings.retryBase)), logger: app.logger)
+    }
+    let statusSender = app.statusEventSender
     if options.runWorkers {
         let clock = ServerClock()
         let fanout = context.fanout
@@ -210,29 +218,38 @@ public func configure(
                         await queue.run(clock: clock)
                         return false
                     },
-                    // The console's queue-depth chart: a sample a minute, whichever instance takes it.
-                    BackgroundService(
-                        name: "queue samples", interval: 60, clock: clock, logger: logger,
-                        onFailure: monitor.noteFailure
-                    ) {
-                        try await consoleData.sampleQueueDepth(on: db())
-                        return false
-                    },
-                    // Hourly; the first purge runs at start.
-                    // A purge of a long backlog runs as long as it needs: its transactions are many
-                    // and short, and none is abandoned halfway as a lost query would be.
-                    BackgroundService(
-                        name: "inbox retention", interval: 3600, clock: clock, logger: logger,
-                        onFailure: monitor.noteFailure, deadline: nil
-                    ) {
-                        let purged = try await retention.purge(on: db())
-                        if purged > 0 {
-                            logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
-                        }
-                        try await audit.purge(olderThan: retentionDays, on: db())
-                        return false
-                    },
-                ]))
+                ]
+                    + (statusSender.map { sender in
+                        [
+                            BackgroundService(
+                                name: "status events", interval: 1, signal: context.statusSignal, clock: clock,
+                                logger: logger, onFailure: monitor.noteFailure
+                            ) { try await sender.runOnce() }
+                        ]
+                    } ?? []) + [
+                        // The console's queue-depth chart: a sample a minute, whichever instance takes it.
+                        BackgroundService(
+                            name: "queue samples", interval: 60, clock: clock, logger: logger,
+                            onFailure: monitor.noteFailure
+                        ) {
+                            try await consoleData.sampleQueueDepth(on: db())
+                            return false
+                        },
+                        // Hourly; the first purge runs at start.
+                        // A purge of a long backlog runs as long as it needs: its transactions are many
+                        // and short, and none is abandoned halfway as a lost query would be.
+                        BackgroundService(
+                            name: "inbox retention", interval: 3600, clock: clock, logger: logger,
+                            onFailure: monitor.noteFailure, deadline: nil
+                        ) {
+                            let purged = try await retention.purge(on: db())
+                            if purged > 0 {
+                                logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
+                            }
+                            try await audit.purge(olderThan: retentionDays, on: db())
+                            return false
+                        },
+                    ]))
     }
 
     app.middleware = Middlewares()
@@ -471,6 +488,16 @@ extension Application {
     var deliveryQueue: DeliveryQueue? {
         get { storage[QueueKey.self] }
         set { storage[QueueKey.self] = newValue }
+    }
+
+    private struct StatusSenderKey: StorageKey {
+        typealias Value = StatusEventSender
+    }
+
+    /// The status event sender, when the workspace has `webhooks`; driven by hand in tests.
+    var statusEventSender: StatusEventSender? {
+        get { storage[StatusSenderKey.self] }
+        set { storage[StatusSenderKey.self] = newValue }
     }
 }
 

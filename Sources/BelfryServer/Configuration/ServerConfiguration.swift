@@ -51,6 +51,8 @@ public struct ServerConfiguration: Sendable {
     public var fcm: FCM?
     /// The workspace file's apps: more push credentials, each its own app; devices name theirs.
     public var apps: [PushApp]
+    /// The workspace file's `webhooks`: where status events go.
+    public var statusEndpoints: [StatusEndpoint]
     /// Web Push: the VAPID contact (`mailto:` or `https:`), required for sending; `nil` turns Web Push off.
     public var vapidSubject: String?
     /// The VAPID signing key (PEM); `nil` means one is created and kept in the database.
@@ -144,6 +146,7 @@ public struct ServerConfiguration: Sendable {
         apns: APNs? = nil,
         fcm: FCM? = nil,
         apps: [PushApp] = [],
+        statusEndpoints: [StatusEndpoint] = [],
         extraCertificatesPEM: String? = nil,
         vapidSubject: String? = nil,
         vapidKeyPEM: String? = nil,
@@ -175,6 +178,7 @@ public struct ServerConfiguration: Sendable {
         self.apns = apns
         self.fcm = fcm
         self.apps = apps
+        self.statusEndpoints = statusEndpoints
         self.extraCertificatesPEM = extraCertificatesPEM
         self.vapidSubject = vapidSubject
         self.vapidKeyPEM = vapidKeyPEM
@@ -224,7 +228,7 @@ public struct ServerConfiguration: Sendable {
             do {
                 let root = try WorkspaceConfig.parseRoot(try readFile(path))
                 let node = ConfigNode(root: root, issues: issues)
-                workspace = WorkspaceConfig.read(node, allowing: ["server", "apps"]) ?? workspace
+                workspace = WorkspaceConfig.read(node, allowing: ["server", "apps", "webhooks"]) ?? workspace
                 file = node
                 if node["server"].isPresent, node["server"].object(keys: serverKeys) {
                     server = node["server"]
@@ -376,6 +380,7 @@ public struct ServerConfiguration: Sendable {
         }
         let apps = file.map { PushApp.read($0["apps"], readFile: readFile, apnsURL: apnsURL, fcmURL: fcmURL) } ?? []
         if let file { PushApp.checkTenants(file["tenants"], apps: apps) }
+        let statusEndpoints = file.map { StatusEndpoint.read($0["webhooks"], readFile: readFile) } ?? []
         let extraCertificates = pick(.extraCertificates) { path in
             readPEM(path, readFile: readFile) { pem in
                 guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
@@ -462,7 +467,7 @@ public struct ServerConfiguration: Sendable {
             requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
             retryBase: retryBase, retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
             rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
-            apns: apns, fcm: fcm, apps: apps, extraCertificatesPEM: extraCertificates,
+            apns: apns, fcm: fcm, apps: apps, statusEndpoints: statusEndpoints, extraCertificatesPEM: extraCertificates,
             vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
             email: email, publicURL: publicURL, metricsToken: metricsToken)
     }
@@ -612,6 +617,7 @@ extension ServerConfiguration {
             "apns=\(apns.map { "\($0.keyID) \($0.teamID) \($0.topic ?? "-") \($0.url ?? "-") \(secret($0.keyPEM))" } ?? "-")",
             "fcm=\(fcm.map { "\($0.url) \(secret($0.serviceAccountJSON))" } ?? "-")",
             "apps=\(apps.map { "\($0.id) \($0.platform.rawValue) \(secret("\($0.credentials)"))" })",
+            "webhooks=\(statusEndpoints.map { "\($0.id) \($0.url) \($0.events.map(\.rawValue).sorted())" })",
             "vapid=\(vapidSubject ?? "-") \(secret(vapidKeyPEM)) \(webPushAllowsLoopback)",
             "extra_ca=\(secret(extraCertificatesPEM))", "email=\(email.map { "\($0.smtp) \($0.from)" } ?? "-")",
             "public_url=\(publicURL ?? "-")", "metrics_token=\(secret(metricsToken))",

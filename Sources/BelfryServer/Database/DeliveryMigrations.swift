@@ -180,3 +180,32 @@ struct AddEventBackgroundPush: AsyncMigration {
         try await database.schema("events").deleteField("content_available").update()
     }
 }
+
+/// Status events for the workspace's `webhooks`, each queued in the transaction of the change
+/// it reports and sent from here (an outbox of its own: not every event has a notification).
+struct AddStatusEvents: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("status_events")
+            .id()
+            .field("endpoint", .string, .required)
+            .field("type", .string, .required)
+            .field("body", .string, .required)
+            .field("status", .string, .required)
+            .field("attempts", .int, .required)
+            .field("next_attempt_at", .datetime, .required)
+            .field("lease_expires_at", .datetime)
+            .field("worker", .string)
+            .field("last_error", .string)
+            .field("last_status", .int)
+            .field("created_at", .datetime, .required)
+            .field("updated_at", .datetime, .required)
+            .create()
+        try await database.sql.raw("CREATE INDEX status_events_due ON status_events (status, next_attempt_at)").run()
+        try await database.sql.raw("CREATE INDEX status_events_lease ON status_events (status, lease_expires_at)")
+            .run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("status_events").delete()
+    }
+}

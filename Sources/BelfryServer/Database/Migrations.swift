@@ -24,6 +24,7 @@ enum BelfryMigrations {
         AddNotificationsAvailableIndex(),
         AddEventSource(),
         AddEventBackgroundPush(),
+        AddStatusEvents(),
     ]
 }
 

@@ -32,6 +32,9 @@ final class DeliveryQueue: Sendable {
     let slots: DeliverySlots
     /// Hears of each claim or record that failed: the database monitor, which acts on lost queries.
     let onStorageFailure: @Sendable (any Error) -> Void
+    /// Reports each delivery's end (sent, failed, dead, skipped) and retired devices to the
+    /// workspace's `webhooks`, in the transaction that records them.
+    let statusEvents: StatusEvents?
     /// The most deliveries of one kind a claim takes, and results a transaction records.
     static let claimBatch = 256
     static let recordBatch = 512
@@ -52,8 +55,9 @@ final class DeliveryQueue: Sendable {
         providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
         signal: WorkSignal = WorkSignal(), backoff: Backoff = Backoff(),
-        onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }
+        onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }, statusEvents: StatusEvents? = nil
     ) {
+        self.statusEvents = statusEvents
         self.backoff = backoff
         self.onStorageFailure = onStorageFailure
         self.database = database
@@ -626,6 +630,10 @@ final class DeliveryQueue: Sendable {
                 }
             }
             for (event, byChannel) in skips { try await EventSkips.add(byChannel, event: event, on: db.sql) }
+            if let statusEvents = self.statusEvents {
+                let events = resolved.filter { recorded.contains($0.0.delivery.id) }.flatMap(Self.statusEvents)
+                try await statusEvents.queue(events.filter { statusEvents.wants($0.type) }, on: db)
+            }
             return recorded
         }
         for (attempt, resolution) in resolved {
@@ -641,6 +649,38 @@ final class DeliveryQueue: Sendable {
                     metadata: ["belfry.delivery.id": "\(attempt.delivery.id)"])
             }
         }
+    }
+
+    /// What the workspace's `webhooks` hear of a recorded attempt: the delivery's end, and a
+    /// device the provider refused for good. A retry still to come is not reported.
+    private static func statusEvents(_ attempt: AttemptResult, _ resolution: Resolution) -> [StatusEvent] {
+        let delivery = attempt.delivery
+        let type: StatusEventType? =
+            switch resolution.status {
+            case .sent: .messageSent
+            case .failed: .messageFailed
+            case .dead: .messageDead
+            case .skipped: .messageSkipped
+            case .queued, .running: nil
+            }
+        var data: [String: JSONValue] = [
+            "message": .string(delivery.id.uuidString.lowercased()),
+            "notification": .string(delivery.content.notificationID.uuidString.lowercased()),
+            "user": .string(delivery.externalUserID),
+            "event": .string(delivery.eventID.uuidString.lowercased()),
+            "category": .string(delivery.content.category.id), "tenant": .string(delivery.content.tenant),
+            "channel": .string(delivery.channel.id), "attempt": .number(Double(delivery.attempt)),
+        ]
+        if let device = delivery.device { data["device"] = .string(device.id.uuidString.lowercased()) }
+        if let error = resolution.error { data["reason"] = .string(error) }
+        if let status = resolution.providerStatus { data["provider_status"] = .number(Double(status)) }
+        var events = type.map { [StatusEvent(type: $0, data: data)] } ?? []
+        if case .retire(_, let reason, _) = attempt.result {
+            var retired = data
+            retired["reason"] = .string(reason)
+            events.append(StatusEvent(type: .deviceRetired, data: retired))
+        }
+        return events
     }
 
     /// The delivery's state after `attempt`: its status, next attempt time, error and the

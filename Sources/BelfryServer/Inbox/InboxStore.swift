@@ -10,6 +10,8 @@ struct InboxStore: Sendable {
     let now: @Sendable () -> Date
     /// Wakes the delivery queue after an action answer is queued for the webhook.
     let wakeDeliveries: @Sendable () -> Void
+    /// Reports reads, views, archives and answers to the workspace's `webhooks`.
+    let statusEvents: StatusEvents
 
     enum Status: String, CaseIterable, Sendable {
         case unread, read, all, archived
@@ -17,6 +19,26 @@ struct InboxStore: Sendable {
 
     enum Mark: String, CaseIterable, Sendable {
         case seen, read, unread, archive, unarchive
+
+        /// What the workspace's `webhooks` hear of it; undoing a mark is not reported.
+        var statusEvent: StatusEventType? {
+            switch self {
+            case .seen: .messageSeen
+            case .read: .messageRead
+            case .archive: .messageArchived
+            case .unread, .unarchive: nil
+            }
+        }
+
+        /// The column whose time says the mark was made.
+        var column: String? {
+            switch self {
+            case .seen: "seen_at"
+            case .read: "read_at"
+            case .archive: "archived_at"
+            case .unread, .unarchive: nil
+            }
+        }
     }
 
     struct Filter: Sendable {
@@ -141,8 +163,17 @@ struct InboxStore: Sendable {
         let updated = try await storage.write(db) { tx in
             let update = tx.sql.update("notifications")
             Self.apply(mark, to: update, now: now)
-            return try await update.where("id", .equal, id).where("user_id", .equal, userID)
-                .inInboxAndDue(by: now).returning("id").all().count
+            let rows = try await update.where("id", .equal, id).where("user_id", .equal, userID)
+                .inInboxAndDue(by: now).returning(Self.changedColumns.map { SQLColumn($0) }).all()
+            if let type = mark.statusEvent, let column = mark.column {
+                // Only a change made now is reported: marking read again keeps the first time.
+                let changed = try rows.filter { row in
+                    try row.decode(column: column, as: Date?.self).map { abs($0.timeIntervalSince(now)) < 0.001 }
+                        ?? false
+                }
+                try await self.queueStatus(type, changed, userID: userID, on: tx)
+            }
+            return rows.count
         }
         guard updated == 1 else { return nil }
         return try await item(id, userID: userID, on: db)
@@ -193,6 +224,12 @@ struct InboxStore: Sendable {
                 )
                 .values(UUID(), id, actionID, now).run()
             }
+            if !answered {
+                let answer = try await tx.sql.select().columns(Self.changedColumns).from("notifications")
+                    .where("id", .equal, id).all()
+                try await self.queueStatus(
+                    .messageAction, answer, userID: userID, extra: ["action": .string(actionID)], on: tx)
+            }
             if let webhook, !answered {
                 try await tx.sql.insert(into: "deliveries")
                     .columns(
@@ -229,8 +266,38 @@ struct InboxStore: Sendable {
                 .where(mark == .read ? "read_at" : "seen_at", .is, SQLLiteral.null)
             if let tenant { update.where("tenant", .equal, tenant) }
             if let category { update.where("category", .equal, category) }
-            return try await update.returning("id").all().count
+            let rows = try await update.returning(Self.changedColumns.map { SQLColumn($0) }).all()
+            if let type = mark.statusEvent { try await self.queueStatus(type, rows, userID: userID, on: tx) }
+            return rows.count
         }
+    }
+
+    /// What a status event about a notification says, read back from the change.
+    private static let changedColumns = ["id", "event_id", "category", "tenant", "read_at", "seen_at", "archived_at"]
+
+    /// Queues `type` for each changed notification of `userID` (rows of ``changedColumns``), in
+    /// the change's transaction. The inbox's message is the notification itself.
+    private func queueStatus(
+        _ type: StatusEventType, _ rows: [any SQLRow], userID: UUID, extra: [String: JSONValue] = [:],
+        on tx: any Database
+    ) async throws {
+        guard statusEvents.wants(type), !rows.isEmpty else { return }
+        let user = try await tx.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID)
+            .first()?.decode(column: "external_id", as: String.self)
+        let inbox = workspace.channels.first { $0.kind == .inbox }?.id
+        let events = try rows.map { row in
+            let id = try row.decode(column: "id", as: UUID.self).uuidString.lowercased()
+            var data: [String: JSONValue] = [
+                "message": .string(id), "notification": .string(id), "user": user.map(JSONValue.string) ?? .null,
+                "event": .string(try row.decode(column: "event_id", as: UUID.self).uuidString.lowercased()),
+                "category": .string(try row.decode(column: "category", as: String.self)),
+                "tenant": .string(try row.decode(column: "tenant", as: String.self)),
+                "channel": inbox.map(JSONValue.string) ?? .null,
+            ]
+            data.merge(extra) { _, new in new }
+            return StatusEvent(type: type, data: data)
+        }
+        try await statusEvents.queue(events, on: tx)
     }
 
     private static func apply(_ mark: Mark, to update: SQLUpdateBuilder, now: Date) {
@@ -287,7 +354,8 @@ struct InboxStore: Sendable {
 
 extension BelfryContext {
     var inboxStore: InboxStore {
-        InboxStore(storage: database, workspace: workspace, now: now, wakeDeliveries: deliveryWake)
+        InboxStore(
+            storage: database, workspace: workspace, now: now, wakeDeliveries: deliveryWake, statusEvents: statusEvents)
     }
 }
 

@@ -31,6 +31,8 @@ struct PreferenceStore: Sendable {
     /// A short digest of the workspace, part of every ETag, so a config change shows as a new version.
     let workspaceFingerprint: String
     let now: @Sendable () -> Date
+    /// Reports each change to the workspace's `webhooks`, in the change's transaction.
+    let statusEvents: StatusEvents
 
     func view(userID: UUID, scope: PreferenceScope, on db: any Database) async throws -> PreferenceView {
         let stored = try await load(userID: userID, scopes: [scope, .userDefaults], on: db)
@@ -96,7 +98,35 @@ struct PreferenceStore: Sendable {
             }
             stored[scope] = StoredSelections(version: old.version + 1, selections: selections)
         }
-        return scopes.map { view($0, stored) }
+        let views = scopes.map { view($0, stored) }
+        if statusEvents.wants(.preferencesUpdated) {
+            try await queueStatus(userID: userID, views: views, changes: changes, on: db)
+        }
+        return views
+    }
+
+    /// `preferences.updated` for each scope written: the user, the tenant (`null`: the user's
+    /// defaults), the changes as the API took them, and the new ETag.
+    private func queueStatus(
+        userID: UUID, views: [PreferenceView], changes: [PreferenceChange], on db: any Database
+    ) async throws {
+        let user = try await db.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID)
+            .first()?.decode(column: "external_id", as: String.self)
+        let changed = try JSONDecoder().decode(JSONValue.self, from: try JSONEncoder().encode(changes))
+        let events = views.map { view in
+            let tenant: JSONValue =
+                switch view.scope {
+                case .userDefaults: .null
+                case .tenant(let id): .string(id)
+                }
+            return StatusEvent(
+                type: .preferencesUpdated,
+                data: [
+                    "user": user.map(JSONValue.string) ?? .null, "tenant": tenant, "changes": changed,
+                    "etag": .string(view.etag),
+                ])
+        }
+        try await statusEvents.queue(events, on: db)
     }
 
     /// Creates missing rows (version 0, nothing chosen) and locks all of them for this transaction.
@@ -197,6 +227,8 @@ struct PreferenceStore: Sendable {
 
 extension BelfryContext {
     var preferenceStore: PreferenceStore {
-        PreferenceStore(storage: database, workspace: workspace, workspaceFingerprint: workspaceFingerprint, now: now)
+        PreferenceStore(
+            storage: database, workspace: workspace, workspaceFingerprint: workspaceFingerprint, now: now,
+            statusEvents: statusEvents)
     }
 }

@@ -1,0 +1,177 @@
+import AsyncHTTPClient
+import Crypto
+import Fluent
+import Foundation
+import Logging
+import NIOCore
+import SQLKit
+
+/// Sends the queued status events to their endpoints: claims due ones with a lease, posts each
+/// signed per Standard Webhooks (`webhook-id` is the event's id, the same on every attempt), and
+/// records the answer: 2xx sent; 408, 425, 429 and 5xx (and no answer) retried with backoff,
+/// after `Retry-After` when longer; anything else failed; dead after the last attempt. At least
+/// once, like every delivery: a receiver recognises a repeat by its `webhook-id`. Several
+/// instances share the table (`FOR UPDATE SKIP LOCKED` on PostgreSQL).
+final class StatusEventSender: Sendable {
+    enum Status: String, Sendable, CaseIterable {
+        case queued, running, sent, failed, dead
+    }
+
+    let database: @Sendable () -> any Database
+    let storage: BelfryDatabase
+    /// Each endpoint and its Standard Webhooks key, by id.
+    let endpoints: [String: (endpoint: StatusEndpoint, key: SymmetricKey)]
+    let client: HTTPClient
+    let now: @Sendable () -> Date
+    let jitter: @Sendable () -> Double
+    let backoff: Backoff
+    let lease: TimeInterval
+    let logger: Logger
+    /// This process, as recorded on the events it claims.
+    let name = "\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))"
+    static let maxAttempts = 8
+    static let claimBatch = 64
+    static let timeout: TimeAmount = .seconds(10)
+
+    init(
+        database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, endpoints: [StatusEndpoint],
+        client: HTTPClient, now: @escaping @Sendable () -> Date, jitter: @escaping @Sendable () -> Double,
+        backoff: Backoff, lease: TimeInterval = 60, logger: Logger
+    ) {
+        self.database = database
+        self.storage = storage
+        self.endpoints = Dictionary(
+            endpoints.map { ($0.id, ($0, WebhookChannel.standardKey($0.secret))) },
+            uniquingKeysWith: { first, _ in first })
+        self.client = client
+        self.now = now
+        self.jitter = jitter
+        self.backoff = backoff
+        self.lease = lease
+        self.logger = logger
+    }
+
+    private struct Claimed {
+        var id: UUID
+        var endpoint: String
+        var body: String
+        var attempt: Int
+    }
+
+    private struct Outcome {
+        var status: Status
+        var next: Date
+        var error: String?
+        var providerStatus: Int?
+    }
+
+    /// Claims the events due now, sends them at once, and records every answer in one transaction.
+    /// - Returns: whether there were any, so that the loop looks again at once.
+    @discardableResult
+    func runOnce() async throws -> Bool {
+        let claimed = try await claim()
+        guard !claimed.isEmpty else { return false }
+        let outcomes = await withTaskGroup(of: (UUID, Outcome).self) { group in
+            for event in claimed {
+                group.addTask { (event.id, await self.send(event)) }
+            }
+            var outcomes: [(UUID, Outcome)] = []
+            for await outcome in group { outcomes.append(outcome) }
+            return outcomes
+        }
+        let now = self.now()
+        try await storage.write(database()) { db in
+            for (id, outcome) in outcomes {
+                try await db.sql.update("status_events")
+                    .set("status", to: outcome.status.rawValue)
+                    .set("next_attempt_at", to: outcome.next)
+                    .set("lease_expires_at", to: Date?.none)
+                    .set("last_error", to: outcome.error)
+                    .set("last_status", to: outcome.providerStatus)
+                    .set("updated_at", to: now)
+                    .where("id", .equal, id)
+                    .where("worker", .equal, self.name)
+                    .where("status", .equal, Status.running.rawValue)
+                    .run()
+            }
+        }
+        return true
+    }
+
+    /// Marks due events (queued and due, or running with an expired lease) as this worker's,
+    /// in one statement, and returns them.
+    private func claim() async throws -> [Claimed] {
+        let now = self.now()
+        let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        let limit = String(Self.claimBatch)
+        let statement: SQLQueryString = """
+            UPDATE status_events SET status = \(bind: Status.running.rawValue), attempts = attempts + 1,
+              lease_expires_at = \(bind: now.addingTimeInterval(lease)), worker = \(bind: name), updated_at = \(bind: now)
+            WHERE id IN (SELECT id FROM (
+              SELECT id FROM (SELECT id FROM status_events
+                WHERE status = \(bind: Status.queued.rawValue) AND next_attempt_at <= \(bind: now)
+                ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued
+              UNION ALL
+              SELECT id FROM (SELECT id FROM status_events
+                WHERE status = \(bind: Status.running.rawValue) AND lease_expires_at < \(bind: now)
+                LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired
+            ) AS due)
+            RETURNING id, endpoint, body, attempts
+            """
+        return try await storage.write(database()) { db in
+            try await db.sql.raw(statement).all().map { row in
+                Claimed(
+                    id: try row.decode(column: "id", as: UUID.self),
+                    endpoint: try row.decode(column: "endpoint", as: String.self),
+                    body: try row.decode(column: "body", as: String.self),
+                    attempt: try row.decode(column: "attempts", as: Int.self))
+            }
+        }
+    }
+
+    private func send(_ event: Claimed) async -> Outcome {
+        let now = self.now()
+        guard let (endpoint, key) = endpoints[event.endpoint] else {
+            return Outcome(status: .failed, next: now, error: "the endpoint is no longer in the workspace config")
+        }
+        let body = Data(event.body.utf8)
+        var request = HTTPClientRequest(url: endpoint.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: "Belfry")
+        let messageID = event.id.uuidString.lowercased()
+        let timestamp = Int(now.timeIntervalSince1970)
+        request.headers.add(name: "webhook-id", value: messageID)
+        request.headers.add(name: "webhook-timestamp", value: String(timestamp))
+        request.headers.add(
+            name: "webhook-signature",
+            value: WebhookChannel.standardSignature(key: key, id: messageID, timestamp: timestamp, body: body))
+        request.body = .bytes(ByteBuffer(data: body))
+        let result: DeliveryResult
+        do {
+            let response = try await client.execute(request, timeout: Self.timeout)
+            _ = try? await response.body.collect(upTo: 64 * 1024)
+            result = WebhookChannel.result(
+                status: Int(response.status.code), headers: response.headers, now: self.now())
+        } catch {
+            result = .retry(reason: "the status webhook request failed: \(error)")
+        }
+        switch result {
+        case .delivered(let status):
+            return Outcome(status: .sent, next: now, providerStatus: status)
+        case .retry(let after, let reason, let status):
+            guard event.attempt < Self.maxAttempts else {
+                logger.warning(
+                    "a status event is dead after its last attempt",
+                    metadata: ["belfry.status_event": "\(messageID)", "belfry.error": "\(reason)"])
+                return Outcome(status: .dead, next: now, error: reason, providerStatus: status)
+            }
+            let delay = backoff.delay(afterAttempt: event.attempt, retryAfter: after, jitter: jitter())
+            return Outcome(status: .queued, next: now.addingTimeInterval(delay), error: reason, providerStatus: status)
+        case .failed(let reason, let status), .retire(_, let reason, let status):
+            return Outcome(status: .failed, next: now, error: reason, providerStatus: status)
+        case .skipped(let reason):
+            return Outcome(status: .failed, next: now, error: reason.rawValue)
+        }
+    }
+}

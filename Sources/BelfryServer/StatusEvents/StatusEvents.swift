@@ -1,0 +1,71 @@
+import BelfryCore
+import Fluent
+import Foundation
+import Vapor
+
+/// One change to report: its type and what it is about (the message, user, event, category,
+/// tenant, channel and, where there is one, the device, reason and attempt).
+struct StatusEvent: Sendable {
+    var type: StatusEventType
+    var data: [String: JSONValue]
+}
+
+/// Queues status events for the workspace's `webhooks`, in the transaction of the change they
+/// report: an event for a change that rolled back is never sent, and one whose change committed
+/// is never lost. ``StatusEventSender`` delivers them from the `status_events` table.
+struct StatusEvents: Sendable {
+    let endpoints: [StatusEndpoint]
+    let storage: BelfryDatabase
+    let now: @Sendable () -> Date
+    /// Tells this process's sender that events are waiting.
+    let wake: @Sendable () -> Void
+
+    /// Whether any endpoint takes events of `type`: callers skip building those no one takes.
+    func wants(_ type: StatusEventType) -> Bool {
+        endpoints.contains { $0.events.contains(type) }
+    }
+
+    /// The body each endpoint receives: `type`, `id` (the webhook-id, the same on every attempt),
+    /// `timestamp` and `data`.
+    private struct Body: Encodable {
+        var type: String
+        var id: String
+        var timestamp: Date
+        var data: [String: JSONValue]
+    }
+
+    /// Queues `events` for every endpoint that takes their type, on `db` (the caller's transaction).
+    func queue(_ events: [StatusEvent], on db: any Database) async throws {
+        guard !events.isEmpty, !endpoints.isEmpty else { return }
+        let now = self.now()
+        var rows: [[BulkValue]] = []
+        for event in events {
+            for endpoint in endpoints where endpoint.events.contains(event.type) {
+                let id = UUID.timeOrdered(at: now)
+                let body = try Response.jsonEncoder.encode(
+                    Body(type: event.type.rawValue, id: id.uuidString.lowercased(), timestamp: now, data: event.data))
+                rows.append([
+                    .id(id), .text(endpoint.id), .text(event.type.rawValue),
+                    .text(String(decoding: body, as: UTF8.self)),
+                    .text(StatusEventSender.Status.queued.rawValue), .integer(0), .date(now), .date(now), .date(now),
+                ])
+            }
+        }
+        guard !rows.isEmpty else { return }
+        try await storage.insert(
+            into: "status_events",
+            columns: [
+                "id", "endpoint", "type", "body", "status", "attempts", "next_attempt_at", "created_at", "updated_at",
+            ],
+            rows: rows, rowsPerStatement: 200, on: db)
+        wake()
+    }
+}
+
+extension BelfryContext {
+    var statusEvents: StatusEvents {
+        StatusEvents(
+            endpoints: settings.statusEndpoints, storage: database, now: now,
+            wake: { [statusSignal] in statusSignal.wake() })
+    }
+}

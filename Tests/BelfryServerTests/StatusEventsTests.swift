@@ -1,0 +1,245 @@
+import BelfryCore
+import BelfryTestSupport
+import Foundation
+import SQLKit
+import Testing
+import Vapor
+
+@testable import BelfryServer
+
+/// Issue 34: status events to the workspace's `webhooks`, queued in the transaction of the
+/// change they report, signed per Standard Webhooks and sent with retries.
+@Suite("Status events", .serialized)
+struct StatusEventsTests {
+    static func endpoint(
+        _ receiver: WebhookReceiver, events: Set<StatusEventType> = Set(StatusEventType.allCases)
+    )
+        -> StatusEndpoint
+    {
+        StatusEndpoint(id: "backend", url: receiver.url, events: events, secret: WebhookReceiver.secret)
+    }
+
+    static func sendAll(_ app: Application) async throws {
+        let sender = try #require(app.statusEventSender)
+        while try await sender.runOnce() {}
+    }
+
+    static func rows(_ app: Application) async throws -> [(type: String, status: String, attempts: Int)] {
+        try await app.db.sql.select().columns("type", "status", "attempts").from("status_events")
+            .orderBy("created_at").all().map {
+                (
+                    try $0.decode(column: "type", as: String.self), try $0.decode(column: "status", as: String.self),
+                    try $0.decode(column: "attempts", as: Int.self)
+                )
+            }
+    }
+
+    @Test(
+        "deliveries, reads, answers and preference changes reach the endpoint signed, once each",
+        arguments: TestDatabase.allCases)
+    func reported(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(database, settings: { $0.statusEndpoints = [Self.endpoint(receiver)] }) { app in
+            // Email has no provider here: its delivery fails, which is reported.
+            _ = try await DeliveryQueueTests.trigger(app, "login-fail", to: ["ada"])
+            while try await app.deliveryQueue!.runOnce() > 0 {}
+            let token = try await app.userToken("ada")
+            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+            let path = "/v1/me/notifications/\(item.id.uuidString.lowercased())"
+            #expect(try await app.send(.POST, "\(path)/seen", bearer: token).status == .ok)
+            #expect(try await app.send(.POST, "\(path)/read", bearer: token).status == .ok)
+            #expect(try await app.send(.POST, "\(path)/read", bearer: token).status == .ok, "again: nothing new")
+            #expect(try await app.send(.POST, "\(path)/actions/was-me", bearer: token).status == .ok)
+            #expect(try await app.send(.POST, "\(path)/actions/was-me", bearer: token).status == .ok, "a repeat")
+            #expect(try await app.send(.POST, "\(path)/archive", bearer: token).status == .ok)
+            let etag = try #require(try await app.send(.GET, "/v1/me/preferences", bearer: token).etag)
+            let changed = try await app.send(
+                .PATCH, "/v1/me/preferences/categories/mention", bearer: token,
+                json: PreferencesAPITests.body("opt_out"), headers: ["If-Match": etag])
+            #expect(changed.status == .ok)
+            // Refused (the version moved on): rolled back, so nothing is reported.
+            let refused = try await app.send(
+                .PATCH, "/v1/me/preferences/categories/reverted", bearer: token,
+                json: PreferencesAPITests.body("opt_out"), headers: ["If-Match": etag])
+            #expect(refused.status == .preconditionFailed)
+
+            try await Self.sendAll(app)
+            let entries = try receiver.entries()
+            #expect(entries.allSatisfy { $0.standard }, "every request verifies with the standardwebhooks package")
+            let bodies = entries.map(\.body)
+            let types = bodies.compactMap { body -> String? in
+                if case .object(let fields) = body, case .string(let type)? = fields["type"] { type } else { nil }
+            }
+            // The category's email and webhook channels have no provider here: both fail.
+            #expect(
+                types.sorted() == [
+                    "message.action", "message.archived", "message.failed", "message.failed", "message.read",
+                    "message.seen", "preferences.updated",
+                ], "\(types)")
+            func data(_ type: String, channel: String? = nil) -> [String: JSONValue] {
+                for case .object(let fields) in bodies where fields["type"] == .string(type) {
+                    if case .object(let data)? = fields["data"], channel == nil || data["channel"] == .string(channel!)
+                    {
+                        return data
+                    }
+                }
+                return [:]
+            }
+            let failed = data("message.failed", channel: "email")
+            #expect(failed["user"] == .string("ada") && failed["channel"] == .string("email"))
+            #expect(failed["category"] == .string("login-fail") && failed["tenant"] == .string("enwiki"))
+            #expect(failed["attempt"] == .number(1))
+            if case .string(let reason)? = failed["reason"] {
+                #expect(reason.contains("no provider"))
+            } else {
+                Issue.record("message.failed has no reason")
+            }
+            #expect(data("message.read")["message"] == .string(item.id.uuidString.lowercased()))
+            #expect(data("message.read")["channel"] == .string("inbox"))
+            #expect(data("message.action")["action"] == .string("was-me"))
+            #expect(data("preferences.updated")["tenant"] == .string("enwiki"))
+            #expect(data("preferences.updated")["user"] == .string("ada"))
+            // Each body's id is its webhook-id, and every row is sent.
+            #expect(try await Self.rows(app).allSatisfy { $0.status == "sent" && $0.attempts == 1 })
+        }
+    }
+
+    @Test("an endpoint takes only its events; a failing one is retried with backoff, with the same id")
+    func retriesAndFilters() async throws {
+        let receiver = try await WebhookReceiver(answers: "503,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(
+            .sqlite, clock: clock, jitter: 0.5,
+            settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
+        ) { app in
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
+            let token = try await app.userToken("ada")
+            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/seen", bearer: token)
+            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            #expect(try await Self.rows(app).map(\.type) == ["message.read"], "seen is not this endpoint's")
+
+            try await Self.sendAll(app)
+            #expect(try await Self.rows(app).map(\.status) == ["queued"], "503: tried again later")
+            #expect(try receiver.entries().map(\.answered) == [503])
+            clock.advance(by: 60)
+            try await Self.sendAll(app)
+            #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["sent 2"])
+            let ids = try receiver.entries().compactMap { entry -> JSONValue? in
+                if case .object(let fields) = entry.body { fields["id"] } else { nil }
+            }
+            #expect(ids.count == 2 && ids[0] == ids[1], "the same id on every attempt")
+        }
+    }
+
+    @Test("an endpoint that keeps failing: dead after the last attempt, and a 400 fails at once")
+    func deadAndFailed() async throws {
+        let receiver = try await WebhookReceiver(answers: "503")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(
+            .sqlite, clock: clock, jitter: 0.5,
+            settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
+        ) { app in
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
+            let token = try await app.userToken("ada")
+            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            for _ in 0..<StatusEventSender.maxAttempts {
+                try await Self.sendAll(app)
+                clock.advance(by: 3600)
+            }
+            #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["dead 8"])
+            #expect(try receiver.entries().count == 8)
+        }
+        let refusing = try await WebhookReceiver(answers: "400")
+        defer { refusing.stop() }
+        try await withBelfry(
+            .sqlite, settings: { $0.statusEndpoints = [Self.endpoint(refusing, events: [.messageRead])] }
+        ) {
+            app in
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
+            let token = try await app.userToken("ada")
+            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            try await Self.sendAll(app)
+            #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["failed 1"])
+        }
+    }
+
+    @Test("a status event queued with its change survives a crash right after the commit")
+    func durable() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-status-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let location = DatabaseLocation.sqlite(path: directory.appendingPathComponent("b.sqlite").path)
+        let endpoint = Self.endpoint(receiver)
+        // The first process records the read, and stops without sending anything (no workers).
+        try await withBelfryApp(location: location, settings: { $0.statusEndpoints = [endpoint] }) { app, _ in
+            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
+            let token = try await app.userToken("ada")
+            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+        }
+        #expect(try receiver.entries().isEmpty)
+        try await withBelfryApp(location: location, settings: { $0.statusEndpoints = [endpoint] }) { app, _ in
+            try await Self.sendAll(app)
+        }
+        let types = try receiver.entries().compactMap { entry -> JSONValue? in
+            if case .object(let fields) = entry.body { fields["type"] } else { nil }
+        }
+        #expect(types.contains(.string("message.read")))
+    }
+
+    @Test("the file's webhooks are read and checked: every problem with its path, the secret kept out of dumps")
+    func configuration() async throws {
+        var config = try #require(
+            try JSONSerialization.jsonObject(
+                with: Data(
+                    contentsOf: PackagePaths.root.appendingPathComponent(
+                        "Sources/BelfryServer/Resources/demo-workspace.json"))) as? [String: Any])
+        let files = [
+            "hook.secret": "whsec_" + Data(repeating: 7, count: 24).base64EncodedString() + "\n", "short": "abc",
+        ]
+        func resolve(_ webhooks: [[String: Any]]) throws(ConfigError) -> ServerConfiguration {
+            config["webhooks"] = webhooks
+            let data = (try? JSONSerialization.data(withJSONObject: config)) ?? Data()
+            return try ServerConfiguration.resolve(flags: .init(config: "config.json"), environment: [:]) { path in
+                if path == "config.json" { return data }
+                guard let text = files[path] else { throw CocoaError(.fileReadNoSuchFile) }
+                return Data(text.utf8)
+            }
+        }
+        let good = try resolve([
+            [
+                "id": "backend", "url": "https://hooks.example.org/belfry",
+                "events": ["message.sent", "device.retired"],
+                "secret_path": "hook.secret",
+            ]
+        ])
+        #expect(good.statusEndpoints.map(\.id) == ["backend"])
+        #expect(good.statusEndpoints.first?.events == [.messageSent, .deviceRetired])
+        #expect(good.statusEndpoints.first?.secret.hasPrefix("whsec_") == true, "read from its file, trimmed")
+        #expect(!"\(good)".contains("whsec_"), "the secret is not in the settings' description")
+
+        let error = try #require(throws: ConfigError.self) {
+            try resolve([
+                ["id": "a", "url": "http://hooks.example.org/", "events": ["message.sent"], "secret_path": "short"],
+                ["id": "b", "url": "https://x.example.org/", "events": ["message.delivered"], "secret_path": "nope"],
+                ["id": "a", "url": "https://y.example.org/", "events": [], "secret_path": "hook.secret", "x": 1],
+            ])
+        }
+        let text = "\(error)"
+        for expected in [
+            "webhooks[0].url: must be https", "webhooks[0].secret_path: short: the secret needs at least 16",
+            "webhooks[1].events[0]: expected", "webhooks[1].secret_path: cannot read nope",
+            "webhooks[2].id: another webhook already has the id", "webhooks[2].x: unknown key",
+        ] {
+            #expect(text.contains(expected), "\(expected) in \(text)")
+        }
+    }
+}
