@@ -1,5 +1,6 @@
 import BelfryCore
 import BelfryTestSupport
+import Fluent
 import Foundation
 import SQLKit
 import Testing
@@ -71,9 +72,11 @@ struct StatusEventsTests {
             let types = bodies.compactMap { body -> String? in
                 if case .object(let fields) = body, case .string(let type)? = fields["type"] { type } else { nil }
             }
+            // Ada has no device: the three push channels are skipped at fan-out.
+            #expect(types.filter { $0 == "message.skipped" }.count == 3)
             // The category's email and webhook channels have no provider here: both fail.
             #expect(
-                types.sorted() == [
+                types.filter { $0 != "message.skipped" }.sorted() == [
                     "message.action", "message.archived", "message.failed", "message.failed", "message.read",
                     "message.seen", "preferences.updated",
                 ], "\(types)")
@@ -102,6 +105,65 @@ struct StatusEventsTests {
             #expect(data("preferences.updated")["user"] == .string("ada"))
             // Each body's id is its webhook-id, and every row is sent.
             #expect(try await Self.rows(app).allSatisfy { $0.status == "sent" && $0.attempts == 1 })
+        }
+    }
+
+    @Test("a throttled skip, a one-click unsubscribe and a closed digest are reported in their transactions")
+    func policies() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        var workspace = PoliciesTests.workspace
+        workspace.categories.append(
+            CategoryDefinition(
+                id: "digest", name: "Digest", section: "talk", channels: [.init(channel: "inbox")],
+                batch: BatchRule(windowSeconds: 60, title: "{{count}} things")))
+        try await withBelfry(
+            .sqlite, workspace: workspace, clock: clock,
+            settings: {
+                $0.statusEndpoints = [
+                    Self.endpoint(receiver, events: [.messageSkipped, .emailUnsubscribed, .batchClosed])
+                ]
+            }
+        ) { app in
+            // `mention` lets 3 an hour reach the webhook: the fourth is a throttled skip.
+            for _ in 0..<4 { _ = try await PoliciesTests.send(app, "mention", to: ["ada"]) }
+            // The digest: two events, then its window ends.
+            for _ in 0..<2 { _ = try await PoliciesTests.send(app, "digest", to: ["ada"]) }
+            clock.advance(by: 61)
+            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            // The link in an email: edit-user-talk's emails off on enwiki.
+            let userID = try #require(try await UserModel.query(on: app.db).filter(\.$externalID == "ada").first()?.id)
+            let link = try app.belfry.webSigner.sign(
+                UnsubscribeLink(
+                    uid: userID, category: "edit-user-talk", channel: "email", tenant: "enwiki",
+                    exp: Int(clock.now.timeIntervalSince1970) + 86400))
+            let unsubscribed = try await app.send(
+                .POST, "/unsubscribe/\(link)", rawBody: "List-Unsubscribe=One-Click",
+                headers: ["Content-Type": "application/x-www-form-urlencoded"])
+            #expect(unsubscribed.status == .ok)
+
+            try await Self.sendAll(app)
+            var byType: [String: [[String: JSONValue]]] = [:]
+            for entry in try receiver.entries() {
+                #expect(entry.standard)
+                if case .object(let fields) = entry.body, case .string(let type)? = fields["type"],
+                    case .object(let data)? = fields["data"]
+                {
+                    byType[type, default: []].append(data)
+                }
+            }
+            let throttled = (byType["message.skipped"] ?? []).filter { $0["reason"] == .string("throttled") }
+            #expect(throttled.count == 1)
+            #expect(throttled.first?["channel"] == .string("webhook") && throttled.first?["user"] == .string("ada"))
+            #expect(throttled.first?["category"] == .string("mention"))
+            let closed = try #require(byType["batch.closed"]?.first)
+            #expect(byType["batch.closed"]?.count == 1)
+            #expect(closed["count"] == .number(2) && closed["category"] == .string("digest"))
+            #expect(closed["notification"] != .null && closed["user"] == .string("ada"))
+            let email = try #require(byType["email.unsubscribed"]?.first)
+            #expect(email["category"] == .string("edit-user-talk") && email["tenant"] == .string("enwiki"))
+            #expect(email["channel"] == .string("email") && email["user"] == .string("ada"))
         }
     }
 

@@ -142,12 +142,15 @@ extension Fanout {
         }
         let userIDs = Array(Set(batches.map(\.userID)))
         var users: [UUID: Recipient] = [:]
+        var externalIDs: [UUID: String] = [:]
         for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) }).from(UserModel.schema)
             .where("id", .in, userIDs).all()
         {
-            let recipient = try Self.recipient(from: row).recipient
+            let (externalID, recipient) = try Self.recipient(from: row)
             users[recipient.id] = recipient
+            externalIDs[recipient.id] = externalID
         }
+        var closed: [StatusEvent] = []
         let devices = try await DeviceStore.deliverableDevices(of: userIDs, on: sql)
         var preferences: [String: [UUID: [PreferenceScope: PreferenceSelections]]] = [:]
         for tenant in Set(batches.map(\.tenant)) {
@@ -189,7 +192,21 @@ extension Fanout {
                 .set("notification_id", to: notificationID)
                 .where("id", .equal, open.id)
                 .run()
+            if statusEvents?.wants(.batchClosed) == true {
+                closed.append(
+                    StatusEvent(
+                        type: .batchClosed,
+                        data: [
+                            "batch": .string(open.id.uuidString.lowercased()),
+                            "user": externalIDs[open.userID].map(JSONValue.string) ?? .null,
+                            "event": .string(open.firstEvent.uuidString.lowercased()),
+                            "category": .string(open.category), "tenant": .string(open.tenant),
+                            "count": .number(Double(open.count)),
+                            "notification": notificationID.map { .string($0.uuidString.lowercased()) } ?? .null,
+                        ]))
+            }
         }
+        try await statusEvents?.queue(closed, on: db)
         try await rows.insert(storage: storage, on: db)
         // The items now live in the notification's `batch`; the batch row stays, like its events.
         try await sql.delete(from: "batch_items").where("batch_id", .in, batches.map(\.id)).run()

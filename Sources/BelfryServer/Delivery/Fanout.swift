@@ -23,6 +23,8 @@ struct Fanout: Sendable {
     /// Wakes the delivery queue once a batch queued deliveries.
     let wakeDeliveries: @Sendable () -> Void
     let metrics: BelfryMetrics
+    /// Reports each recipient's channels the rule or the throttle left out (`message.skipped`).
+    var statusEvents: StatusEvents? = nil
     static let batchSize = 500
     static let eventsPerBatch = 32
     /// Fan-out loops per process on PostgreSQL.
@@ -209,6 +211,10 @@ struct Fanout: Sendable {
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
             let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
             var skips: [String: [SkipReason: Int]] = [:]
+            // Each recipient's skips, when an endpoint wants to hear of them.
+            let reportsSkips = statusEvents?.wants(.messageSkipped) == true
+            var skipped: [(user: String, channel: String, reason: SkipReason)] = []
+            var externalIDs: [UUID: String] = [:]
             // First what each recipient gets by the rule, then the throttle, then the rows.
             var plans: [Plan] = []
             for recipient in recipients {
@@ -219,9 +225,25 @@ struct Fanout: Sendable {
                     ?? now
                 // A tenant that names its apps reaches only devices of those apps.
                 let userDevices = (devices[user.id] ?? []).filter { tenantDefinition?.allows(app: $0.app) ?? true }
-                let delivering = channels(
-                    of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:], devices: userDevices,
-                    skips: &skips)
+                // Counted straight into the event's skips, or first per recipient when reported.
+                var own: [String: [SkipReason: Int]] = [:]
+                let delivering =
+                    reportsSkips
+                    ? channels(
+                        of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:],
+                        devices: userDevices, skips: &own)
+                    : channels(
+                        of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:],
+                        devices: userDevices, skips: &skips)
+                if reportsSkips {
+                    externalIDs[user.id] = recipient
+                    for (channel, reasons) in own {
+                        for (reason, count) in reasons {
+                            skips[channel, default: [:]][reason, default: 0] += count
+                            skipped.append((recipient, channel, reason))
+                        }
+                    }
+                }
                 if !delivering.isEmpty {
                     plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
                 }
@@ -235,7 +257,14 @@ struct Fanout: Sendable {
                 try await addToBatches(item, of: category, tenant: tenant, rule: rule, plans: plans, now: now, on: db)
                 batched = plans.count
             } else {
+                let before = reportsSkips ? plans : []
                 try await throttle(&plans, category: category, now: now, skips: &skips, on: db)
+                for (old, new) in zip(before, plans) where old.delivering.count != new.delivering.count {
+                    let kept = Set(new.delivering.map(\.id))
+                    for channel in old.delivering where !kept.contains(channel.id) {
+                        skipped.append((externalIDs[old.user.id] ?? "", channel.id, .throttled))
+                    }
+                }
                 let content = NotificationRows.Content(
                     eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
                     data: data, decodedData: decodedData)
@@ -247,6 +276,20 @@ struct Fanout: Sendable {
                 try await rows.insert(storage: storage, on: db)
             }
             try await EventSkips.add(skips, event: eventID, on: sql)
+            if let statusEvents, !skipped.isEmpty {
+                let common: [String: JSONValue] = [
+                    "event": .string(eventID.uuidString.lowercased()), "category": .string(category.id),
+                    "tenant": .string(tenant),
+                ]
+                try await statusEvents.queue(
+                    skipped.map { user, channel, reason in
+                        StatusEvent(
+                            type: .messageSkipped,
+                            data: common.merging([
+                                "user": .string(user), "channel": .string(channel), "reason": .string(reason.rawValue),
+                            ]) { _, new in new })
+                    }, on: db)
+            }
         }
         let update = sql.update("events")
             .set("processed", to: cursor)
@@ -447,6 +490,7 @@ extension BelfryContext {
     var fanout: Fanout {
         Fanout(
             storage: database, workspace: workspace, now: now, events: inboxEvents, isFollowed: inboxHub.isFollowed,
-            wakeDeliveries: deliveryWake, metrics: metrics)
+            wakeDeliveries: deliveryWake, metrics: metrics,
+            statusEvents: settings.statusEndpoints.isEmpty ? nil : statusEvents)
     }
 }

@@ -10,12 +10,14 @@ struct PreferenceChanges: Sendable {
     let events: InboxEvents
 
     /// Applies `changes` to every scope in one transaction (see `PreferenceStore.change`).
+    /// - Parameter also: status events to queue with the change, in its transaction (the
+    ///   one-click unsubscribe's `email.unsubscribed`).
     func change(
         userID: UUID, scopes: [PreferenceScope], changes: [PreferenceChange], expected: [PreferenceScope: String],
-        on db: any Database
+        also: [StatusEvent] = [], on db: any Database
     ) async throws -> [PreferenceView] {
         let views = try await store.change(
-            userID: userID, scopes: scopes, changes: changes, expected: expected, on: db)
+            userID: userID, scopes: scopes, changes: changes, expected: expected, also: also, on: db)
         for view in views {
             let tenant: String? = if case .tenant(let id) = view.scope { id } else { nil }
             await events.preferencesChanged(user: userID, tenant: tenant, etag: view.etag, on: db)

@@ -47,6 +47,7 @@ struct PreferenceStore: Sendable {
         scopes: [PreferenceScope],
         changes: [PreferenceChange],
         expected: [PreferenceScope: String],
+        also: [StatusEvent] = [],
         on db: any Database
     ) async throws -> [PreferenceView] {
         // Refuse bad changes before touching the database, with the same rules the write applies.
@@ -55,7 +56,10 @@ struct PreferenceStore: Sendable {
             do { try probe.apply(change, in: workspace) } catch { throw BelfryError(error) }
         }
         return try await storage.write(db) { tx in
-            try await self.applyLocked(userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
+            let views = try await self.applyLocked(
+                userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
+            try await self.statusEvents.queue(also.filter { self.statusEvents.wants($0.type) }, on: tx)
+            return views
         }
     }
 

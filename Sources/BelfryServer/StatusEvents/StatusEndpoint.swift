@@ -20,6 +20,10 @@ public enum StatusEventType: String, Sendable, Hashable, CaseIterable, Codable {
     case deviceRetired = "device.retired"
     /// A user's preferences changed.
     case preferencesUpdated = "preferences.updated"
+    /// A user turned a category's emails off with the one-click link in one of them.
+    case emailUnsubscribed = "email.unsubscribed"
+    /// A digest's window ended: its items became one notification (or none, when nothing reaches the user).
+    case batchClosed = "batch.closed"
 }
 
 /// One of the workspace file's `webhooks`: where status events go, which ones, and the secret

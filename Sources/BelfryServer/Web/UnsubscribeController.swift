@@ -71,8 +71,15 @@ struct UnsubscribeController: RouteCollection {
         let userID = try target.user.requireID()
         let change = PreferenceChange.channelInCategory(
             channel: target.link.channel, category: target.category.id, .optOut)
+        let unsubscribed = StatusEvent(
+            type: .emailUnsubscribed,
+            data: [
+                "user": .string(target.user.externalID), "category": .string(target.category.id),
+                "tenant": .string(target.link.tenant), "channel": .string(target.link.channel),
+            ])
         _ = try await req.belfry.preferenceChanges.change(
-            userID: userID, scopes: [.tenant(target.link.tenant)], changes: [change], expected: [:], on: req.db)
+            userID: userID, scopes: [.tenant(target.link.tenant)], changes: [change], expected: [:],
+            also: [unsubscribed], on: req.db)
         req.logger.info(
             "preferences changed",
             metadata: [
