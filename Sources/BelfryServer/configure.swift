@@ -171,7 +171,8 @@ public func configure(
         app.statusEventSender = StatusEventSender(
             database: db, storage: context.database, endpoints: settings.statusEndpoints,
             client: try outboundClient(app, settings), now: now, jitter: options.jitter,
-            backoff: Backoff(base: TimeInterval(settings.retryBase)), logger: app.logger)
+            backoff: Backoff(base: TimeInterval(settings.retryBase)), lease: TimeInterval(settings.deliveryLease),
+            logger: app.logger)
     }
     let statusSender = app.statusEventSender
     if options.runWorkers {

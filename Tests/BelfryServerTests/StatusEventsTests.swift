@@ -305,3 +305,111 @@ struct StatusEventsTests {
         }
     }
 }
+
+/// `kill -9` of `belfry serve` right after it acknowledged reads: their status events were
+/// committed with them, and the next start sends every one.
+@Suite("Status events survive kill -9", .serialized)
+struct StatusEventsCrashTests {
+    static let key = "status-crash-key-0123456789abcdef"
+
+    @Test("kill -9 right after 1 000 reads are acknowledged: every message.read arrives after the restart")
+    func killedAfterReads() async throws {
+        // A slow receiver, so that many events are still queued when the process dies.
+        let receiver = try await WebhookReceiver(answers: "200", delayMilliseconds: 100)
+        defer { receiver.stop() }
+        let directory = try CommandLineTests.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var config = try #require(
+            try JSONSerialization.jsonObject(
+                with: Data(
+                    contentsOf: PackagePaths.root.appendingPathComponent(
+                        "Sources/BelfryServer/Resources/demo-workspace.json"))) as? [String: Any])
+        let secret = directory.appendingPathComponent("status.secret")
+        try Data(WebhookReceiver.secret.utf8).write(to: secret)
+        config["webhooks"] = [
+            ["id": "backend", "url": receiver.url, "events": ["message.read"], "secret_path": secret.path]
+        ]
+        let configFile = directory.appendingPathComponent("workspace.json")
+        try JSONSerialization.data(withJSONObject: config).write(to: configFile)
+        let database = directory.appendingPathComponent("b.sqlite").path
+        let environment = [
+            "BELFRY_API_KEY": Self.key, "DATABASE_URL": "", "BELFRY_CONFIG": configFile.path,
+            // One user reads 1 000 notifications in seconds: past the default 600 a minute.
+            "BELFRY_RATE_LIMITS": "user=off",
+            // Events the dead process had claimed are claimed again after their lease.
+            "BELFRY_DELIVERY_LEASE": "3",
+        ]
+        let first = try await BelfryServeProcess.start(database: database, environment: environment)
+        let base = first.base
+        let reads = 1_000
+        // 1 000 notifications for ada: 1 000 events.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for worker in 0..<8 {
+                group.addTask {
+                    for index in stride(from: worker, to: reads, by: 8) {
+                        let event =
+                            #"{"category": "mention", "recipients": ["ada"], "content": {"title": "N\#(index)", "body": "b"}}"#
+                        let answer = try await CommandLineTests.request(
+                            "POST", "\(base)/v1/events", bearer: Self.key, json: event)
+                        #expect(answer.status == 202)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let grant = try await CommandLineTests.request("POST", "\(base)/v1/users/ada/tokens", bearer: Self.key)
+        let token = try JSONDecoder.iso8601.decode(TokenGrant.self, from: Data(grant.body.utf8)).token
+        var ids: [UUID] = []
+        let deadline = Date().addingTimeInterval(60)
+        while ids.count < reads && Date() < deadline {
+            ids = []
+            var cursor: String?
+            repeat {
+                let query = "limit=100" + (cursor.map { "&cursor=\($0)" } ?? "")
+                let page = try await CommandLineTests.request(
+                    "GET", "\(base)/v1/me/notifications?\(query)", bearer: token)
+                let decoded = try JSONDecoder.iso8601.decode(InboxPage.self, from: Data(page.body.utf8))
+                ids += decoded.notifications.map(\.id)
+                cursor = decoded.nextCursor
+            } while cursor != nil
+            if ids.count < reads { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(ids.count == reads, "every notification fanned out")
+        // The reads, 16 at a time; each 200 means the read and its status event are committed.
+        let listed = ids
+        let acknowledged = try await withThrowingTaskGroup(of: Int.self) { group in
+            for worker in 0..<16 {
+                group.addTask {
+                    var done = 0
+                    for index in stride(from: worker, to: listed.count, by: 16) {
+                        let answer = try await CommandLineTests.request(
+                            "POST", "\(base)/v1/me/notifications/\(listed[index])/read", bearer: token)
+                        if answer.status == 200 { done += 1 }
+                    }
+                    return done
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(first.process.terminate(signal: SIGKILL) == 128 + SIGKILL)
+        #expect(acknowledged == reads)
+        func received() throws -> Set<String> {
+            Set(
+                try receiver.entries().compactMap { entry -> String? in
+                    guard case .object(let fields) = entry.body, fields["type"] == .string("message.read"),
+                        case .object(let data)? = fields["data"], case .string(let message)? = data["message"]
+                    else { return nil }
+                    return message
+                })
+        }
+        let beforeRestart = try received().count
+        #expect(beforeRestart < reads, "some were still queued when the process died")
+
+        let second = try await BelfryServeProcess.start(database: database, environment: environment)
+        defer { second.process.terminate() }
+        let wait = Date().addingTimeInterval(60)
+        while try received().count < reads && Date() < wait { try await Task.sleep(for: .milliseconds(200)) }
+        #expect(try received() == Set(ids.map { $0.uuidString.lowercased() }), "every read reported")
+        #expect(try receiver.entries().allSatisfy { $0.standard })
+    }
+}
