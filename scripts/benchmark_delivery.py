@@ -9,7 +9,13 @@ recorded result, all of it. Then h2load (Debian's nghttp2-client) sends the same
 of the same body size to the same nginx over HTTP/1.1, and the script prints both rates and
 their ratio.
 
+With `--status-events 1` it measures twice, on fresh SQLite files (`PATH` and `PATH-status`):
+first as above, then with a status endpoint (the workspace file's `webhooks`) taking
+`message.sent` for every delivery, posted to the same nginx; it prints both times, when the last
+status event arrived, and the overhead of the status events on the webhook deliveries.
+
 Usage: python3 scripts/benchmark_delivery.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
+       [--status-events 1]
 """
 import json
 import os
@@ -54,6 +60,11 @@ http {{
         listen 127.0.0.1:{port};
         location /hook {{
             access_log {work}/arrivals.log arrival buffer=256k flush=100ms;
+            client_body_buffer_size 64k;
+            return 200;
+        }}
+        location /status {{
+            access_log {work}/status.log arrival buffer=256k flush=100ms;
             client_body_buffer_size 64k;
             return 200;
         }}
@@ -122,25 +133,31 @@ def h2load_rate(port, count, body_size, work):
     return float(match.group(1))
 
 
-def main():
-    args = arguments(("--recipients", int, 20_000))
-    ensure_tools()
-
-    work = tempfile.mkdtemp(prefix="belfry-delivery-")
-    nginx, port = start_nginx(work)
+def measure(args, database, port, work, status_events):
+    """One run on `database`: the time from the 202 to the last webhook request, to every result
+    recorded and (with status events) to the last status event; the body size; peak memory."""
     config = os.path.join(work, "workspace.json")
+    workspace = dict(WORKSPACE)
+    if status_events:
+        secret = os.path.join(work, "status.secret")
+        with open(secret, "w") as file:
+            file.write("benchmark-status-secret-0123456789")
+        workspace["webhooks"] = [{"id": "status", "url": f"http://127.0.0.1:{port}/status",
+                                  "events": ["message.sent"], "secret_path": secret}]
     with open(config, "w") as file:
-        json.dump(WORKSPACE, file)
-    os.environ["BELFRY_WEBHOOK_URL"] = f"http://127.0.0.1:{port}/hook"
-    os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
+        json.dump(workspace, file)
+    # nginx keeps its logs open: a second run counts the lines after the first run's.
+    log = os.path.join(work, "arrivals.log")
+    status_log = os.path.join(work, "status.log")
+    earlier = len(arrivals(log))
     server = None
+    status_last = None
     try:
-        server, base, _ = start_server(args.binary, args.database, config)
+        server, base, _ = start_server(args.binary, database, config)
         for offset in range(0, args.recipients, 10_000):
             count = min(10_000, args.recipients - offset)
             call(base, "PUT", "/v1/topics/everyone/subscribers",
                  {"users": [f"reader-{offset + i}" for i in range(count)]})
-        log = os.path.join(work, "arrivals.log")
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
             "category": "announcement", "topic": "everyone",
@@ -149,7 +166,7 @@ def main():
         deadline = time.monotonic() + 600
         seen = []
         while time.monotonic() < deadline:
-            seen = arrivals(log)
+            seen = arrivals(log)[earlier:]
             if len(seen) >= args.recipients:
                 break
             time.sleep(0.1)
@@ -164,13 +181,37 @@ def main():
                 break
             time.sleep(0.05)
         recorded = time.time() - started
+        if status_events:
+            while time.monotonic() < deadline and len(arrivals(status_log)) < args.recipients:
+                time.sleep(0.1)
+            reported = arrivals(status_log)
+            if len(reported) < args.recipients:
+                sys.exit(f"only {len(reported)} of {args.recipients} status events arrived in 600 s")
+            status_last = max(at for at, _ in reported) - started
         body_size = round(sum(size for _, size in seen) / len(seen))
         peak = memory_mib(server.pid, "VmHWM")
     finally:
         if server:
             server.terminate()
             server.wait(timeout=30)
+    return elapsed, recorded, sent, body_size, peak, status_last
+
+
+def main():
+    args = arguments(("--recipients", int, 20_000), ("--status-events", int, 0))
+    ensure_tools()
+    if args.status_events and args.database.startswith("postgres"):
+        sys.exit("--status-events compares two fresh SQLite files; give a file path")
+
+    work = tempfile.mkdtemp(prefix="belfry-delivery-")
+    nginx, port = start_nginx(work)
+    os.environ["BELFRY_WEBHOOK_URL"] = f"http://127.0.0.1:{port}/hook"
+    os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
     try:
+        elapsed, recorded, sent, body_size, peak, _ = measure(args, args.database, port, work, False)
+        with_status = None
+        if args.status_events:
+            with_status = measure(args, args.database + "-status", port, work, True)
         reference = h2load_rate(port, args.recipients, body_size, work)
     finally:
         nginx.terminate()
@@ -185,6 +226,13 @@ def main():
     print(f"h2load --h1 -c 16, same count and size: {reference:,.0f} requests/s")
     print(f"ratio:           {rate / reference:.3f} of h2load")
     print(f"server memory:   {peak:.0f} MiB peak")
+    if with_status:
+        status_elapsed, status_recorded, _, _, status_peak, status_last = with_status
+        print(f"with message.sent status events to a second endpoint: last webhook arrival {status_elapsed:.2f} s, "
+              f"all recorded {status_recorded:.2f} s, last status event {status_last:.2f} s, "
+              f"{status_peak:.0f} MiB peak")
+        print(f"status events' overhead on the webhook deliveries: {status_elapsed / elapsed - 1:+.1%}; "
+              f"until the last status event: {status_last / elapsed - 1:+.1%}")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,29 @@ struct StatusEventsTests {
             _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
             try await Self.sendAll(app)
             #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["failed 1"])
+
+            // The console lists it, and its Retry queues it again with its attempts reset.
+            let signedIn = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=\(testAPIKey)", headers: ConsoleTests.form)
+            let cookie = try #require(signedIn.headers.setCookie?[ConsoleSession.cookieName])
+            let session: HTTPHeaders = ["Cookie": "\(ConsoleSession.cookieName)=\(cookie.string)"]
+            let page = try await app.send(.GET, "/admin", headers: session).body.string
+            #expect(page.contains("Status events") && page.contains("1 failed"))
+            #expect(page.contains("the webhook answered 400"))
+            let csrf = try #require(page.firstMatch(of: /name="_csrf" value="([^"]+)"/)?.output.1)
+            let id = try #require(
+                try await app.db.sql.select().column("id").from("status_events").first()?.decode(
+                    column: "id", as: UUID.self))
+            let retried = try await app.send(
+                .POST, "/admin/status-events/retry", rawBody: "_csrf=\(csrf)&id=\(id.uuidString.lowercased())",
+                headers: ConsoleTests.form(session))
+            #expect(retried.status == .seeOther)
+            #expect(retried.headers.first(name: .location) == "/admin?retried=1")
+            #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["queued 0"])
+            let again = try await app.send(
+                .POST, "/admin/status-events/retry", rawBody: "_csrf=\(csrf)&id=\(id.uuidString.lowercased())",
+                headers: ConsoleTests.form(session))
+            #expect(again.status == .notFound, "no longer failed or dead")
         }
     }
 

@@ -41,6 +41,7 @@ struct ConsoleController: RouteCollection {
         console.get("users", ":user_id", use: user)
         console.post("events", ":event_id", "retry", use: retry)
         console.post("deliveries", ":delivery_id", "retry", use: retryDelivery)
+        console.post("status-events", "retry", use: retryStatusEvents)
         console.get("live", use: live)
         console.get("keys", use: keys)
         console.post("keys", "revoke", use: revokeKey)
@@ -203,6 +204,42 @@ struct ConsoleController: RouteCollection {
             on: req.db)
         let back = form["return"] == "event" ? "/admin/events/\(ended.uuidString.lowercased())" : "/admin"
         let response = req.redirect(to: "\(back)?retried=1", redirectType: .normal)
+        WebResponse.secure(response)
+        return response
+    }
+
+    /// Queues failed and dead status events again: the one the form names, or all of them.
+    @Sendable func retryStatusEvents(req: Request) async throws -> Response {
+        let form = try WebForm.parse(req)
+        let session = try await requireSessionForChange(req, form: form)
+        let context = req.belfry
+        let only: UUID? = try form["id"].map { text in
+            guard let id = UUID(uuidString: text) else {
+                throw BelfryError(.notFound, "There is no status event \"\(text.prefix(40))\".")
+            }
+            return id
+        }
+        let now = context.now()
+        let queued = try await context.database.write(req.db) { db in
+            let update = db.sql.update("status_events")
+                .set("status", to: StatusEventSender.Status.queued.rawValue)
+                .set("attempts", to: 0)
+                .set("next_attempt_at", to: now)
+                .set("updated_at", to: now)
+                .where(
+                    "status", .in,
+                    [StatusEventSender.Status.failed.rawValue, StatusEventSender.Status.dead.rawValue])
+            if let only { update.where("id", .equal, only) }
+            return try await update.returning("id").all().count
+        }
+        if only != nil && queued == 0 {
+            throw BelfryError(.notFound, "There is no failed or dead status event \(only!.uuidString.lowercased()).")
+        }
+        context.statusSignal.wake()
+        try await context.auditLog.record(
+            .deliveriesRetried, by: session.actor, subject: only?.uuidString.lowercased() ?? "status events",
+            detail: "\(queued) status events queued", on: req.db)
+        let response = req.redirect(to: "/admin?retried=\(queued)", redirectType: .normal)
         WebResponse.secure(response)
         return response
     }

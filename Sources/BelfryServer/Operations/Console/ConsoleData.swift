@@ -31,8 +31,24 @@ struct ConsoleData: Sendable {
         var sent: [Int]
         var unsent: [Int]
 
+        /// Status events by status (`queued`, `running`, `sent`, `failed`, `dead`).
+        var statusCounts: [String: Int] = [:]
+        /// Failed and dead status events, the latest first.
+        var statusEnded: [StatusEventRow] = []
+
         /// Deliveries sent a second over the last whole minute (the current one is still going).
         var deliveryRate: Double { Double(sent.dropLast().last ?? 0) / 60 }
+    }
+
+    /// A status event that did not reach its endpoint.
+    struct StatusEventRow: Sendable {
+        var id: UUID
+        var endpoint: String
+        var type: String
+        var status: String
+        var attempts: Int
+        var lastError: String?
+        var updatedAt: Date
     }
 
     struct DeliveryRow: Sendable {
@@ -117,10 +133,33 @@ struct ConsoleData: Sendable {
             let index = try row.decode(column: "bucket", as: Int.self)
             if sent.indices.contains(index) { sent[index] += try row.decode(column: "n", as: Int.self) }
         }
-        return Overview(
+        var overview = Overview(
             events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
             since: since, depth: depth, sent: sent,
             unsent: unsent)
+        for row in try await sql.select().column("status").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from("status_events").groupBy("status").all()
+        {
+            overview.statusCounts[try row.decode(column: "status", as: String.self)] = try row.decode(
+                column: "n", as: Int.self)
+        }
+        overview.statusEnded = try await sql.select()
+            .columns("id", "endpoint", "type", "status", "attempts", "last_error", "updated_at").from("status_events")
+            .where(
+                "status", .in,
+                [StatusEventSender.Status.failed.rawValue, StatusEventSender.Status.dead.rawValue]
+            )
+            .orderBy("updated_at", .descending).limit(Self.deadShown).all().map { row in
+                StatusEventRow(
+                    id: try row.decode(column: "id", as: UUID.self),
+                    endpoint: try row.decode(column: "endpoint", as: String.self),
+                    type: try row.decode(column: "type", as: String.self),
+                    status: try row.decode(column: "status", as: String.self),
+                    attempts: try row.decode(column: "attempts", as: Int.self),
+                    lastError: try row.decode(column: "last_error", as: String?.self),
+                    updatedAt: try row.decode(column: "updated_at", as: Date.self))
+            }
+        return overview
     }
 
     /// The minute of `column` counted from `since`, in the database's own date arithmetic.

@@ -114,6 +114,7 @@ enum ConsolePages {
             ("console-charts", charts(data)),
             ("console-events", events(data.events)),
             ("console-dead", dead(data, csrf: csrf)),
+            ("console-status-events", statusEvents(data, csrf: csrf)),
         ]
     }
 
@@ -364,6 +365,63 @@ enum ConsolePages {
                     }
                 }.labellingCells()
             }
+        }
+    }
+
+    /// The status events for the workspace's `webhooks`: counts by status, and the failed and
+    /// dead ones with a retry button each, and one for all.
+    private static func statusEvents(_ data: ConsoleData.Overview, csrf: String) -> HTML {
+        el("section", .aria("aria-labelledby", "status-events-heading")) {
+            el("h2", .id("status-events-heading")) { "Status events" }
+            if data.statusCounts.isEmpty {
+                el("p", .class("empty")) { "None: no status event was queued (the config file's webhooks)." }
+            } else {
+                el("p") {
+                    StatusEventSender.Status.allCases.map { "\(data.statusCounts[$0.rawValue] ?? 0) \($0.rawValue)" }
+                        .joined(separator: ", ")
+                }
+            }
+            if !data.statusEnded.isEmpty {
+                statusRetryForm(nil, csrf: csrf, label: "Retry all failed and dead status events")
+                el("table", .class("data")) {
+                    el("thead") {
+                        el("tr") {
+                            for heading in ["Ended", "Endpoint", "Type", "Status", "Attempts", "Why", ""] {
+                                if heading.isEmpty {
+                                    el("td") {}
+                                } else {
+                                    el("th", .init("scope", "col")) { heading }
+                                }
+                            }
+                        }
+                    }
+                    el("tbody") {
+                        for event in data.statusEnded {
+                            el("tr") {
+                                el("td") { timestamp(event.updatedAt) }
+                                el("td") { event.endpoint }
+                                el("td") { event.type }
+                                el("td") { el("span", .class("state state-\(event.status)")) { event.status } }
+                                el("td") { "\(event.attempts)" }
+                                el("td", .class("error-text")) { event.lastError ?? "" }
+                                el("td") { statusRetryForm(event.id, csrf: csrf, label: "Retry") }
+                            }
+                        }
+                    }
+                }.labellingCells()
+            }
+        }
+    }
+
+    /// Queues one failed or dead status event again, or all of them (`id` nil).
+    private static func statusRetryForm(_ id: UUID?, csrf: String, label: String) -> HTML {
+        el("form", .init("method", "post"), .init("action", "/admin/status-events/retry"), .class("inline")) {
+            void("input", .type("hidden"), .name("_csrf"), .value(csrf))
+            if let id { void("input", .type("hidden"), .name("id"), .value(id.uuidString.lowercased())) }
+            el(
+                "button", .type("submit"),
+                .aria("aria-label", id.map { "Retry status event \($0.uuidString.lowercased())" } ?? label)
+            ) { label }
         }
     }
 
