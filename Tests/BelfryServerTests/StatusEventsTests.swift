@@ -25,6 +25,16 @@ struct StatusEventsTests {
         while try await sender.runOnce() {}
     }
 
+    /// A notification for ada, marked `marks` in order (`seen`, `read`…) with her token.
+    static func notifyAndMark(_ app: Application, _ marks: [String]) async throws {
+        _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
+        let token = try await app.userToken("ada")
+        let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
+        for mark in marks {
+            #expect(try await app.send(.POST, "/v1/me/notifications/\(item.id)/\(mark)", bearer: token).status == .ok)
+        }
+    }
+
     static func rows(_ app: Application) async throws -> [(type: String, status: String, attempts: Int)] {
         try await app.db.sql.select().columns("type", "status", "attempts").from("status_events")
             .orderBy("created_at").all().map {
@@ -176,11 +186,7 @@ struct StatusEventsTests {
             .sqlite, clock: clock, jitter: 0.5,
             settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
         ) { app in
-            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
-            let token = try await app.userToken("ada")
-            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
-            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/seen", bearer: token)
-            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            try await Self.notifyAndMark(app, ["seen", "read"])
             #expect(try await Self.rows(app).map(\.type) == ["message.read"], "seen is not this endpoint's")
 
             try await Self.sendAll(app)
@@ -205,10 +211,7 @@ struct StatusEventsTests {
             .sqlite, clock: clock, jitter: 0.5,
             settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
         ) { app in
-            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
-            let token = try await app.userToken("ada")
-            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
-            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            try await Self.notifyAndMark(app, ["read"])
             for _ in 0..<StatusEventSender.maxAttempts {
                 try await Self.sendAll(app)
                 clock.advance(by: 3600)
@@ -222,10 +225,7 @@ struct StatusEventsTests {
             .sqlite, settings: { $0.statusEndpoints = [Self.endpoint(refusing, events: [.messageRead])] }
         ) {
             app in
-            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
-            let token = try await app.userToken("ada")
-            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
-            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            try await Self.notifyAndMark(app, ["read"])
             try await Self.sendAll(app)
             #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["failed 1"])
 
@@ -265,10 +265,7 @@ struct StatusEventsTests {
         let endpoint = Self.endpoint(receiver)
         // The first process records the read, and stops without sending anything (no workers).
         try await withBelfryApp(location: location, settings: { $0.statusEndpoints = [endpoint] }) { app, _ in
-            _ = try await InboxAPITests.notify(app, ["ada"], title: "Hello")
-            let token = try await app.userToken("ada")
-            let item = try #require(try await InboxAPITests.page(app, token).notifications.first)
-            _ = try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: token)
+            try await Self.notifyAndMark(app, ["read"])
         }
         #expect(try receiver.entries().isEmpty)
         try await withBelfryApp(location: location, settings: { $0.statusEndpoints = [endpoint] }) { app, _ in
