@@ -36,6 +36,9 @@ struct Options {
     var backgroundPush = false
     var readElsewhere = false
     var remindEvery: TimeInterval?
+    var newToken = false
+    var categories = false
+    var foreground: String?
 
     static let usage = """
         usage: belfry-device [options]
@@ -60,6 +63,10 @@ struct Options {
           --background-push     then a background push arrives: counts, badge and preferences are refreshed
           --read-elsewhere      then another device reads the newest notification: it leaves Notification Center
           --remind SECONDS      schedule a local reminder repeating every SECONDS (60 or more), and tap it
+          --new-token           the OS hands out a new device token this launch (a restore): it replaces the old
+          --categories          register the workspace's notification categories with the "OS" and list them
+          --foreground article|bell|elsewhere
+                                a notification arrives while the app is open there: how it is shown
         """
 
     static func parse(_ arguments: [String]) throws -> Options {
@@ -112,6 +119,14 @@ struct Options {
             case "--app": options.app = try value(flag)
             case "--answer": options.answer = try value(flag)
             case "--background-push": options.backgroundPush = true
+            case "--new-token": options.newToken = true
+            case "--categories": options.categories = true
+            case "--foreground":
+                let place = try value(flag)
+                guard ["article", "bell", "elsewhere"].contains(place) else {
+                    throw UsageError("--foreground must be article, bell or elsewhere, not \(place)")
+                }
+                options.foreground = place
             case "--read-elsewhere": options.readElsewhere = true
             case "--remind":
                 guard let seconds = TimeInterval(try value(flag)), seconds > 0 else {
@@ -199,6 +214,13 @@ final class ScriptedTokenSource: DeviceTokenSource, @unchecked Sendable {
     func tokens() -> AsyncStream<Data> { stream }
 }
 
+/// The OS's category registry, as the script plays it: it says what it was given.
+struct PrintingRegistrar: NotificationCategoryRegistering {
+    func setNotificationCategories(_ categories: [NotificationCategoryRegistration]) async {
+        say("  os: setNotificationCategories → \(categories.count) categories")
+    }
+}
+
 func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
@@ -261,12 +283,20 @@ func run(_ options: Options) async throws {
     let authorizer = ScriptedAuthorizer(
         answer: options.permission, file: directory.appendingPathComponent("os-permission"))
     // A token of this simulated device, the same every run for this user.
-    let seed = options.user.utf8.reduce(7) { $0 &* 31 &+ Int($1) }
-    let token =
+    let userSeed = options.user.utf8.reduce(7) { $0 &* 31 &+ Int($1) }
+    func deviceToken(_ seed: Int) -> Data {
         options.platform == .fcm
-        ? Data(
-            "belfry-device-\(options.user):APA91b\(String(seed, radix: 36))-\(String(repeating: "x", count: 100))".utf8)
-        : Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })
+            ? Data(
+                "belfry-device-\(options.user):APA91b\(String(seed, radix: 36))-\(String(repeating: "x", count: 100))"
+                    .utf8)
+            : Data((0..<32).map { UInt8(truncatingIfNeeded: seed &+ $0 &* 97) })
+    }
+    let token = deviceToken(userSeed &+ (options.newToken ? 1 : 0))
+    // What the OS gave on the earlier runs, which the server has.
+    let tokenAtLaunch =
+        options.platform == .fcm
+        ? String(decoding: deviceToken(userSeed), as: UTF8.self)
+        : deviceToken(userSeed).hexToken
     let registration = PushRegistration(
         client: belfry, authorizer: authorizer,
         tokenSource: ScriptedTokenSource(delay: options.tokenDelay, token: token),
@@ -307,6 +337,33 @@ func run(_ options: Options) async throws {
             let status = try await backend(options, "GET", "v1/events/\(id)")
             say("   event \(id): \(String(decoding: status, as: UTF8.self))")
         }
+    }
+    if options.newToken {
+        let old = tokenAtLaunch
+        say("\n▶ the OS gives this launch a new device token")
+        // The launch's recheck asked for the token; it arrives after the token delay.
+        try await Task.sleep(for: .seconds((options.tokenDelay ?? 0) + 1))
+        await registration.settled()
+        let now = registration.record?.token ?? old
+        say("   token \(old.prefix(16))… → \(now.prefix(16))…: \(now == old ? "unchanged" : "replaced on the server")")
+    }
+    if options.categories {
+        say("\n▶ the app registers the workspace's notification categories with the OS")
+        for category in try await belfry.registerNotificationCategories(with: PrintingRegistrar()) {
+            let actions = category.actions.map { "\($0.title) (\($0.foreground ? "opens the app" : "background"))" }
+            say("   \(category.identifier): \(actions.isEmpty ? "no actions" : actions.joined(separator: ", "))")
+        }
+    }
+    if let place = options.foreground {
+        let navigation = NavigationState(isBellVisible: place == "bell", isReadingArticle: place == "article")
+        let settings = await authorizer.notificationSettings()
+        let shown = ForegroundPresentation.decide(
+            settings: settings.authorizationStatus.allowsDelivery ? settings.pushSettings : nil,
+            authorization: settings.authorizationStatus, navigation: navigation)
+        say(
+            "\n▶ a notification arrives while the user is \(place == "elsewhere" ? "elsewhere in the app" : "on the \(place)")"
+        )
+        say("   shown as: \(shown)")
     }
     try await deliveredFlows(options, belfry: belfry, tokens: tokens)
     if options.revokeAfter {

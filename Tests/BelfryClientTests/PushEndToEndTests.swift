@@ -184,6 +184,21 @@ struct PushEndToEndTests {
             }.value
             #expect(second.contains("removed from Notification Center: push-"), "\(second)")
             #expect(second.contains("Notification Center now lists 0; badge 0"))
+
+            // Categories registered with the system; the toast rule; a token that changed.
+            let third = try await Task.detached {
+                try TestProcess.run(executable, common + ["--user", "ada", "--categories", "--foreground", "article"])
+            }.value
+            #expect(third.contains("edit-user-talk: Reply (opens the app), Mark as read (background)"), "\(third)")
+            #expect(third.contains("shown as: inAppToast"))
+            let before = try #require(try await Self.devices(server, of: "ada").first)
+            let fourth = try await Task.detached {
+                try TestProcess.run(executable, common + ["--user", "ada", "--new-token", "--foreground", "bell"])
+            }.value
+            #expect(fourth.contains("replaced on the server"), "\(fourth)")
+            #expect(fourth.contains("shown as: bellBadge"))
+            let after = try await Self.devices(server, of: "ada")
+            #expect(after.count == 1 && after.first?.token != before.token, "the new token replaced the old")
         }
     }
 
