@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryTestServers
 import BelfryTestSupport
 import Fluent
 import Foundation
@@ -116,6 +117,62 @@ struct StatusEventsTests {
             // Each body's id is its webhook-id, and every row is sent.
             #expect(try await Self.rows(app).allSatisfy { $0.status == "sent" && $0.attempts == 1 })
         }
+    }
+
+    @Test(
+        "APNs to three users: sent for two, a 410 reported as device.retired and message.failed",
+        arguments: TestDatabase.allCases)
+    func pushOutcomes(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let apns = try await APNsTestServer()
+        do {
+            try await withBelfry(
+                database,
+                settings: {
+                    APNsChannelTests.settings(apns)(&$0)
+                    $0.statusEndpoints = [
+                        Self.endpoint(receiver, events: [.messageSent, .messageFailed, .deviceRetired])
+                    ]
+                }
+            ) { app in
+                var devices: [String: DeviceRecord] = [:]
+                for (index, user) in ["ada", "bob", "cy"].enumerated() {
+                    let token = String(repeating: String(format: "%02x", index + 10), count: 32)
+                    devices[user] = try await APNsChannelTests.register(
+                        app, try await app.userToken(user), token: token)
+                }
+                apns.script([.failure(status: 410, reason: "Unregistered")], for: devices["cy"]?.token ?? "")
+                _ = try await InboxAPITests.notify(app, ["ada", "bob", "cy"], title: "Hello", category: "reverted")
+                while try await app.deliveryQueue!.runOnce() > 0 {}
+                try await Self.sendAll(app)
+                var byType: [String: [[String: JSONValue]]] = [:]
+                for entry in try receiver.entries() {
+                    #expect(entry.standard)
+                    if case .object(let fields) = entry.body, case .string(let type)? = fields["type"],
+                        case .object(let data)? = fields["data"]
+                    {
+                        byType[type, default: []].append(data)
+                    }
+                }
+                let sent = (byType["message.sent"] ?? []).filter { $0["channel"] == .string("ios_push") }
+                #expect(
+                    Set(sent.compactMap { if case .string(let user)? = $0["user"] { user } else { nil } }) == [
+                        "ada", "bob",
+                    ])
+                #expect(sent.allSatisfy { $0["provider_status"] == .number(200) && $0["device"] != nil })
+                let failed = try #require(byType["message.failed"]?.first { $0["channel"] == .string("ios_push") })
+                #expect(failed["user"] == .string("cy"))
+                let retired = try #require(byType["device.retired"]?.first)
+                #expect(byType["device.retired"]?.count == 1)
+                #expect(retired["user"] == .string("cy") && retired["reason"] == .string("Unregistered"))
+                #expect(retired["device"] == .string(try #require(devices["cy"]).id.uuidString.lowercased()))
+            }
+        } catch {
+            await apns.shutdown()
+            throw error
+        }
+        await apns.shutdown()
     }
 
     @Test("a throttled skip, a one-click unsubscribe and a closed digest are reported in their transactions")
