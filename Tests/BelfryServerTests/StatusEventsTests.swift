@@ -88,8 +88,8 @@ struct StatusEventsTests {
             // The category's email and webhook channels have no provider here: both fail.
             #expect(
                 types.filter { $0 != "message.skipped" }.sorted() == [
-                    "message.action", "message.archived", "message.failed", "message.failed", "message.read",
-                    "message.seen", "preferences.updated",
+                    "message.action", "message.archived", "message.failed", "message.failed", "message.queued",
+                    "message.queued", "message.read", "message.seen", "message.sent", "preferences.updated",
                 ], "\(types)")
             func data(_ type: String, channel: String? = nil) -> [String: JSONValue] {
                 for case .object(let fields) in bodies where fields["type"] == .string(type) {
@@ -109,6 +109,11 @@ struct StatusEventsTests {
             } else {
                 Issue.record("message.failed has no reason")
             }
+            // Queued at fan-out, then failed: the same message.
+            let queued = data("message.queued", channel: "email")
+            #expect(queued["message"] == failed["message"] && queued["user"] == .string("ada"))
+            // The inbox's notification is its message, delivered at fan-out.
+            #expect(data("message.sent", channel: "inbox")["message"] == .string(item.id.uuidString.lowercased()))
             #expect(data("message.read")["message"] == .string(item.id.uuidString.lowercased()))
             #expect(data("message.read")["channel"] == .string("inbox"))
             #expect(data("message.action")["action"] == .string("was-me"))

@@ -158,7 +158,7 @@ extension Fanout {
                 of: Array(Set(batches.filter { $0.tenant == tenant }.map(\.userID))), tenant: tenant, on: sql)
         }
 
-        var rows = NotificationRows()
+        var rows = notificationRows()
         var skips: [UUID: [String: [SkipReason: Int]]] = [:]
         for open in batches {
             var notificationID: UUID?
@@ -208,6 +208,7 @@ extension Fanout {
         }
         try await statusEvents?.queue(closed, on: db)
         try await rows.insert(storage: storage, on: db)
+        try await statusEvents?.queue(rows.statusEvents, on: db)
         // The items now live in the notification's `batch`; the batch row stays, like its events.
         try await sql.delete(from: "batch_items").where("batch_id", .in, batches.map(\.id)).run()
         for (event, eventSkips) in skips {

@@ -198,7 +198,7 @@ struct Fanout: Sendable {
         let url = try event.decode(column: "url", as: String?.self)
         let data = try event.decode(column: "data", as: String?.self)
         let decodedData = data.flatMap(JSONValue.storedData)
-        var rows = NotificationRows()
+        var rows = notificationRows()
         var batched = 0
         do {
             let users: [String: Recipient]
@@ -274,6 +274,7 @@ struct Fanout: Sendable {
                         now: now, isFollowed: isFollowed)
                 }
                 try await rows.insert(storage: storage, on: db)
+                try await statusEvents?.queue(rows.statusEvents, on: db)
             }
             try await EventSkips.add(skips, event: eventID, on: sql)
             if let statusEvents, !skipped.isEmpty {
@@ -307,6 +308,14 @@ struct Fanout: Sendable {
             processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil,
             acceptedAt: acceptedAt,
             acceptedByCommand: fromCommand && processed == 0)
+    }
+
+    /// Rows for the notifications of a batch, reporting what the workspace's `webhooks` take.
+    func notificationRows() -> NotificationRows {
+        var rows = NotificationRows()
+        rows.reportsQueued = statusEvents?.wants(.messageQueued) == true
+        rows.reportsSent = statusEvents?.wants(.messageSent) == true
+        return rows
     }
 
     /// What one recipient gets from an event: the user, when, and on which channels and devices.
@@ -375,6 +384,8 @@ struct Fanout: Sendable {
     /// What fan-out needs to know of a recipient.
     struct Recipient: Sendable {
         var id: UUID
+        /// The backend's id for them, as status events name users.
+        var externalID = ""
         var timeZone: TimeZone? = nil
         var quietHours: QuietHours? = nil
         /// Whether email can reach them.
@@ -404,6 +415,7 @@ struct Fanout: Sendable {
             try row.decode(column: "external_id", as: String.self),
             Recipient(
                 id: try row.decode(column: "id", as: UUID.self),
+                externalID: try row.decode(column: "external_id", as: String.self),
                 timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
                 quietHours: quietHours,
                 hasEmail: try row.decode(column: "email", as: String?.self).map(MailAddress.isValid) ?? false)
@@ -458,7 +470,9 @@ struct Fanout: Sendable {
             rowsPerStatement: 500, ignoringConflictsOn: ["external_id"], returning: ["external_id"], on: db)
         for row in inserted {
             let externalID = try row.decode(column: "external_id", as: String.self)
-            if let id = created[externalID] { found[externalID] = Recipient(id: id, isNew: true) }
+            if let id = created[externalID] {
+                found[externalID] = Recipient(id: id, externalID: externalID, isNew: true)
+            }
         }
         let raced = missing.filter { found[$0] == nil }
         if !raced.isEmpty { found.merge(try await lookup(raced)) { first, _ in first } }

@@ -34,6 +34,12 @@ struct NotificationRows: Sendable {
     private(set) var inboxUsers: [UUID: [UUID]] = [:]
     /// Inbox notifications available at once, by channel: delivered by being written.
     private(set) var deliveredInInbox: [String: Int] = [:]
+    /// Whether to report each queued delivery (`message.queued`) and each inbox notification
+    /// written as delivered (`message.sent`), for the workspace's `webhooks`.
+    var reportsQueued = false
+    var reportsSent = false
+    /// Those reports, to be queued in the transaction that inserts the rows.
+    private(set) var statusEvents: [StatusEvent] = []
 
     /// Adds one user's notification, due at `due`, on the channels the rule let through.
     /// - Returns: the notification's id; `nil` when no channel delivers.
@@ -71,6 +77,11 @@ struct NotificationRows: Sendable {
             // One due later is queued, so that the queue tells the streams when its time comes.
             if channel.kind == .inbox && due <= now {
                 deliveredInInbox[channel.id, default: 0] += 1
+                if reportsSent {
+                    statusEvents.append(
+                        report(
+                            .messageSent, notificationID, content, user, channel: channel.id, message: notificationID))
+                }
                 continue
             }
             // A push channel delivers to each of the user's devices on its platform.
@@ -81,8 +92,15 @@ struct NotificationRows: Sendable {
             let channelDue = due.addingTimeInterval(TimeInterval(policy?.delaySeconds ?? 0))
             for device in targets {
                 queued += 1
+                let deliveryID = UUID.timeOrdered(at: now, using: &randomness)
+                if reportsQueued {
+                    statusEvents.append(
+                        report(
+                            .messageQueued, notificationID, content, user, channel: channel.id, message: deliveryID,
+                            device: device))
+                }
                 deliveries.append([
-                    .id(UUID.timeOrdered(at: now, using: &randomness)), .id(notificationID), .id(content.eventID),
+                    .id(deliveryID), .id(notificationID), .id(content.eventID),
                     .id(user.id), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
                     .text(DeliveryStatus.queued.rawValue), .integer(0),
                     .date(Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue)), .date(now),
@@ -91,6 +109,21 @@ struct NotificationRows: Sendable {
             }
         }
         return notificationID
+    }
+
+    /// A status event about one message of this fan-out.
+    private func report(
+        _ type: StatusEventType, _ notificationID: UUID, _ content: Content, _ user: Fanout.Recipient,
+        channel: String, message: UUID, device: UUID? = nil
+    ) -> StatusEvent {
+        var data: [String: JSONValue] = [
+            "message": .string(message.uuidString.lowercased()),
+            "notification": .string(notificationID.uuidString.lowercased()), "user": .string(user.externalID),
+            "event": .string(content.eventID.uuidString.lowercased()), "category": .string(content.category.id),
+            "tenant": .string(content.tenant), "channel": .string(channel),
+        ]
+        if let device { data["device"] = .string(device.uuidString.lowercased()) }
+        return StatusEvent(type: type, data: data)
     }
 
     func insert(storage: BelfryDatabase, on db: any Database) async throws {

@@ -3,6 +3,8 @@ import Foundation
 
 /// What a status event reports: what became of a message, a device or a user's choices.
 public enum StatusEventType: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Fan-out queued a delivery for a channel (and device).
+    case messageQueued = "message.queued"
     /// The provider accepted the message (the inbox: it is in the inbox).
     case messageSent = "message.sent"
     /// The message failed for good: the provider refused it, or the device is gone.
