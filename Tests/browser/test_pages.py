@@ -725,6 +725,24 @@ class ServiceWorkerTests(PagesTestCase):
         self.assertGreaterEqual(len(options["actions"]), 1)
         self.assertEqual(options["actions"][0], {"action": "view", "title": "View"})
 
+    def test_background_push_shows_nothing_and_refreshes(self):
+        did = self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const did = { shown: [], posted: [], badges: [] };
+            window.registration = { showNotification: (title, options) => { did.shown.push(title); return Promise.resolve(); } };
+            window.clients = { matchAll: async () => [{ postMessage: (message) => did.posted.push(message) }] };
+            Object.defineProperty(navigator, "setAppBadge", {
+                value: async (count) => { did.badges.push(count); }, configurable: true });
+            const event = new Event("push");
+            event.data = { json: () => ({ background: true, notification_id: "n2", badge: 3, category: "reverted" }) };
+            let work = null;
+            event.waitUntil = (promise) => { work = promise; };
+            window.dispatchEvent(event);
+            work.then(() => done(did));""")
+        self.assertEqual(did["shown"], [], "a background message is not shown")
+        self.assertEqual(did["badges"], [3])
+        self.assertEqual(did["posted"], [{"type": "belfry.background", "notification_id": "n2"}])
+
     def click(self, tabs, data, action="", controlled=True):
         """Runs the notificationclick handler with `tabs` open; answers what it did."""
         return self.driver.execute_async_script("""
