@@ -264,6 +264,22 @@ struct StatusEventsTests {
         }
     }
 
+    @Test("erasing a user erases the status events about them, sent or queued", arguments: TestDatabase.allCases)
+    func erasure(database: TestDatabase) async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(database, settings: { $0.statusEndpoints = [Self.endpoint(receiver)] }) { app in
+            try await Self.notifyAndMark(app, ["read"])
+            _ = try await InboxAPITests.notify(app, ["bob"], title: "Hello")
+            #expect(try await Self.rows(app).count > 2)
+            #expect(try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status == .noContent)
+            let left = try await app.db.sql.select().column("body").from("status_events").all().map {
+                try $0.decode(column: "body", as: String.self)
+            }
+            #expect(!left.isEmpty && left.allSatisfy { !$0.contains(#""user":"ada""#) }, "bob's stay")
+        }
+    }
+
     @Test("an endpoint that keeps failing: dead after the last attempt, and a 400 fails at once")
     func deadAndFailed() async throws {
         let receiver = try await WebhookReceiver(answers: "503")

@@ -190,6 +190,8 @@ struct AddStatusEvents: AsyncMigration {
             .field("endpoint", .string, .required)
             .field("type", .string, .required)
             .field("body", .string, .required)
+            // Whom it is about, so that erasing a user erases their events too.
+            .field("user_external_id", .string)
             .field("status", .string, .required)
             .field("attempts", .int, .required)
             .field("next_attempt_at", .datetime, .required)
@@ -203,6 +205,7 @@ struct AddStatusEvents: AsyncMigration {
         try await database.sql.raw("CREATE INDEX status_events_due ON status_events (status, next_attempt_at)").run()
         try await database.sql.raw("CREATE INDEX status_events_lease ON status_events (status, lease_expires_at)")
             .run()
+        try await database.sql.raw("CREATE INDEX status_events_user ON status_events (user_external_id)").run()
     }
 
     func revert(on database: any Database) async throws {

@@ -44,9 +44,10 @@ struct StatusEvents: Sendable {
                 let id = UUID.timeOrdered(at: now)
                 let body = try Response.jsonEncoder.encode(
                     Body(type: event.type.rawValue, id: id.uuidString.lowercased(), timestamp: now, data: event.data))
+                let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
                 rows.append([
                     .id(id), .text(endpoint.id), .text(event.type.rawValue),
-                    .text(String(decoding: body, as: UTF8.self)),
+                    .text(String(decoding: body, as: UTF8.self)), .text(user),
                     .text(StatusEventSender.Status.queued.rawValue), .integer(0), .date(now), .date(now), .date(now),
                 ])
             }
@@ -55,7 +56,8 @@ struct StatusEvents: Sendable {
         try await storage.insert(
             into: "status_events",
             columns: [
-                "id", "endpoint", "type", "body", "status", "attempts", "next_attempt_at", "created_at", "updated_at",
+                "id", "endpoint", "type", "body", "user_external_id", "status", "attempts", "next_attempt_at",
+                "created_at", "updated_at",
             ],
             rows: rows, rowsPerStatement: 200, on: db)
         wake()
