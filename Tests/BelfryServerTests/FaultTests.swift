@@ -223,7 +223,15 @@ struct TwoInstanceTests {
             #expect(status?.notifications == 400)
             entries = try receiver.entries()
             let third = entries.dropFirst(before)
-            #expect(Set(third.map(\.delivery)).count == 400, "every delivery of the third event arrived")
+            // Counted by the event: a repeat of an earlier event's delivery (its lease ran out on a
+            // loaded machine; at least once) may arrive here too.
+            let ofThird = third.filter { entry in
+                guard case .object(let body) = entry.body, case .string(let event)? = body["event_id"] else {
+                    return false
+                }
+                return UUID(uuidString: event) == three
+            }
+            #expect(Set(ofThird.map(\.delivery)).count == 400, "every delivery of the third event arrived")
             // At least once: a delivery the dead instance had sent but not recorded is sent again,
             // at most one per request it could have in flight or finished and not yet recorded.
             let unrecorded = WebhookChannel.inFlight + DeliveryQueue.unrecordedResults
