@@ -36,6 +36,21 @@ struct StatusEventsTests {
         }
     }
 
+    /// The events the receiver got, their `data` by type; each request must verify with the
+    /// `standardwebhooks` package.
+    static func received(_ receiver: WebhookReceiver) throws -> [String: [[String: JSONValue]]] {
+        var byType: [String: [[String: JSONValue]]] = [:]
+        for entry in try receiver.entries() {
+            #expect(entry.standard)
+            if case .object(let fields) = entry.body, case .string(let type)? = fields["type"],
+                case .object(let data)? = fields["data"]
+            {
+                byType[type, default: []].append(data)
+            }
+        }
+        return byType
+    }
+
     static func rows(_ app: Application) async throws -> [(type: String, status: String, attempts: Int)] {
         try await app.db.sql.select().columns("type", "status", "attempts").from("status_events")
             .orderBy("created_at").all().map {
@@ -151,15 +166,7 @@ struct StatusEventsTests {
                 _ = try await InboxAPITests.notify(app, ["ada", "bob", "cy"], title: "Hello", category: "reverted")
                 while try await app.deliveryQueue!.runOnce() > 0 {}
                 try await Self.sendAll(app)
-                var byType: [String: [[String: JSONValue]]] = [:]
-                for entry in try receiver.entries() {
-                    #expect(entry.standard)
-                    if case .object(let fields) = entry.body, case .string(let type)? = fields["type"],
-                        case .object(let data)? = fields["data"]
-                    {
-                        byType[type, default: []].append(data)
-                    }
-                }
+                let byType = try Self.received(receiver)
                 let sent = (byType["message.sent"] ?? []).filter { $0["channel"] == .string("ios_push") }
                 #expect(
                     Set(sent.compactMap { if case .string(let user)? = $0["user"] { user } else { nil } }) == [
@@ -216,15 +223,7 @@ struct StatusEventsTests {
             #expect(unsubscribed.status == .ok)
 
             try await Self.sendAll(app)
-            var byType: [String: [[String: JSONValue]]] = [:]
-            for entry in try receiver.entries() {
-                #expect(entry.standard)
-                if case .object(let fields) = entry.body, case .string(let type)? = fields["type"],
-                    case .object(let data)? = fields["data"]
-                {
-                    byType[type, default: []].append(data)
-                }
-            }
+            let byType = try Self.received(receiver)
             let throttled = (byType["message.skipped"] ?? []).filter { $0["reason"] == .string("throttled") }
             #expect(throttled.count == 1)
             #expect(throttled.first?["channel"] == .string("webhook") && throttled.first?["user"] == .string("ada"))
