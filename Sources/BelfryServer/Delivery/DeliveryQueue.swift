@@ -663,22 +663,20 @@ final class DeliveryQueue: Sendable {
             case .skipped: .messageSkipped
             case .queued, .running: nil
             }
-        var data: [String: JSONValue] = [
-            "message": .string(delivery.id.uuidString.lowercased()),
-            "notification": .string(delivery.content.notificationID.uuidString.lowercased()),
-            "user": .string(delivery.externalUserID),
-            "event": .string(delivery.eventID.uuidString.lowercased()),
-            "category": .string(delivery.content.category.id), "tenant": .string(delivery.content.tenant),
-            "channel": .string(delivery.channel.id), "attempt": .number(Double(delivery.attempt)),
-        ]
-        if let device = delivery.device { data["device"] = .string(device.id.uuidString.lowercased()) }
-        if let error = resolution.error { data["reason"] = .string(error) }
-        if let status = resolution.providerStatus { data["provider_status"] = .number(Double(status)) }
-        var events = type.map { [StatusEvent(type: $0, data: data)] } ?? []
+        var extra: [String: JSONValue] = ["attempt": .number(Double(delivery.attempt))]
+        if let error = resolution.error { extra["reason"] = .string(error) }
+        if let status = resolution.providerStatus { extra["provider_status"] = .number(Double(status)) }
+        func event(_ type: StatusEventType) -> StatusEvent {
+            .message(
+                type, message: delivery.id, notification: delivery.content.notificationID,
+                user: delivery.externalUserID, event: delivery.eventID, category: delivery.content.category.id,
+                tenant: delivery.content.tenant, channel: delivery.channel.id, device: delivery.device?.id,
+                extra: extra)
+        }
+        var events = type.map { [event($0)] } ?? []
         if case .retire(_, let reason, _) = attempt.result {
-            var retired = data
-            retired["reason"] = .string(reason)
-            events.append(StatusEvent(type: .deviceRetired, data: retired))
+            extra["reason"] = .string(reason)
+            events.append(event(.deviceRetired))
         }
         return events
     }

@@ -116,14 +116,9 @@ struct NotificationRows: Sendable {
         _ type: StatusEventType, _ notificationID: UUID, _ content: Content, _ user: Fanout.Recipient,
         channel: String, message: UUID, device: UUID? = nil
     ) -> StatusEvent {
-        var data: [String: JSONValue] = [
-            "message": .string(message.uuidString.lowercased()),
-            "notification": .string(notificationID.uuidString.lowercased()), "user": .string(user.externalID),
-            "event": .string(content.eventID.uuidString.lowercased()), "category": .string(content.category.id),
-            "tenant": .string(content.tenant), "channel": .string(channel),
-        ]
-        if let device { data["device"] = .string(device.uuidString.lowercased()) }
-        return StatusEvent(type: type, data: data)
+        .message(
+            type, message: message, notification: notificationID, user: user.externalID, event: content.eventID,
+            category: content.category.id, tenant: content.tenant, channel: channel, device: device)
     }
 
     func insert(storage: BelfryDatabase, on db: any Database) async throws {

@@ -282,20 +282,15 @@ struct InboxStore: Sendable {
         on tx: any Database
     ) async throws {
         guard statusEvents.wants(type), !rows.isEmpty else { return }
-        let user = try await tx.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID)
-            .first()?.decode(column: "external_id", as: String.self)
+        let user = try await StatusEvents.externalID(of: userID, on: tx)
         let inbox = workspace.channels.first { $0.kind == .inbox }?.id
         let events = try rows.map { row in
-            let id = try row.decode(column: "id", as: UUID.self).uuidString.lowercased()
-            var data: [String: JSONValue] = [
-                "message": .string(id), "notification": .string(id), "user": user.map(JSONValue.string) ?? .null,
-                "event": .string(try row.decode(column: "event_id", as: UUID.self).uuidString.lowercased()),
-                "category": .string(try row.decode(column: "category", as: String.self)),
-                "tenant": .string(try row.decode(column: "tenant", as: String.self)),
-                "channel": inbox.map(JSONValue.string) ?? .null,
-            ]
-            data.merge(extra) { _, new in new }
-            return StatusEvent(type: type, data: data)
+            let id = try row.decode(column: "id", as: UUID.self)
+            return StatusEvent.message(
+                type, message: id, notification: id, user: user,
+                event: try row.decode(column: "event_id", as: UUID.self),
+                category: try row.decode(column: "category", as: String.self),
+                tenant: try row.decode(column: "tenant", as: String.self), channel: inbox, extra: extra)
         }
         try await statusEvents.queue(events, on: tx)
     }

@@ -114,8 +114,7 @@ struct PreferenceStore: Sendable {
     private func queueStatus(
         userID: UUID, views: [PreferenceView], changes: [PreferenceChange], on db: any Database
     ) async throws {
-        let user = try await db.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID)
-            .first()?.decode(column: "external_id", as: String.self)
+        let user = try await StatusEvents.externalID(of: userID, on: db)
         let changed = try JSONDecoder().decode(JSONValue.self, from: try JSONEncoder().encode(changes))
         let events = views.map { view in
             let tenant: JSONValue =

@@ -152,28 +152,11 @@ final class StatusEventSender: Sendable {
         guard let (endpoint, key) = endpoints[event.endpoint] else {
             return Outcome(status: .failed, next: now, error: "the endpoint is no longer in the workspace config")
         }
-        let body = Data(event.body.utf8)
-        var request = HTTPClientRequest(url: endpoint.url)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(name: "User-Agent", value: "Belfry")
         let messageID = event.id.uuidString.lowercased()
-        let timestamp = Int(now.timeIntervalSince1970)
-        request.headers.add(name: "webhook-id", value: messageID)
-        request.headers.add(name: "webhook-timestamp", value: String(timestamp))
-        request.headers.add(
-            name: "webhook-signature",
-            value: WebhookChannel.standardSignature(key: key, id: messageID, timestamp: timestamp, body: body))
-        request.body = .bytes(ByteBuffer(data: body))
-        let result: DeliveryResult
-        do {
-            let response = try await client.execute(request, timeout: Self.timeout)
-            _ = try? await response.body.collect(upTo: 64 * 1024)
-            result = WebhookChannel.result(
-                status: Int(response.status.code), headers: response.headers, now: self.now())
-        } catch {
-            result = .retry(reason: "the status webhook request failed: \(error)")
-        }
+        let result = await WebhookChannel.post(
+            Data(event.body.utf8), to: endpoint.url, id: messageID, key: key,
+            timestamp: Int(now.timeIntervalSince1970), client: client, timeout: Self.timeout,
+            failure: "the status webhook request failed", now: self.now)
         switch result {
         case .delivered(let status):
             return Outcome(status: .sent, next: now, providerStatus: status)

@@ -10,6 +10,25 @@ struct StatusEvent: Sendable {
     var data: [String: JSONValue]
 }
 
+extension StatusEvent {
+    /// An event about one message (a notification on one channel, and device), with the fields
+    /// every message event carries spelled in one place; `extra` adds the type's own.
+    static func message(
+        _ type: StatusEventType, message: UUID, notification: UUID, user: String?, event: UUID, category: String,
+        tenant: String, channel: String?, device: UUID? = nil, extra: [String: JSONValue] = [:]
+    ) -> StatusEvent {
+        func text(_ id: UUID) -> JSONValue { .string(id.uuidString.lowercased()) }
+        var data: [String: JSONValue] = [
+            "message": text(message), "notification": text(notification), "user": user.map(JSONValue.string) ?? .null,
+            "event": text(event), "category": .string(category), "tenant": .string(tenant),
+            "channel": channel.map(JSONValue.string) ?? .null,
+        ]
+        if let device { data["device"] = text(device) }
+        data.merge(extra) { _, new in new }
+        return StatusEvent(type: type, data: data)
+    }
+}
+
 /// Queues status events for the workspace's `webhooks`, in the transaction of the change they
 /// report: an event for a change that rolled back is never sent, and one whose change committed
 /// is never lost. ``StatusEventSender`` delivers them from the `status_events` table.
@@ -32,6 +51,12 @@ struct StatusEvents: Sendable {
         var id: String
         var timestamp: Date
         var data: [String: JSONValue]
+    }
+
+    /// The external id of the user a status event names, read in the change's transaction.
+    static func externalID(of userID: UUID, on db: any Database) async throws -> String? {
+        try await db.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID).first()?
+            .decode(column: "external_id", as: String.self)
     }
 
     /// Queues `events` for every endpoint that takes their type, on `db` (the caller's transaction).

@@ -114,29 +114,41 @@ struct WebhookChannel: DeliveryProvider {
         } catch {
             return .failed(reason: "could not encode the webhook body: \(error)")
         }
+        let timestamp = Int(now().timeIntervalSince1970)
+        // Standard Webhooks: the message id stays the same across a delivery's attempts.
+        return await Self.post(
+            body, to: url, id: delivery.id.uuidString.lowercased(), key: standardKey, timestamp: timestamp,
+            headers: [
+                ("Belfry-Delivery", delivery.id.uuidString),
+                ("Belfry-Signature", Self.signature(secret: secret, timestamp: timestamp, body: body)),
+            ], client: client, timeout: timeout, failure: "webhook request failed", now: now)
+    }
+
+    /// POSTs `body` as JSON to `url`, signed per Standard Webhooks with `key` under the message
+    /// `id` (the same on every attempt), with `headers` besides; says what the answer means
+    /// (``result(status:headers:now:)``), or retries after `failure` when there is none.
+    static func post(
+        _ body: Data, to url: String, id: String, key: SymmetricKey, timestamp: Int, headers: [(String, String)] = [],
+        client: HTTPClient, timeout: TimeAmount, failure: String, now: @Sendable () -> Date
+    ) async -> DeliveryResult {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "User-Agent", value: "Belfry")
-        request.headers.add(name: "Belfry-Delivery", value: delivery.id.uuidString)
-        let timestamp = Int(now().timeIntervalSince1970)
-        request.headers.add(
-            name: "Belfry-Signature", value: Self.signature(secret: secret, timestamp: timestamp, body: body))
-        // Standard Webhooks: the message id stays the same across a delivery's attempts.
-        let messageID = delivery.id.uuidString.lowercased()
-        request.headers.add(name: "webhook-id", value: messageID)
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        request.headers.add(name: "webhook-id", value: id)
         request.headers.add(name: "webhook-timestamp", value: String(timestamp))
         request.headers.add(
             name: "webhook-signature",
-            value: Self.standardSignature(key: standardKey, id: messageID, timestamp: timestamp, body: body))
+            value: standardSignature(key: key, id: id, timestamp: timestamp, body: body))
         request.body = .bytes(ByteBuffer(data: body))
         do {
             let response = try await client.execute(request, timeout: timeout)
             // The body is not needed; reading a little of it frees the connection.
             _ = try? await response.body.collect(upTo: 64 * 1024)
-            return Self.result(status: Int(response.status.code), headers: response.headers, now: now())
+            return result(status: Int(response.status.code), headers: response.headers, now: now())
         } catch {
-            return .retry(reason: "webhook request failed: \(error)")
+            return .retry(reason: "\(failure): \(error)")
         }
     }
 
