@@ -2,6 +2,8 @@ import Fluent
 import FluentPostgresDriver
 import FluentSQLiteDriver
 import Foundation
+import NIOConcurrencyHelpers
+import PostgresNIO
 import SQLKit
 import Vapor
 
@@ -170,4 +172,21 @@ extension Error {
     var isConstraintFailure: Bool {
         (self as? any DatabaseError)?.isConstraintFailure ?? false
     }
+}
+
+/// The PostgreSQL connection a piece of work runs on, so that a deadline can tell a slow query
+/// from one lost with its connection (which never ends): the work may still end while it waits
+/// for a connection (the pool has a timeout of its own) or while its connection is open.
+final class ConnectionWatch: Sendable {
+    private let connection = NIOLockedValueBox<PostgresConnection?>(nil)
+
+    /// Notes the connection `database` runs on, if it is one PostgreSQL connection.
+    func note(_ database: any Database) async {
+        guard let postgres = database as? any PostgresDatabase else { return }
+        let underlying = try? await postgres.withConnection { $0.eventLoop.makeSucceededFuture($0) }.get()
+        connection.withLockedValue { $0 = underlying }
+    }
+
+    /// Whether the work may still end.
+    var mayEnd: Bool { connection.withLockedValue { $0.map { !$0.isClosed } ?? true } }
 }

@@ -16,8 +16,10 @@ struct EventIntake: Sendable {
     /// How deep `data` may nest: lists and objects inside one another.
     static let maxDataDepth = 32
     static let idempotencyWindow: TimeInterval = 24 * 3600
-    /// How long storing an event may take on PostgreSQL before the request is answered 503.
+    /// How long storing an event on PostgreSQL may take once its connection has closed before
+    /// the request is answered 503, and how long while its connection is open.
     static let storeDeadline: TimeInterval = 4
+    static let storePatience: TimeInterval = 20
     /// Recipients per INSERT statement: well under SQLite's 32 766 bound parameters.
     static let insertBatch = 500
 
@@ -48,14 +50,18 @@ struct EventIntake: Sendable {
     func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
         // On PostgreSQL a query sent just as its connection was lost may never end, and nothing
-        // else may fail to tell of it: the store gives up after a few seconds, which answers 503
-        // (send it again, with its Idempotency-Key) and replaces the pool.
+        // else may fail to tell of it: once its connection has closed, or after 20 s however
+        // slow the database, the store gives up, which answers 503 (send it again, with its
+        // Idempotency-Key) and replaces the pool. A store merely slow on a busy database waits.
+        let watch = ConnectionWatch()
         let (id, replayed, recipients) =
             storage.kind == .postgres
-            ? try await withDeadline(Self.storeDeadline, "storing an event") {
-                try await store(event, source: source, on: db)
+            ? try await withDeadline(
+                Self.storeDeadline, "storing an event", extendedWhile: { watch.mayEnd }, upTo: Self.storePatience
+            ) {
+                try await store(event, source: source, watch: watch, on: db)
             }
-            : try await store(event, source: source, on: db)
+            : try await store(event, source: source, watch: nil, on: db)
         if !replayed && source == .api { metrics.event("accepted") }
         wake()
         return Accepted(id: id, replayed: replayed, recipients: recipients)
@@ -67,10 +73,15 @@ struct EventIntake: Sendable {
     ///
     /// - Returns: the event id, whether it is an earlier event replayed for its key, and its
     ///   recipients (for a topic, its subscribers now).
-    private func store(_ event: Checked, source: Source, on db: any Database) async throws -> (UUID, Bool, Int) {
+    private func store(
+        _ event: Checked, source: Source, watch: ConnectionWatch?, on db: any Database
+    ) async throws -> (UUID, Bool, Int) {
         for attempt in 1...2 {
             do {
-                return try await storage.write(db) { tx in try await self.insert(event, source: source, on: tx) }
+                return try await storage.write(db) { tx in
+                    await watch?.note(tx)
+                    return try await self.insert(event, source: source, on: tx)
+                }
             } catch  where error.isConstraintFailure && attempt == 1 {
                 // Another request stored the same idempotency key first: the second try replays it.
                 continue

@@ -17,8 +17,12 @@ struct DeadlineExceeded: Error, CustomStringConvertible {
 /// awaiting it would wait for ever. So the background services and the delivery queue put a
 /// deadline on their database work: past it they go on, and the `DatabaseMonitor` replaces
 /// the connection pool that the lost query still holds a connection of.
+///
+/// Slow is not lost: with `alive`, the operation keeps its time past `seconds` for as long as
+/// `alive` says it may still end (its connection is still open, say), up to `limit`.
 func withDeadline<T: Sendable>(
     _ seconds: TimeInterval, _ what: String, clock: any ServiceClock = ServerClock(),
+    extendedWhile alive: @escaping @Sendable () -> Bool = { false }, upTo limit: TimeInterval = 0,
     _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
@@ -34,7 +38,12 @@ func withDeadline<T: Sendable>(
         let work = NIOLockedValueBox<Task<Void, Never>?>(nil)
         let timer = Task {
             try await clock.sleep(for: seconds)
-            finish(.failure(DeadlineExceeded(what: what, seconds: seconds)))
+            var waited = seconds
+            while waited < limit && alive() {
+                try await clock.sleep(for: 0.25)
+                waited += 0.25
+            }
+            finish(.failure(DeadlineExceeded(what: what, seconds: waited)))
             work.withLockedValue { $0?.cancel() }
         }
         work.withLockedValue { work in
