@@ -148,7 +148,7 @@ struct TwoInstanceTests {
     ) async throws -> (BackgroundProcess, String) {
         let environment = [
             "BELFRY_API_KEY": Self.key, "DATABASE_URL": "", "BELFRY_CONFIG": "", "BELFRY_WEBHOOK_URL": webhook.url,
-            "BELFRY_WEBHOOK_SECRET": webhook.secret, "BELFRY_DELIVERY_LEASE": "3",
+            "BELFRY_WEBHOOK_SECRET": webhook.secret, "BELFRY_DELIVERY_LEASE": "6",
         ]
         let server = try await BelfryServeProcess.start(database: database, environment: environment)
         return (server.process, server.base)
