@@ -266,13 +266,13 @@ struct BatchesTests {
     func templateChecks() throws {
         var workspace = WorkspaceConfig.demo
         workspace.categories[0].batch = BatchRule(windowSeconds: 60, title: "{{#count}}", body: "{{count}}")
-        #expect(BatchText.problems(in: workspace.categories[0]).map(\.path) == ["title"])
+        #expect(ContentRendering.problems(in: workspace.categories[0]).map(\.path) == ["batch.title"])
         let text = BatchText.render(
             BatchRule(windowSeconds: 60),
             NotificationBatch(
                 count: 1, items: [.init(eventID: UUID(), title: "T", body: "B", url: nil, data: nil, createdAt: Date())]
-            ))
-        #expect(text == ("T", "B"))
+            ), locale: nil)
+        #expect(text == ("T", "B", nil))
     }
 }
 

@@ -2,14 +2,16 @@ import Foundation
 
 /// The body of `POST /v1/events`: one notification event for a list of recipients.
 public struct EventRequest: Codable, Hashable, Sendable {
+    /// What the notification says. A category with content templates fills in the parts left
+    /// out, in each recipient's language; for any other, `title` and `body` are required.
     public struct Content: Codable, Hashable, Sendable {
-        public var title: String
-        public var body: String
+        public var title: String?
+        public var body: String?
         public var url: String?
         /// An image push notifications show (an app's service extension fetches it).
         public var imageURL: String?
 
-        public init(title: String, body: String, url: String? = nil, imageURL: String? = nil) {
+        public init(title: String? = nil, body: String? = nil, url: String? = nil, imageURL: String? = nil) {
             self.title = title
             self.body = body
             self.url = url
@@ -110,7 +112,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
         topic = try container.decodeIfPresent(String.self, forKey: .topic)
         exclude = try container.decodeIfPresent([String].self, forKey: .exclude)
         tenant = try container.decodeIfPresent(String.self, forKey: .tenant)
-        content = try container.decode(Content.self, forKey: .content)
+        content = try container.decodeIfPresent(Content.self, forKey: .content) ?? Content()
         data = try container.decodeIfPresent([String: JSONValue].self, forKey: .data)
         idempotencyKey = try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
         schedule = try container.decodeIfPresent(Schedule.self, forKey: .schedule)
@@ -125,7 +127,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
         try container.encodeIfPresent(topic, forKey: .topic)
         try container.encodeIfPresent(exclude, forKey: .exclude)
         try container.encodeIfPresent(tenant, forKey: .tenant)
-        try container.encode(content, forKey: .content)
+        if content != Content() { try container.encode(content, forKey: .content) }
         try container.encodeIfPresent(data, forKey: .data)
         try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
         try container.encodeIfPresent(schedule, forKey: .schedule)

@@ -18,11 +18,14 @@ public struct InboxNotification: Codable, Hashable, Sendable {
     public var archivedAt: Date?
     /// For a digest: the events it gathered.
     public var batch: NotificationBatch?
+    /// The language of its text (the category template's variant, such as `de` or `ar`);
+    /// `nil` when it is the default, or the event's own.
+    public var locale: String?
 
     public init(
         id: UUID, category: String, tenant: String, title: String, body: String, url: String?,
         data: [String: JSONValue]?, actions: [NotificationAction], createdAt: Date, seenAt: Date?, readAt: Date?,
-        archivedAt: Date?, batch: NotificationBatch? = nil
+        archivedAt: Date?, batch: NotificationBatch? = nil, locale: String? = nil
     ) {
         self.id = id
         self.category = category
@@ -37,10 +40,11 @@ public struct InboxNotification: Codable, Hashable, Sendable {
         self.readAt = readAt
         self.archivedAt = archivedAt
         self.batch = batch
+        self.locale = locale
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, category, tenant, title, body, url, data, actions, batch
+        case id, category, tenant, title, body, url, data, actions, batch, locale
         case createdAt = "created_at"
         case seenAt = "seen_at"
         case readAt = "read_at"

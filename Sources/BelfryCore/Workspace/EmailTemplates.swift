@@ -28,11 +28,6 @@ public struct EmailTemplates: Codable, Hashable, Sendable {
 
     /// The key in `locales` for a user's `locale`: the whole tag, else its language.
     public func matchingLocale(_ locale: String?) -> String? {
-        guard let locale, let locales, !locales.isEmpty else { return nil }
-        func normal(_ tag: String) -> String { tag.lowercased().replacingOccurrences(of: "_", with: "-") }
-        let wanted = normal(locale)
-        let language = String(wanted.prefix { $0 != "-" })
-        let keys = locales.keys.sorted()
-        return keys.first { normal($0) == wanted } ?? keys.first { normal($0) == language }
+        LanguageTag.match(locale, among: locales.map { Array($0.keys) } ?? [])
     }
 }

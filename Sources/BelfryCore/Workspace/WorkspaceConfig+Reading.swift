@@ -125,7 +125,7 @@ extension WorkspaceConfig {
     private static func readCategory(_ node: ConfigNode, _ known: Known) -> CategoryDefinition? {
         let keys: Set<String> = [
             "id", "name", "description", "section", "default", "is_editable", "channels",
-            "mandatory_channels", "actions", "push", "email", "throttle", "batch",
+            "mandatory_channels", "actions", "push", "email", "throttle", "batch", "content", "data_schema",
         ]
         guard node.object(keys: keys) else { return nil }
         let id = node["id"].identifier()
@@ -158,6 +158,8 @@ extension WorkspaceConfig {
         let email = node["email"].isPresent ? readEmail(node["email"], allowsLocales: true) : nil
         let throttle = node["throttle"].isPresent ? readThrottle(node["throttle"]) : nil
         let batch = node["batch"].isPresent ? readBatch(node["batch"]) : nil
+        let content = node["content"].isPresent ? readContent(node["content"], allowsLocales: true) : nil
+        let dataSchema = node["data_schema"].isPresent ? readDataSchema(node["data_schema"]) : nil
         // A fallback waits for the inbox notification to be read: the category needs the inbox.
         if !channels.contains(where: { known.inboxes.contains($0.channel) }) {
             for channel in channels where channel.unless != nil {
@@ -170,7 +172,7 @@ extension WorkspaceConfig {
             id: id, name: name, description: description, section: section,
             defaultPreference: defaultPreference, isEditable: isEditable, channels: channels,
             mandatoryChannels: mandatory, actions: actions, push: push, email: email, throttle: throttle,
-            batch: batch
+            batch: batch, content: content, dataSchema: dataSchema
         )
     }
 
@@ -224,29 +226,89 @@ extension WorkspaceConfig {
         return NotificationAction(id: id, title: title, destructive: destructive, opensApp: opensApp)
     }
 
+    /// Variants by language tag under `node`, each read by `read`; `nil` when absent.
+    private static func readLocales<T>(
+        _ node: ConfigNode, example: String, _ read: (ConfigNode) -> T?
+    ) -> [String: T]? {
+        guard node.isPresent else { return nil }
+        guard case .some(.object(let fields)) = node.value else {
+            node.fail("expected an object of language tags, such as {\"de\": \(example)}")
+            return nil
+        }
+        var locales: [String: T] = [:]
+        for tag in fields.keys.sorted() {
+            let child = node[tag]
+            if !isLanguageTag(tag) {
+                child.fail("\"\(tag)\" is not a language tag such as de or pt-BR")
+            } else if let variant = read(child) {
+                locales[tag] = variant
+            }
+        }
+        return locales
+    }
+
     /// A category's email templates; their Mustache syntax is checked where they are rendered.
     private static func readEmail(_ node: ConfigNode, allowsLocales: Bool) -> EmailTemplates? {
         let keys: Set<String> = allowsLocales ? ["subject", "text", "html", "locales"] : ["subject", "text", "html"]
         guard node.object(keys: keys) else { return nil }
-        var locales: [String: EmailTemplates]?
-        if allowsLocales, node["locales"].isPresent {
-            if case .some(.object(let fields)) = node["locales"].value {
-                locales = [:]
-                for tag in fields.keys.sorted() {
-                    let child = node["locales"][tag]
-                    if !isLanguageTag(tag) {
-                        child.fail("\"\(tag)\" is not a language tag such as de or pt-BR")
-                    } else if let variant = readEmail(child, allowsLocales: false) {
-                        locales?[tag] = variant
-                    }
-                }
-            } else {
-                node["locales"].fail("expected an object of language tags, such as {\"de\": {\"subject\": \"…\"}}")
-            }
-        }
+        let locales =
+            allowsLocales
+            ? readLocales(node["locales"], example: "{\"subject\": \"…\"}") { readEmail($0, allowsLocales: false) }
+            : nil
         return EmailTemplates(
             subject: node["subject"].string(maxLength: 1_000), text: node["text"].string(maxLength: 100_000),
             html: node["html"].string(maxLength: 100_000), locales: locales)
+    }
+
+    /// A category's content templates; their Mustache syntax is checked where they are rendered.
+    private static func readContent(_ node: ConfigNode, allowsLocales: Bool) -> ContentTemplates? {
+        let keys: Set<String> =
+            allowsLocales ? ["title", "body", "url", "push", "locales"] : ["title", "body", "url", "push"]
+        guard node.object(keys: keys) else { return nil }
+        let locales =
+            allowsLocales
+            ? readLocales(node["locales"], example: "{\"title\": \"…\"}") { readContent($0, allowsLocales: false) }
+            : nil
+        let push = node["push"].isPresent ? readText(node["push"]) : nil
+        let content = ContentTemplates(
+            title: node["title"].string(maxLength: 1_000), body: node["body"].string(maxLength: 10_000),
+            url: node["url"].string(maxLength: 2_000), push: push, locales: locales)
+        if allowsLocales && content.title == nil {
+            node["title"].fail("a category's content needs a title template; its locales may leave it out")
+        }
+        return content
+    }
+
+    /// A title and a body template.
+    private static func readText(_ node: ConfigNode) -> TextTemplates? {
+        guard node.object(keys: ["title", "body"]) else { return nil }
+        return TextTemplates(title: node["title"].string(maxLength: 1_000), body: node["body"].string(maxLength: 4_000))
+    }
+
+    /// The fields of a category's `data`: `{"properties": {"page": {"type": "string"}}, "required": ["page"]}`.
+    private static func readDataSchema(_ node: ConfigNode) -> DataSchema? {
+        guard node.object(keys: ["type", "properties", "required"]) else { return nil }
+        if node["type"].isPresent, node["type"].value != .string("object") {
+            node["type"].fail("the data of an event is an object: expected \"object\"")
+        }
+        var properties: [String: DataSchema.Field] = [:]
+        if case .some(.object(let fields)) = node["properties"].value {
+            for name in fields.keys.sorted() {
+                let field = node["properties"][name]
+                guard field.object(keys: ["type", "description"]) else { continue }
+                _ = field["description"].string()
+                let type = field["type"].choice(DataSchema.FieldType.self)
+                properties[name] = DataSchema.Field(type: type)
+            }
+        } else {
+            node["properties"].fail("expected an object of the fields, such as {\"page\": {\"type\": \"string\"}}")
+        }
+        let required = node["required"].list().compactMap { element -> String? in
+            guard let name = element.string() else { return nil }
+            if properties[name] == nil { element.fail("\"\(name)\" is not one of the properties") }
+            return name
+        }
+        return DataSchema(properties: properties, required: required)
     }
 
     private static func readThrottle(_ node: ConfigNode) -> ThrottleRule? {
@@ -262,7 +324,8 @@ extension WorkspaceConfig {
     /// A batch closes after a window or on a schedule; its templates' Mustache syntax is checked
     /// where they are rendered.
     private static func readBatch(_ node: ConfigNode) -> BatchRule? {
-        guard node.object(keys: ["window_seconds", "schedule", "key", "max_items", "title", "body"]) else { return nil }
+        guard node.object(keys: ["window_seconds", "schedule", "key", "max_items", "title", "body", "locales"])
+        else { return nil }
         // Up to 30 days: a digest is about events still worth telling.
         let window = node["window_seconds"].int(in: 1...2_592_000)
         var schedule: CalendarRule?
@@ -292,9 +355,11 @@ extension WorkspaceConfig {
         let maxItems = node["max_items"].isPresent ? node["max_items"].int(in: 1...100) : 10
         let title = node["title"].string(maxLength: 1_000)
         let body = node["body"].string(maxLength: 4_000)
+        let locales = readLocales(node["locales"], example: "{\"title\": \"…\"}", readText)
         guard window != nil || schedule != nil, let maxItems else { return nil }
         return BatchRule(
-            windowSeconds: window, schedule: schedule, key: key, maxItems: maxItems, title: title, body: body)
+            windowSeconds: window, schedule: schedule, key: key, maxItems: maxItems, title: title, body: body,
+            locales: locales)
     }
 
     /// `de`, `pt-BR`, `zh-Hant-TW`: letters and digits in parts of 1 to 8, the first all letters.

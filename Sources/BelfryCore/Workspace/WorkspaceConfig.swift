@@ -144,6 +144,10 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
     public var throttle: ThrottleRule?
     /// Gathers the category's events for a user into one notification (a digest).
     public var batch: BatchRule?
+    /// The content as templates, per locale; `nil`: each event carries its own.
+    public var content: ContentTemplates?
+    /// The fields its events carry in `data`; `nil`: any.
+    public var dataSchema: DataSchema?
 
     public init(
         id: String,
@@ -158,7 +162,9 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         push: PushHints = PushHints(),
         email: EmailTemplates? = nil,
         throttle: ThrottleRule? = nil,
-        batch: BatchRule? = nil
+        batch: BatchRule? = nil,
+        content: ContentTemplates? = nil,
+        dataSchema: DataSchema? = nil
     ) {
         self.id = id
         self.name = name
@@ -173,11 +179,14 @@ public struct CategoryDefinition: Codable, Hashable, Sendable {
         self.email = email
         self.throttle = throttle
         self.batch = batch
+        self.content = content
+        self.dataSchema = dataSchema
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, name, description, section, channels, actions, push, email, throttle, batch
+        case id, name, description, section, channels, actions, push, email, throttle, batch, content
         case defaultPreference = "default"
+        case dataSchema = "data_schema"
         case isEditable = "is_editable"
         case mandatoryChannels = "mandatory_channels"
     }
@@ -262,10 +271,13 @@ public struct BatchRule: Codable, Hashable, Sendable {
     /// item's title, and its body or "and N more".
     public var title: String?
     public var body: String?
+    /// The templates by BCP 47 language tag, for users with that locale; a part a variant leaves
+    /// out is the default's.
+    public var locales: [String: TextTemplates]?
 
     public init(
         windowSeconds: Int? = nil, schedule: CalendarRule? = nil, key: String? = nil, maxItems: Int = 10,
-        title: String? = nil, body: String? = nil
+        title: String? = nil, body: String? = nil, locales: [String: TextTemplates]? = nil
     ) {
         self.windowSeconds = windowSeconds
         self.schedule = schedule
@@ -273,6 +285,15 @@ public struct BatchRule: Codable, Hashable, Sendable {
         self.maxItems = maxItems
         self.title = title
         self.body = body
+        self.locales = locales
+    }
+
+    /// The title and body templates for a user's `locale`, with the tag chosen (`nil`: the default).
+    public func text(for locale: String?) -> (tag: String?, title: String?, body: String?) {
+        guard let tag = LanguageTag.match(locale, among: locales.map { Array($0.keys) } ?? []),
+            let variant = locales?[tag]
+        else { return (nil, title, body) }
+        return (tag, variant.title ?? title, variant.body ?? body)
     }
 
     /// When a batch opened at `opened` closes, reading a schedule in the user's time zone.
@@ -282,7 +303,7 @@ public struct BatchRule: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case schedule, key, title, body
+        case schedule, key, title, body, locales
         case windowSeconds = "window_seconds"
         case maxItems = "max_items"
     }
@@ -329,6 +350,7 @@ public struct BatchRule: Codable, Hashable, Sendable {
         maxItems = try container.decodeIfPresent(Int.self, forKey: .maxItems) ?? 10
         title = try container.decodeIfPresent(String.self, forKey: .title)
         body = try container.decodeIfPresent(String.self, forKey: .body)
+        locales = try container.decodeIfPresent([String: TextTemplates].self, forKey: .locales)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -339,6 +361,7 @@ public struct BatchRule: Codable, Hashable, Sendable {
         try container.encode(maxItems, forKey: .maxItems)
         try container.encodeIfPresent(title, forKey: .title)
         try container.encodeIfPresent(body, forKey: .body)
+        try container.encodeIfPresent(locales, forKey: .locales)
     }
 }
 

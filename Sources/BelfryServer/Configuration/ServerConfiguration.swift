@@ -454,8 +454,8 @@ public struct ServerConfiguration: Sendable {
             for problem in EmailTemplates.problems(in: category) {
                 issues.add("categories[\(index)].email.\(problem.path)", problem.message)
             }
-            for problem in BatchText.problems(in: category) {
-                issues.add("categories[\(index)].batch.\(problem.path)", problem.message)
+            for problem in ContentRendering.problems(in: category) {
+                issues.add("categories[\(index)].\(problem.path)", problem.message)
             }
         }
 

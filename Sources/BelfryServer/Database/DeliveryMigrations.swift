@@ -212,3 +212,22 @@ struct AddStatusEvents: AsyncMigration {
         try await database.schema("status_events").delete()
     }
 }
+
+/// Content from templates: an event's text in each language its category has templates for,
+/// and on each notification the language it was rendered in and the shorter push text.
+struct AddLocalizedContent: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events").field("content_variants", .string).update()
+        // One column at a time: SQLite adds one per statement.
+        try await database.schema("notifications").field("locale", .string).update()
+        try await database.schema("notifications").field("push_title", .string).update()
+        try await database.schema("notifications").field("push_body", .string).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("notifications").deleteField("push_body").update()
+        try await database.schema("notifications").deleteField("push_title").update()
+        try await database.schema("notifications").deleteField("locale").update()
+        try await database.schema("events").deleteField("content_variants").update()
+    }
+}

@@ -25,6 +25,7 @@ enum BelfryMigrations {
         AddEventSource(),
         AddEventBackgroundPush(),
         AddStatusEvents(),
+        AddLocalizedContent(),
     ]
 }
 

@@ -79,6 +79,8 @@ struct DeliveryContent: Sendable {
     var background = false
     /// For a digest: the events it gathered.
     var batch: NotificationBatch? = nil
+    /// The language of the text, when a template variant gave it (`de`, `ar`).
+    var locale: String? = nil
 
     /// What groups pushes on a device (APNs' thread, FCM's tag): the category's thread, and a
     /// digest's summary with its kind, thread or not.

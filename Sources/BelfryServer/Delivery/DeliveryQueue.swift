@@ -419,6 +419,10 @@ final class DeliveryQueue: Sendable {
         _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery {
         let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
+        // Push channels show the shorter text of the category's `content.push` templates, if any.
+        let isPush = channel.kind.isPush
+        let title = try row.decode(column: "title", as: String.self)
+        let body = try row.decode(column: "body", as: String.self)
         return Delivery(
             id: id,
             eventID: try row.decode(column: "event_id", as: UUID.self),
@@ -429,8 +433,8 @@ final class DeliveryQueue: Sendable {
             content: DeliveryContent(
                 deliveryID: id, notificationID: try row.decode(column: "notification_id", as: UUID.self),
                 category: category, tenant: try row.decode(column: "tenant", as: String.self),
-                title: try row.decode(column: "title", as: String.self),
-                body: try row.decode(column: "body", as: String.self),
+                title: isPush ? try row.decode(column: "push_title", as: String?.self) ?? title : title,
+                body: isPush ? try row.decode(column: "push_body", as: String?.self) ?? body : body,
                 url: try row.decode(column: "url", as: String?.self),
                 imageURL: try row.decode(column: "image_url", as: String?.self),
                 data: try row.decode(column: "data", as: String?.self),
@@ -438,7 +442,8 @@ final class DeliveryQueue: Sendable {
                 ttlSeconds: ttl ?? category.push.ttlSeconds,
                 background: try row.decode(column: "content_available", as: Bool?.self)
                     ?? category.push.contentAvailable,
-                batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self))),
+                batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self)),
+                locale: try row.decode(column: "locale", as: String?.self)),
             payload: try payload(row, channel: channel, category: category),
             condition: try row.decode(column: "condition", as: String?.self).flatMap(
                 CategoryChannelDefinition.Condition.init(rawValue:)),
@@ -485,6 +490,7 @@ final class DeliveryQueue: Sendable {
           users.email AS user_email, users.locale AS user_locale,
           deliveries.condition, notifications.read_at, notifications.seen_at,
           notifications.category, notifications.tenant, notifications.title, notifications.body, notifications.url,
+          notifications.push_title, notifications.push_body, notifications.locale,
           notifications.data, notifications.batch, notifications.created_at, events.image_url, events.ttl_seconds,
           events.content_available,
           events.created_at AS event_created_at,

@@ -176,10 +176,11 @@ extension Fanout {
                 try await throttle(
                     &plans, category: category, now: now, skips: &skips[open.firstEvent, default: [:]], on: db)
                 let batch = NotificationBatch(count: open.count, items: items[open.id] ?? [])
-                let text = BatchText.render(rule, batch)
+                let text = BatchText.render(rule, batch, locale: user.locale)
                 let content = NotificationRows.Content(
                     eventID: open.firstEvent, category: category, tenant: open.tenant, title: text.title,
-                    body: text.body, url: batch.items.first?.url, data: nil, decodedData: nil, batch: batch)
+                    body: text.body, url: batch.items.first?.url, data: nil, decodedData: nil, batch: batch,
+                    locale: text.locale)
                 for plan in plans {
                     notificationID = rows.add(
                         content, for: plan.user, due: now, delivering: plan.delivering, devices: plan.devices, now: now,
@@ -218,24 +219,28 @@ extension Fanout {
     }
 }
 
-/// A batch's title and body: the category's Mustache templates over the batch, or the first
-/// item's title with its body (one event) or "and N more".
+/// A batch's title and body: the category's Mustache templates over the batch (in the user's
+/// language, with plural forms by its rules), or the first item's title with its body (one
+/// event) or "and N more".
 enum BatchText {
-    static func render(_ rule: BatchRule, _ batch: NotificationBatch) -> (title: String, body: String) {
+    static func render(
+        _ rule: BatchRule, _ batch: NotificationBatch, locale: String?
+    ) -> (title: String, body: String, locale: String?) {
         let first = batch.items.first
         let more = batch.count - 1
         let defaults = (
             title: first?.title ?? "\(batch.count) notifications",
             body: more == 0 ? (first?.body ?? "") : "and \(more) more"
         )
-        let context = self.context(batch)
+        var context = self.context(batch)
+        let text = rule.text(for: locale)
+        if let tag = text.tag { context["locale"] = tag }
         func render(_ template: String?, _ fallback: String) -> String {
-            guard let template, let compiled = try? MustacheTemplate(string: EmailComposer.plainText + template)
-            else { return fallback }
-            let text = compiled.render(context).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard let template, let compiled = try? TextTemplate.compiled(template) else { return fallback }
+            let text = compiled.render(context, locale: text.tag ?? locale)
             return text.isEmpty ? fallback : text
         }
-        return (render(rule.title, defaults.title), render(rule.body, defaults.body))
+        return (render(text.title, defaults.title), render(text.body, defaults.body), text.tag)
     }
 
     /// What the templates see: `count`, `more` (and `has_more`), `items` (each with `title`,
@@ -255,13 +260,5 @@ enum BatchText {
         ]
         if let first = items.first { context["first"] = first }
         return context
-    }
-
-    /// Each template that does not compile, with its path under `batch`.
-    static func problems(in category: CategoryDefinition) -> [(path: String, message: String)] {
-        guard let rule = category.batch else { return [] }
-        return [("title", rule.title), ("body", rule.body)].compactMap { path, template in
-            template.flatMap { EmailComposer.templateProblem($0, plain: true) }.map { (path, $0) }
-        }
     }
 }

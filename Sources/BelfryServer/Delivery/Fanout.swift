@@ -126,7 +126,7 @@ struct Fanout: Sendable {
         let due = sql.select()
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
-                "processed", "topic", "topic_cursor", "source"
+                "processed", "topic", "topic_cursor", "source", "content_variants"
             )
             .from("events")
             .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
@@ -198,6 +198,8 @@ struct Fanout: Sendable {
         let url = try event.decode(column: "url", as: String?.self)
         let data = try event.decode(column: "data", as: String?.self)
         let decodedData = data.flatMap(JSONValue.storedData)
+        // From templates: the text in each language, rendered at intake; each recipient reads theirs.
+        let variants = LocalizedContent(stored: try event.decode(column: "content_variants", as: String?.self))
         var rows = notificationRows()
         var batched = 0
         do {
@@ -265,10 +267,28 @@ struct Fanout: Sendable {
                         skipped.append((externalIDs[old.user.id] ?? "", channel.id, .throttled))
                     }
                 }
-                let content = NotificationRows.Content(
+                let literal = NotificationRows.Content(
                     eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
                     data: data, decodedData: decodedData)
+                // One content per language, shared by every recipient who reads it.
+                var localized: [String: NotificationRows.Content] = [:]
                 for plan in plans {
+                    var content = literal
+                    if let variants {
+                        let (tag, text) = variants.variant(for: plan.user.locale)
+                        let key = tag ?? ""
+                        if let known = localized[key] {
+                            content = known
+                        } else {
+                            content.title = text.title
+                            content.body = text.body
+                            content.url = text.url
+                            content.pushTitle = text.pushTitle
+                            content.pushBody = text.pushBody
+                            content.locale = tag
+                            localized[key] = content
+                        }
+                    }
                     rows.add(
                         content, for: plan.user, due: plan.due, delivering: plan.delivering, devices: plan.devices,
                         now: now, isFollowed: isFollowed)
@@ -387,6 +407,8 @@ struct Fanout: Sendable {
         /// The backend's id for them, as status events name users.
         var externalID = ""
         var timeZone: TimeZone? = nil
+        /// Their language tag, for the content's variant.
+        var locale: String? = nil
         var quietHours: QuietHours? = nil
         /// Whether email can reach them.
         var hasEmail = false
@@ -399,7 +421,7 @@ struct Fanout: Sendable {
 
     /// The users' columns fan-out reads.
     static let recipientColumns = [
-        "id", "external_id", "email", "time_zone", "quiet_start", "quiet_end", "quiet_time_zone",
+        "id", "external_id", "email", "time_zone", "locale", "quiet_start", "quiet_end", "quiet_time_zone",
     ]
 
     /// A user row (`recipientColumns`) as fan-out sees it.
@@ -417,6 +439,7 @@ struct Fanout: Sendable {
                 id: try row.decode(column: "id", as: UUID.self),
                 externalID: try row.decode(column: "external_id", as: String.self),
                 timeZone: try row.decode(column: "time_zone", as: String?.self).flatMap(TimeZone.init(identifier:)),
+                locale: try row.decode(column: "locale", as: String?.self),
                 quietHours: quietHours,
                 hasEmail: try row.decode(column: "email", as: String?.self).map(MailAddress.isValid) ?? false)
         )

@@ -21,6 +21,11 @@ struct NotificationRows: Sendable {
         var data: String?
         var decodedData: [String: JSONValue]?
         var batch: NotificationBatch? = nil
+        /// The language tag of the template variant it was rendered from; `nil`: the default.
+        var locale: String? = nil
+        /// The shorter text push channels show, from the category's `content.push` templates.
+        var pushTitle: String? = nil
+        var pushBody: String? = nil
     }
 
     private var notifications: [[BulkValue]] = []
@@ -55,7 +60,8 @@ struct NotificationRows: Sendable {
         notifications.append([
             .id(notificationID), .id(content.eventID), .id(user.id), .text(category.id), .text(content.tenant),
             .text(content.title), .text(content.body), .text(content.url), .text(content.data), .bool(inInbox),
-            .date(now), .date(due), .text(content.batch.map(NotificationBatch.stored)),
+            .date(now), .date(due), .text(content.batch.map(NotificationBatch.stored)), .text(content.locale),
+            .text(content.pushTitle), .text(content.pushBody),
         ])
         if inInbox, due <= now {
             inboxUsers[content.eventID, default: []].append(user.id)
@@ -67,7 +73,8 @@ struct NotificationRows: Sendable {
                         InboxNotification(
                             id: notificationID, category: category.id, tenant: content.tenant, title: content.title,
                             body: content.body, url: content.url, data: content.decodedData, actions: category.actions,
-                            createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil, batch: content.batch)
+                            createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil, batch: content.batch,
+                            locale: content.locale)
                     ))
             }
         }
@@ -128,8 +135,8 @@ struct NotificationRows: Sendable {
             into: "notifications",
             columns: [
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
-                "created_at", "available_at", "batch",
-            ], rows: notifications, rowsPerStatement: 200, on: db)
+                "created_at", "available_at", "batch", "locale", "push_title", "push_body",
+            ], rows: notifications, rowsPerStatement: 150, on: db)
         try await storage.insert(
             into: "deliveries",
             columns: [

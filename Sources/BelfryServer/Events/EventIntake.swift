@@ -124,15 +124,15 @@ struct EventIntake: Sendable {
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
                 "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
-                "topic", "source", "content_available"
+                "topic", "source", "content_available", "content_variants"
             )
             .values(
-                id, event.category.id, event.tenant, event.content.title, event.content.body, event.content.url,
+                id, event.category.id, event.tenant, event.text.title, event.text.body, event.text.url,
                 event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
                 EventStatus.FanoutState.pending.rawValue, event.notBefore, recipients, 0, 0, Date?.none,
                 now,
                 event.content.imageURL, event.ttlSeconds, event.topic, source == .api ? nil : source.rawValue,
-                event.contentAvailable
+                event.contentAvailable, event.variants?.stored
             )
             .run()
         try await storage.insert(
@@ -154,7 +154,10 @@ struct EventIntake: Sendable {
     /// A digest of what the event asks for, to tell a retry of the same event from a different
     /// event that reuses its key.
     static func fingerprint(_ event: Checked) -> String {
-        var text = [event.category.id, event.tenant, event.content.title, event.content.body, event.content.url ?? ""]
+        var text = [
+            event.category.id, event.tenant, event.content.title ?? "", event.content.body ?? "",
+            event.content.url ?? "",
+        ]
         text += [event.data ?? "", "\(String(describing: event.schedule))"]
         // Only when given, so that keys stored before these fields existed still match.
         if event.content.imageURL != nil || event.ttlSeconds != nil {

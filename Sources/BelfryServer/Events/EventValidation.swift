@@ -18,7 +18,12 @@ extension EventIntake {
         var topic: String?
         /// Stored for a topic event; already taken out of `recipients` otherwise.
         var exclude: [String]
+        /// The content as the request gave it (parts may be left to the category's templates).
         var content: EventRequest.Content
+        /// What the notification says by default: the event's text, or its templates rendered.
+        var text: RenderedContent
+        /// The text in each language of the category's templates; `nil` without templates.
+        var variants: LocalizedContent?
         var data: String?
         var idempotencyKey: String?
         var notBefore: Date
@@ -62,25 +67,36 @@ extension EventIntake {
         if let exclude = event.exclude, exclude.count > maxRecipients {
             problems.append("field \"exclude\" may list at most \(maxRecipients) user ids, got \(exclude.count)")
         }
-        let title = event.content.title.trimmingCharacters(in: .whitespacesAndNewlines)
-        if title.isEmpty || event.content.title.count > maxTitleLength {
-            problems.append(
-                "field \"content.title\" must have 1 to \(maxTitleLength) characters, got \(event.content.title.count)")
-        }
-        problems += [
-            TextCheck.controlCharacters(in: event.content.title, field: "content.title"),
-            TextCheck.controlCharacters(in: event.content.body, field: "content.body", multiline: true),
-        ].compactMap { $0 }
-        if event.content.body.utf8.count > maxBodyBytes {
-            problems.append(
-                "field \"content.body\" is \(event.content.body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
-        }
-        for (field, url) in [("content.url", event.content.url), ("content.image_url", event.content.imageURL)] {
-            guard let url else { continue }
-            let parsed = URL(string: url)
-            if url.count > 2048 || !["http", "https"].contains(parsed?.scheme ?? "") || parsed?.host == nil {
-                problems.append("field \"\(field)\" must be an http or https URL, got \"\(url.prefix(80))\"")
+        var text = RenderedContent(
+            title: event.content.title ?? "", body: event.content.body ?? "", url: event.content.url)
+        var variants: LocalizedContent?
+        if let templates = category.content {
+            do {
+                let rendered = try ContentRendering.render(
+                    templates, given: event.content, data: event.data, category: category, tenant: tenant,
+                    workspace: workspace)
+                text = rendered.base
+                variants = rendered
+            } catch {
+                problems.append("the content template of category \"\(category.id)\": \(error)")
             }
+        } else {
+            for (field, value) in [("title", event.content.title), ("body", event.content.body)] where value == nil {
+                problems.append(
+                    "field \"content.\(field)\" is required: category \"\(category.id)\" has no content templates")
+            }
+        }
+        if problems.isEmpty {
+            problems += contentProblems(text, in: nil)
+            for (tag, variant) in (variants?.locales ?? [:]).sorted(by: { $0.key < $1.key }) {
+                problems += contentProblems(variant, in: tag)
+            }
+        }
+        if let url = event.content.imageURL, let problem = urlProblem(url, field: "content.image_url") {
+            problems.append(problem)
+        }
+        if let schema = category.dataSchema {
+            problems += dataProblems(event.data ?? [:], schema: schema, category: category.id)
         }
         if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
             problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
@@ -136,7 +152,12 @@ extension EventIntake {
             }
         }
         if problems.isEmpty {
-            problems += pushSizeProblems(event, category: category, tenant: tenant, data: data, workspace: workspace)
+            for (tag, variant) in [(nil, text)] + (variants?.locales ?? [:]).sorted(by: { $0.key < $1.key }) {
+                problems += pushSizeProblems(
+                    variant, in: tag, event: event, category: category, tenant: tenant, data: data, workspace: workspace
+                )
+                if !problems.isEmpty { break }
+            }
         }
         if !problems.isEmpty {
             throw BelfryError.invalid(problems.joined(separator: "; "))
@@ -147,7 +168,7 @@ extension EventIntake {
         let recipients = event.recipients.filter { seen.insert($0).inserted }
         return Checked(
             category: category, tenant: tenant, recipients: recipients, topic: event.topic,
-            exclude: Array(excluded).sorted(), content: event.content, data: data,
+            exclude: Array(excluded).sorted(), content: event.content, text: text, variants: variants, data: data,
             idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
             ttlSeconds: event.ttlSeconds, contentAvailable: event.push?.contentAvailable)
     }
@@ -159,34 +180,98 @@ extension EventIntake {
     /// over what a push channel of its category takes: 4096 bytes of APNs payload or of FCM
     /// message, or 4096 bytes of encrypted Web Push body.
     private static func pushSizeProblems(
-        _ event: EventRequest, category: CategoryDefinition, tenant: String, data: String?, workspace: WorkspaceConfig
+        _ text: RenderedContent, in tag: String?, event: EventRequest, category: CategoryDefinition, tenant: String,
+        data: String?, workspace: WorkspaceConfig
     ) -> [String] {
         let kinds = Set(category.channels.compactMap { workspace.channel($0.channel)?.kind })
         let content = DeliveryContent(
             deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
-            title: event.content.title, body: event.content.body, url: event.content.url,
+            title: text.pushTitle ?? text.title, body: text.pushBody ?? text.body, url: text.url,
             imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
+        let rendered = tag.map { " (the content rendered for \($0))" } ?? ""
         var problems: [String] = []
         if kinds.contains(.apns), case let size = APNsPayload.largestSize(APNsNotification(content)),
             size > APNsPayload.maxSize
         {
             problems.append(
                 "the APNs payload would be \(size) bytes; APNs takes at most \(APNsPayload.maxSize): "
-                    + "shorten the content or the data")
+                    + "shorten the content or the data\(rendered)")
         }
         if kinds.contains(.fcm), case let size = FCMPayload.largestSize(FCMNotification(content)),
             size > FCMPayload.maxSize
         {
             problems.append(
                 "the FCM message would be \(size) bytes; FCM takes at most \(FCMPayload.maxSize): "
-                    + "shorten the content or the data")
+                    + "shorten the content or the data\(rendered)")
         }
         if kinds.contains(.webPush), case let size = WebPushMessage.largestEncryptedSize(content),
             size > WebPushEncryption.maxPayloadSize
         {
             problems.append(
                 "the encrypted Web Push message would be \(size) bytes; push services take at most "
-                    + "\(WebPushEncryption.maxPayloadSize): shorten the content or the data")
+                    + "\(WebPushEncryption.maxPayloadSize): shorten the content or the data\(rendered)")
+        }
+        return problems
+    }
+
+    /// What is wrong with a notification's text: the event's own, or rendered for `tag`.
+    private static func contentProblems(_ text: RenderedContent, in tag: String?) -> [String] {
+        let rendered = tag.map { " (rendered for \($0))" } ?? ""
+        var problems: [String] = []
+        for (field, title) in [("content.title", text.title), ("content.push.title", text.pushTitle)] {
+            guard let title else { continue }
+            if title.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty || title.count > maxTitleLength {
+                problems.append(
+                    "field \"\(field)\"\(rendered) must have 1 to \(maxTitleLength) characters, got \(title.count)")
+            }
+            if let problem = TextCheck.controlCharacters(in: title, field: field + rendered) {
+                problems.append(problem)
+            }
+        }
+        for (field, body) in [("content.body", text.body), ("content.push.body", text.pushBody)] {
+            guard let body else { continue }
+            if let problem = TextCheck.controlCharacters(in: body, field: field + rendered, multiline: true) {
+                problems.append(problem)
+            }
+            if body.utf8.count > maxBodyBytes {
+                problems.append(
+                    "field \"\(field)\"\(rendered) is \(body.utf8.count) bytes; at most \(maxBodyBytes) allowed")
+            }
+        }
+        if let url = text.url, let problem = urlProblem(url, field: "content.url" + rendered) {
+            problems.append(problem)
+        }
+        return problems
+    }
+
+    private static func urlProblem(_ url: String, field: String) -> String? {
+        let parsed = URL(string: url)
+        guard url.count > 2048 || !["http", "https"].contains(parsed?.scheme ?? "") || parsed?.host == nil else {
+            return nil
+        }
+        return "field \"\(field)\" must be an http or https URL, got \"\(url.prefix(80))\""
+    }
+
+    /// What `data` lacks or has of the wrong type by the category's `data_schema`.
+    private static func dataProblems(_ data: [String: JSONValue], schema: DataSchema, category: String) -> [String] {
+        var problems: [String] = []
+        for name in schema.required where data[name] == nil || data[name] == .null {
+            problems.append("field \"data.\(name)\" is required by category \"\(category)\"")
+        }
+        for (name, value) in data.sorted(by: { $0.key < $1.key }) {
+            guard let type = schema.properties[name]?.type, value != .null else { continue }
+            let matches: Bool
+            switch (type, value) {
+            case (.string, .string), (.number, .number), (.boolean, .bool), (.object, .object), (.array, .array):
+                matches = true
+            case (.integer, .number(let number)):
+                matches = number.rounded() == number
+            default:
+                matches = false
+            }
+            if !matches {
+                problems.append("field \"data.\(name)\" must be of type \(type.rawValue) for category \"\(category)\"")
+            }
         }
         return problems
     }

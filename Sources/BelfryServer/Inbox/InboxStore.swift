@@ -49,7 +49,7 @@ struct InboxStore: Sendable {
 
     static let columns = [
         "id", "category", "tenant", "title", "body", "url", "data", "available_at", "seen_at", "read_at", "archived_at",
-        "batch",
+        "batch", "locale",
     ]
 
     /// The rows a user sees: theirs, meant for the inbox, and due.
@@ -330,7 +330,8 @@ struct InboxStore: Sendable {
             seenAt: try row.decode(column: "seen_at", as: Date?.self),
             readAt: try row.decode(column: "read_at", as: Date?.self),
             archivedAt: try row.decode(column: "archived_at", as: Date?.self),
-            batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self)))
+            batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self)),
+            locale: try row.decode(column: "locale", as: String?.self))
     }
 
     static func cursor(for id: UUID) -> String {

@@ -80,7 +80,12 @@ struct NotificationCenterPage {
             .data("data-category", item.category)
         ) {
             el("article", .aria("aria-labelledby", "n-\(id)-title")) {
-                el("h2", .id("n-\(id)-title"), .class("notification-title")) {
+                // Text from a template variant is in its language, which may run right to left.
+                let direction = item.locale.map { LanguageTag.isRightToLeft($0) ? "rtl" : "ltr" }
+                el(
+                    "h2", .id("n-\(id)-title"), .class("notification-title"), .init("lang", item.locale),
+                    .init("dir", direction)
+                ) {
                     el("span", .class("unread-label visually-hidden")) { unread ? "Unread: " : "" }
                     if let url = item.url, url.hasPrefix("https://") || url.hasPrefix("http://") || url.hasPrefix("/") {
                         el("a", .href(url), .class("notification-link")) { item.title }
@@ -88,7 +93,7 @@ struct NotificationCenterPage {
                         item.title
                     }
                 }
-                el("p", .class("notification-body")) { item.body }
+                el("p", .class("notification-body"), .init("lang", item.locale), .init("dir", direction)) { item.body }
                 el("p", .class("notification-meta")) {
                     workspace.tenant(item.tenant)?.name ?? item.tenant
                     " · "

@@ -134,6 +134,8 @@ struct EmailComposer: Sendable {
                 "url": action.opensApp ? (content.url ?? links.inbox) : links.inbox,
             ]
         }
+        // The language of the text: the template variant's, else the user's.
+        let language = content.locale ?? (locale?.split(separator: "-").first).map(String.init) ?? "en"
         var linkValues: [String: Any] = ["preferences": links.preferences, "inbox": links.inbox]
         if let unsubscribe = links.unsubscribe { linkValues["unsubscribe"] = unsubscribe }
         var context: [String: Any] = [
@@ -143,7 +145,8 @@ struct EmailComposer: Sendable {
             "user": ["id": delivery.externalUserID],
             "data": data, "actions": actions, "has_actions": !actions.isEmpty, "links": linkValues,
             "created_at": content.createdAt.ISO8601Format(),
-            "language": (locale?.split(separator: "-").first).map(String.init) ?? "en",
+            "language": language,
+            "direction": LanguageTag.isRightToLeft(language) ? "rtl" : "ltr",
         ]
         if let url = content.url { context["url"] = url }
         if let image = content.imageURL { context["image_url"] = image }

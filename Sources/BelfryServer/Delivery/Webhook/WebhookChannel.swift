@@ -48,9 +48,11 @@ struct WebhookChannel: DeliveryProvider {
             var createdAt: Date
             /// For a digest: the events it gathered.
             var batch: NotificationBatch?
+            /// The language of the text, when the category's templates gave it.
+            var locale: String?
 
             enum CodingKeys: String, CodingKey {
-                case id, category, tenant, title, body, url, data, batch
+                case id, category, tenant, title, body, url, data, batch, locale
                 case createdAt = "created_at"
             }
         }
@@ -109,7 +111,7 @@ struct WebhookChannel: DeliveryProvider {
                     notification: .init(
                         id: content.notificationID, category: content.category.id, tenant: content.tenant,
                         title: content.title, body: content.body, url: content.url, data: data,
-                        createdAt: content.createdAt, batch: content.batch),
+                        createdAt: content.createdAt, batch: content.batch, locale: content.locale),
                     action: action))
         } catch {
             return .failed(reason: "could not encode the webhook body: \(error)")

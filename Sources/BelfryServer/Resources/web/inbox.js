@@ -35,6 +35,13 @@
 
   const tenantNames = JSON.parse(list.dataset.tenants || "{}");
 
+  // As the server's LanguageTag.isRightToLeft.
+  function isRightToLeft(tag) {
+    const parts = tag.toLowerCase().replaceAll("_", "-").split("-");
+    if (parts.some((part) => ["arab", "hebr", "thaa", "syrc", "nkoo", "adlm", "rohg"].includes(part))) return true;
+    return ["ar", "he", "iw", "fa", "ur", "ps", "sd", "ug", "yi", "dv", "ckb"].includes(parts[0]);
+  }
+
   // The same markup as the server's NotificationCenterPage.item.
   function render(item) {
     const id = item.id.toLowerCase();
@@ -49,6 +56,12 @@
     const heading = document.createElement("h2");
     heading.id = `n-${id}-title`;
     heading.className = "notification-title";
+    // Text from a template variant is in its language, which may run right to left.
+    const direction = item.locale ? (isRightToLeft(item.locale) ? "rtl" : "ltr") : null;
+    if (item.locale) {
+      heading.lang = item.locale;
+      heading.dir = direction;
+    }
     const label = document.createElement("span");
     label.className = "unread-label visually-hidden";
     label.textContent = unread ? "Unread: " : "";
@@ -65,6 +78,10 @@
     const body = document.createElement("p");
     body.className = "notification-body";
     body.textContent = item.body;
+    if (item.locale) {
+      body.lang = item.locale;
+      body.dir = direction;
+    }
     const meta = document.createElement("p");
     meta.className = "notification-meta";
     const time = document.createElement("time");
