@@ -82,7 +82,8 @@ public struct EventRequest: Codable, Hashable, Sendable {
 
     public init(
         category: String, recipients: [String] = [], topic: String? = nil, exclude: [String]? = nil,
-        tenant: String? = nil, content: Content, data: [String: JSONValue]? = nil, idempotencyKey: String? = nil,
+        tenant: String? = nil, content: Content = Content(), data: [String: JSONValue]? = nil,
+        idempotencyKey: String? = nil,
         schedule: Schedule? = nil, ttlSeconds: Int? = nil, push: Push? = nil
     ) {
         self.category = category

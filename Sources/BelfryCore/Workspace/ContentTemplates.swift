@@ -24,13 +24,16 @@ public struct ContentTemplates: Codable, Hashable, Sendable {
         self.locales = locales
     }
 
-    /// The templates for the variant `tag` names (`matchingLocale`), each part left out taken from the default.
+    /// The templates for the variant `tag` names (`matchingLocale`), each part left out taken from
+    /// the default. A variant's push text falls back to its own title and body before the
+    /// default's push text: a reader of that language never gets the default's.
     public func variant(_ tag: String?) -> ContentTemplates {
         guard let tag, let chosen = locales?[tag] else {
             return ContentTemplates(title: title, body: body, url: url, push: push)
         }
         let push = TextTemplates(
-            title: chosen.push?.title ?? self.push?.title, body: chosen.push?.body ?? self.push?.body)
+            title: chosen.push?.title ?? (chosen.title == nil ? self.push?.title : nil),
+            body: chosen.push?.body ?? (chosen.body == nil ? self.push?.body : nil))
         return ContentTemplates(
             title: chosen.title ?? title, body: chosen.body ?? body, url: chosen.url ?? url,
             push: push.title == nil && push.body == nil ? nil : push)
