@@ -14,7 +14,7 @@ public struct BelfryCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, MigrateCommand.self, SendCommand.self, TokenCommand.self, LinkCommand.self,
             ConfigCommand.self, TopicsCommand.self, EventsCommand.self, UsersCommand.self, DevicesCommand.self,
-            DeliveriesCommand.self, MessagesCommand.self, KeysCommand.self, AuditCommand.self,
+            DeliveriesCommand.self, MessagesCommand.self, KeysCommand.self, AuditCommand.self, TemplatesCommand.self,
         ]
     )
 
