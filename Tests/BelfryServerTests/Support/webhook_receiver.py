@@ -110,6 +110,12 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: Belfry opens 16 connections at once, and the
+    # SYNs past the backlog are dropped and sent again a second later.
+    request_queue_size = 128
+
+
+server = Server(("127.0.0.1", 0), Handler)
 print(f"listening {server.server_address[1]}", flush=True)
 server.serve_forever()
