@@ -322,11 +322,11 @@ struct TemplatesTests {
             #expect(refused.body.string.contains(#"field \"data.page\" is required by category \"page-review\""#))
             #expect(refused.body.string.contains(#"field \"data.count\" must be of type integer"#))
 
-            let literal = EventRequest(category: "mention", recipients: ["jonas"], content: .init(body: "no title"))
+            let literal = EventRequest(category: "reverted", recipients: ["jonas"], content: .init(body: "no title"))
             let noTitle = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: literal)
             #expect(noTitle.status == .unprocessableEntity)
             #expect(
-                noTitle.body.string.contains("category \\\"mention\\\" has no content templates"),
+                noTitle.body.string.contains("category \\\"reverted\\\" has no content templates"),
                 "\(noTitle.body.string)")
         }
     }
@@ -352,5 +352,39 @@ struct TemplatesTests {
         #expect(title(3, "ru") == "3 новые правки")
         #expect(title(5, "en") == "5 new edits")
         #expect(BatchText.render(rule, NotificationBatch(count: 5, items: []), locale: "ru").locale == "ru")
+    }
+
+    @Test(
+        "the console and belfry templates render preview the demo's templates in every language, Arabic right to left")
+    func previews() async throws {
+        try await withBelfry(.sqlite) { app in
+            let signedIn = try await app.send(
+                .POST, "/admin/session", rawBody: "api_key=\(testAPIKey)", headers: ConsoleTests.form)
+            let cookie = try #require(signedIn.headers.setCookie?[ConsoleSession.cookieName])
+            let session: HTTPHeaders = ["Cookie": "\(ConsoleSession.cookieName)=\(cookie.string)"]
+            let data = #"{"actor":"Ada","page":"Glocke","edits":11}"#
+            let query = "category=edit-thank&data=\(data.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
+            let page = try await app.send(.GET, "/admin/templates?\(query)", headers: session)
+            #expect(page.status == .ok)
+            let html = page.body.string
+            #expect(html.contains("Ada thanked you for your edit on Glocke"), "the default")
+            #expect(html.contains("Deine 11 Bearbeitungen wurden geschätzt."), "German, plural")
+            #expect(html.contains(#"<dd lang="ar" dir="rtl">قُدِّر 11 تعديلًا.</dd>"#), "Arabic, many, right to left")
+
+            let bad = try await app.send(.GET, "/admin/templates?category=mention&data=%5B1%5D", headers: session)
+            #expect(bad.body.string.contains("must be a JSON object"))
+            let signedOut = try await app.send(.GET, "/admin/templates")
+            #expect(signedOut.status == .unauthorized)
+        }
+        let workspace = WorkspaceConfig.demo
+        let digest = try TemplatesCommand.Render.preview(
+            try #require(workspace.category("new-activity-digest")), data: [:], tenant: "enwiki", locale: "ar",
+            count: 2, workspace: workspace)
+        #expect(digest.contains("[digest of 2, ar for ar]\ntitle: تغييران في الصفحات التي تراقبها"), "\(digest)")
+        let mention = try TemplatesCommand.Render.preview(
+            try #require(workspace.category("mention")), data: ["actor": .string("Ada"), "page": .string("Glocke")],
+            tenant: "dewiki", locale: "de-AT", count: 1, workspace: workspace)
+        #expect(mention.contains("[de for de-AT]\ntitle: Ada hat dich auf Glocke erwähnt"), "\(mention)")
+        #expect(mention.contains("push title: Erwähnung auf Glocke"))
     }
 }

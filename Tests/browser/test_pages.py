@@ -477,6 +477,41 @@ class InboxTests(PagesTestCase):
         status, counts = self.server.request("GET", "/v1/me/notifications/counts", token=token)
         self.assertEqual(counts["unread"], 0)
 
+    def test_arabic_notification_reads_right_to_left(self):
+        token = self.server.user("amal")
+        status, _ = self.server.request("PUT", "/v1/users/amal", {"tenants": ["enwiki", "dewiki"], "locale": "ar"})
+        self.assertEqual(status, 200)
+
+        def mention(page):
+            # No content: the demo's mention renders from its templates, in Arabic for her.
+            status, answer = self.server.request("POST", "/v1/events", {
+                "category": "mention", "tenant": "enwiki", "recipients": ["amal"],
+                "data": {"actor": "Linus", "page": page}})
+            self.assertEqual(status, 202, answer)
+            return answer["event_id"]
+
+        mention("Belfry")
+        self.wait(lambda d: self.server.request("GET", "/v1/me/notifications/counts", token=token)[1]["unread"] == 1,
+                  "the first notification was not fanned out")
+        self.sign_in("inbox", token)
+        self.wait(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-stream") == "open",
+                  "the stream did not open")
+        mention("Glocke")  # arrives live: inbox.js builds its markup
+        self.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#inbox-list > li")) == 2, "no live notification")
+        for item, page in zip(self.driver.find_elements(By.CSS_SELECTOR, "#inbox-list > li"), ["Glocke", "Belfry"]):
+            title = item.find_element(By.CSS_SELECTOR, ".notification-title")
+            body = item.find_element(By.CSS_SELECTOR, ".notification-body")
+            self.assertIn(f"أشار إليك Linus في {page}", title.text)
+            for element in (title, body):
+                self.assertEqual(element.get_attribute("lang"), "ar")
+                self.assertEqual(element.get_attribute("dir"), "rtl")
+                self.assertEqual(self.driver.execute_script(
+                    "return getComputedStyle(arguments[0]).direction", element), "rtl")
+            # The rest of the page stays in its own language and direction.
+            meta = item.find_element(By.CSS_SELECTOR, ".notification-meta")
+            self.assertEqual(self.driver.execute_script("return getComputedStyle(arguments[0]).direction", meta), "ltr")
+        self.check_both_schemes("/inbox", name="inbox-arabic")
+
     def test_custom_action_is_recorded(self):
         token = self.server.user("eve")
         self.server.send("eve", "A message on your talk page", category="edit-user-talk")
@@ -980,6 +1015,9 @@ class ConsoleTests(PagesTestCase):
         self.check_both_schemes("/admin", name="console")
         link = self.find("#console-events tbody a").get_attribute("href")
         self.check_both_schemes(link.replace(self.server.base, ""), name="console-event")
+        # Previews in English, German and Arabic (right to left) from the sample data.
+        self.check_both_schemes("/admin/templates?category=edit-thank", name="console-templates")
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, 'dd[lang="ar"][dir="rtl"]')), 2)
         self.driver.delete_cookie("belfry_console")
         self.check_both_schemes("/admin", name="console-sign-in")
 

@@ -53,51 +53,21 @@ struct TemplatesCommand: AsyncParsableCommand {
             _ category: CategoryDefinition, data: [String: JSONValue], tenant: String, locale: String?, count: Int,
             workspace: WorkspaceConfig
         ) throws -> String {
-            var blocks: [String] = []
-            if let templates = category.content {
-                let rendered: LocalizedContent
-                do {
-                    rendered = try ContentRendering.render(
-                        templates, given: .init(), data: data, category: category, tenant: tenant, workspace: workspace)
-                } catch {
-                    throw ValidationError("category \"\(category.id)\": \(error)")
-                }
-                let variants: [(String?, RenderedContent)] =
-                    if let locale {
-                        [rendered.variant(for: locale)]
-                    } else {
-                        [(nil, rendered.base)] + rendered.locales.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
-                    }
-                for (tag, content) in variants {
-                    var lines = ["[\(tag ?? "default")\(locale.map { " for \($0)" } ?? "")]"]
-                    lines.append("title: \(content.title)")
-                    lines.append("body: \(content.body)")
-                    if let url = content.url { lines.append("url: \(url)") }
-                    if let title = content.pushTitle { lines.append("push title: \(title)") }
-                    if let body = content.pushBody { lines.append("push body: \(body)") }
-                    blocks.append(lines.joined(separator: "\n"))
-                }
+            let preview: TemplatePreview
+            do {
+                preview = try TemplatePreview(
+                    category, data: data, tenant: tenant, locale: locale, count: count, workspace: workspace)
+            } catch {
+                throw ValidationError("category \"\(category.id)\": \(error)")
             }
-            if let rule = category.batch {
-                let items = (0..<min(count, rule.maxItems)).map { index in
-                    NotificationBatch.Item(
-                        eventID: UUID(), title: "Event \(index + 1)", body: "", url: nil, data: data,
-                        createdAt: Date())
-                }
-                let tags: [String?] = locale.map { [$0] } ?? [nil] + (rule.locales ?? [:]).keys.sorted()
-                for tag in tags {
-                    let text = BatchText.render(rule, NotificationBatch(count: count, items: items), locale: tag)
-                    blocks.append(
-                        "[digest of \(count), \(text.locale ?? "default")\(locale.map { " for \($0)" } ?? "")]\n"
-                            + "title: \(text.title)\nbody: \(text.body)")
-                }
-            }
-            guard !blocks.isEmpty else {
+            guard !preview.blocks.isEmpty else {
                 throw ValidationError(
                     "category \"\(category.id)\" has no content templates and no digest: its events carry their own text"
                 )
             }
-            return blocks.joined(separator: "\n\n")
+            return preview.blocks.map { block in
+                (["[\(block.label)]"] + block.fields.map { "\($0.name): \($0.value)" }).joined(separator: "\n")
+            }.joined(separator: "\n\n")
         }
     }
 }

@@ -46,6 +46,7 @@ struct ConsoleController: RouteCollection {
         console.get("keys", use: keys)
         console.post("keys", "revoke", use: revokeKey)
         console.get("audit", use: audit)
+        console.get("templates", use: templates)
         console.post("test", use: sendTest)
     }
 
@@ -370,6 +371,37 @@ struct ConsoleController: RouteCollection {
         let page = try await req.belfry.auditLog.entries(limit: 100, before: before, on: req.db)
         return WebResponse.html(
             ConsolePages.audit(page, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+    }
+
+    /// `GET /admin/templates`: a category's content previewed from sample data in each language.
+    @Sendable func templates(req: Request) async throws -> Response {
+        let session = try await requireSession(req)
+        let workspace = req.belfry.workspace
+        let categories = workspace.categories.filter { $0.content != nil || $0.batch != nil }
+        let chosen = req.query[String.self, at: "category"].flatMap(workspace.category) ?? categories.first
+        var form = ConsolePages.TemplatesForm(
+            categories: categories, chosen: chosen, data: "{}",
+            locale: (req.query[String.self, at: "locale"] ?? "").trimmingCharacters(in: .whitespaces),
+            count: min(max(req.query[Int.self, at: "count"] ?? 1, 1), 1_000))
+        if let chosen {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let sample =
+                (try? encoder.encode(JSONValue.object(TemplatePreview.sampleData(for: chosen)))) ?? Data("{}".utf8)
+            form.data = req.query[String.self, at: "data"] ?? String(decoding: sample, as: UTF8.self)
+            if case .object(let data)? = try? JSONDecoder().decode(JSONValue.self, from: Data(form.data.utf8)) {
+                do {
+                    form.preview = try TemplatePreview(
+                        chosen, data: data, tenant: workspace.defaultTenant,
+                        locale: form.locale.isEmpty ? nil : form.locale, count: form.count, workspace: workspace)
+                } catch {
+                    form.problem = "The templates do not render: \(error)"
+                }
+            } else {
+                form.problem = "The sample data must be a JSON object, such as {\"page\": \"Glocke\"}."
+            }
+        }
+        return WebResponse.html(ConsolePages.templates(form, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     private static func retried(_ count: Int) -> String {

@@ -29,6 +29,7 @@ enum ConsolePages {
                                     el("li") { el("a", .href("/admin/users")) { "Users" } }
                                     el("li") { el("a", .href("/admin/keys")) { "API keys" } }
                                     el("li") { el("a", .href("/admin/audit")) { "Audit log" } }
+                                    el("li") { el("a", .href("/admin/templates")) { "Templates" } }
                                 }
                             }
                             el("form", .init("method", "post"), .init("action", "/admin/signout"), .class("signout")) {
