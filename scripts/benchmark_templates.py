@@ -50,13 +50,13 @@ def fan_out(base, count, templated, round_number):
     events = []
     for offset in range(0, count, 10_000):
         recipients = [f"reader-{offset + i}" for i in range(min(10_000, count - offset))]
+        # The same data either way: only where the text comes from differs.
+        data = {"actor": "Ada", "page": f"Glocke {round_number}", "excerpt": "Siehe oben"}
         if templated:
-            event = {"category": "mention", "recipients": recipients,
-                     "data": {"actor": "Ada", "page": f"Glocke {round_number}", "excerpt": "Siehe oben"}}
+            event = {"category": "mention", "recipients": recipients, "data": data}
         else:
-            event = {"category": "reverted", "recipients": recipients,
-                     "content": {"title": f"Ada reverted your edit on Glocke {round_number}",
-                                 "body": "Open the history to see why."}}
+            event = {"category": "reverted", "recipients": recipients, "data": data,
+                     "content": {"title": f"Ada mentioned you on Glocke {round_number}", "body": "“Siehe oben”"}}
         events.append(call(base, "POST", "/v1/events", event)["event_id"])
     notifications = 0
     for event in events:

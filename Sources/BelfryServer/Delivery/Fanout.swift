@@ -270,23 +270,23 @@ struct Fanout: Sendable {
                 let literal = NotificationRows.Content(
                     eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
                     data: data, decodedData: decodedData)
-                // One content per language, shared by every recipient who reads it.
-                var localized: [String: NotificationRows.Content] = [:]
+                // One content per language, shared by every recipient who reads it; looked up
+                // once per locale a user gives, not per user.
+                var localized: [String?: NotificationRows.Content] = [:]
                 for plan in plans {
                     var content = literal
                     if let variants {
-                        let (tag, text) = variants.variant(for: plan.user.locale)
-                        let key = tag ?? ""
-                        if let known = localized[key] {
+                        if let known = localized[plan.user.locale] {
                             content = known
                         } else {
+                            let (tag, text) = variants.variant(for: plan.user.locale)
                             content.title = text.title
                             content.body = text.body
                             content.url = text.url
                             content.pushTitle = text.pushTitle
                             content.pushBody = text.pushBody
                             content.locale = tag
-                            localized[key] = content
+                            localized[plan.user.locale] = content
                         }
                     }
                     rows.add(
