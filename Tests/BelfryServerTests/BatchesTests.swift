@@ -130,6 +130,45 @@ struct BatchesTests {
         }
     }
 
+    @Test(
+        "a digest's summary is in each reader's language: 1, 5 and 21 events in Russian, in English otherwise",
+        arguments: TestDatabase.allCases)
+    func digestPerLanguage(database: TestDatabase) async throws {
+        var workspace = Self.workspace
+        let index = try #require(workspace.categories.firstIndex { $0.id == "thanks" })
+        workspace.categories[index].batch = BatchRule(
+            windowSeconds: 600, key: "page", maxItems: 2,
+            title: "{{#plural count}}one={{count}} thank-you|other={{count}} thank-yous{{/plural}}",
+            locales: [
+                "ru": TextTemplates(
+                    title:
+                        "{{#plural count}}one={{count}} благодарность|few={{count}} благодарности|many={{count}} благодарностей|other={{count}} благодарности{{/plural}}"
+                )
+            ])
+        let clock = TestClock()
+        try await withBelfry(database, workspace: workspace, clock: clock) { app in
+            _ = try await app.putUser("olga", UserUpsert(locale: "ru-RU"))
+            _ = try await app.putUser("ada", UserUpsert(locale: "en"))
+            // Three pages, one batch each: 1, 5 and 21 events.
+            for (page, count) in [("Колокол", 1), ("Башня", 5), ("Неф", 21)] {
+                for _ in 0..<count {
+                    _ = try await Self.send(app, "thanks", to: ["olga", "ada"], title: "Спасибо", page: page)
+                }
+            }
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            clock.advance(by: 600)
+            while try await app.belfry.fanout.closeDueBatches(on: app.db) {}
+            let olga = try await InboxAPITests.page(app, try await app.userToken("olga")).notifications
+            #expect(
+                Set(olga.map(\.title)) == ["1 благодарность", "5 благодарностей", "21 благодарность"],
+                "\(olga.map(\.title))")
+            #expect(olga.allSatisfy { $0.locale == "ru" })
+            let ada = try await InboxAPITests.page(app, try await app.userToken("ada")).notifications
+            #expect(Set(ada.map(\.title)) == ["1 thank-you", "5 thank-yous", "21 thank-yous"], "\(ada.map(\.title))")
+            #expect(ada.allSatisfy { $0.locale == nil })
+        }
+    }
+
     @Test("a daily digest closes at 09:00 in each user's time zone, with its templates")
     func dailyDigest() async throws {
         // 2027-01-15 06:00 UTC: 07:00 in Berlin, 01:00 in New York.

@@ -330,6 +330,36 @@ struct ServerConfigurationTests {
         }
     }
 
+    @Test("a category's content templates are checked with their paths: syntax, plurals, tags, data_schema")
+    func contentTemplates() throws {
+        let file = """
+            {
+              "channels": [{ "id": "inbox", "kind": "inbox" }],
+              "categories": [
+                { "id": "review", "name": "Review", "channels": ["inbox"],
+                  "data_schema": { "properties": { "page": { "type": "string" }, "n": { "type": "integer" } } },
+                  "content": { "title": "{{page}} by {{reviewer}}", "body": "{{#plural n}}one=x{{/plural}}",
+                               "push": { "title": "{{#open}}" },
+                               "locales": { "de_DE!": { "title": "x" }, "de": { "body": "{{n}} {{tenant.name}}" } } },
+                  "batch": { "window_seconds": 60, "locales": { "ru": { "title": "{{#plural count}}few=x{{/plural}}" } } } },
+                { "id": "bare", "name": "Bare", "channels": ["inbox"], "content": { "body": "no title" } }
+              ],
+              "tenants": [{ "id": "main" }]
+            }
+            """
+        let error = try #require(throws: ConfigError.self) {
+            try Self.resolve(env: ["BELFRY_CONFIG": "belfry.json"], file: file)
+        }
+        #expect(
+            Set(error.issues.map(\.path)) == [
+                "categories[0].content.locales.de_DE!", "categories[0].content.title", "categories[0].content.body",
+                "categories[0].content.push.title", "categories[0].batch.locales.ru.title",
+                "categories[1].content.title",
+            ], "\(error)")
+        let reviewer = try #require(error.issues.first { $0.path == "categories[0].content.title" })
+        #expect(reviewer.message.contains("reads \"reviewer\", which the category's data_schema does not declare"))
+    }
+
     @Test("a category's email templates are checked: Mustache syntax, language tags, known keys")
     func emailTemplates() throws {
         let file = """

@@ -24,11 +24,14 @@ struct SendCommand: AsyncParsableCommand {
     @ArgumentParser.Option(help: "The tenant. Default: the workspace's default tenant.")
     var tenant: String?
 
-    @ArgumentParser.Option(help: "The notification's title.")
-    var title: String
+    @ArgumentParser.Option(help: "The notification's title (from the category's templates when left out).")
+    var title: String?
 
-    @ArgumentParser.Option(help: "The notification's body.")
-    var body: String
+    @ArgumentParser.Option(help: "The notification's body (from the category's templates when left out).")
+    var body: String?
+
+    @ArgumentParser.Option(help: "The event's data as a JSON object, such as '{\"page\": \"Glocke\"}'.")
+    var data: String?
 
     @ArgumentParser.Option(help: "A link for the notification.")
     var url: String?
@@ -45,6 +48,13 @@ struct SendCommand: AsyncParsableCommand {
         let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
         let users = try Self.readRecipients(recipients)
         guard !users.isEmpty else { throw ValidationError("no recipients: --to named no user ids") }
+        var fields: [String: JSONValue]?
+        if let data {
+            guard case .object(let object) = try? JSONDecoder().decode(JSONValue.self, from: Data(data.utf8)) else {
+                throw ValidationError("--data must be a JSON object, such as '{\"page\": \"Glocke\"}'")
+            }
+            fields = object
+        }
         let batches = users.chunked(EventIntake.maxRecipients)
         let (ids, replayed) = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
             let intake = app.belfry.eventIntake
@@ -54,7 +64,7 @@ struct SendCommand: AsyncParsableCommand {
             for (index, batch) in batches.enumerated() {
                 let request = EventRequest(
                     category: category, recipients: Array(batch), tenant: tenant,
-                    content: .init(title: title, body: body, url: url),
+                    content: .init(title: title, body: body, url: url), data: fields,
                     idempotencyKey: idempotencyKey.map { "\($0)-\(index + 1)" })
                 do {
                     let accepted = try await intake.accept(request, via: .command, on: app.db)
