@@ -15,7 +15,7 @@ import sys
 import time
 
 import benchmark_floor
-from benchmark_support import call, memory_mib, start_server
+from benchmark_support import call, memory_mib, start_server, wait_for_fan_out
 
 
 def main():
@@ -53,17 +53,7 @@ def main():
             events.append(accepted["event_id"])
         accepted_after = time.monotonic() - started
 
-        pending = list(events)
-        notifications = 0
-        while pending:
-            status = call(base, "GET", f"/v1/events/{pending[0]}")
-            if status["state"] == "failed":
-                sys.exit(f"event {pending[0]} failed: {status.get('error')}")
-            if status["state"] == "done":
-                notifications += status["notifications"]
-                pending.pop(0)
-            else:
-                time.sleep(0.05)
+        notifications = wait_for_fan_out(base, events)
         elapsed = time.monotonic() - started
         print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
         audience = "one event to a topic" if args.topic else f"{len(events)} events"

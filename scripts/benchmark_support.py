@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 
 KEY = "benchmark-key-0123456789abcdef"
@@ -20,6 +21,22 @@ def call(base, method, path, body=None):
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read() or b"null")
+
+
+def wait_for_fan_out(base, events):
+    """Waits until every event's fan-out is done; returns the notifications they wrote. An
+    event that failed ends the benchmark."""
+    notifications = 0
+    for event in events:
+        while True:
+            status = call(base, "GET", f"/v1/events/{event}")
+            if status["state"] == "failed":
+                sys.exit(f"event {event} failed: {status.get('error')}")
+            if status["state"] == "done":
+                notifications += status["notifications"]
+                break
+            time.sleep(0.05)
+    return notifications
 
 
 def memory_mib(pid, field):

@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 
-from benchmark_support import call, start_server
+from benchmark_support import call, start_server, wait_for_fan_out
 
 LOCALES = ["de-AT", "de", "fr", "ar", None]
 
@@ -58,16 +58,7 @@ def fan_out(base, count, templated, round_number):
             event = {"category": "reverted", "recipients": recipients, "data": data,
                      "content": {"title": f"Ada mentioned you on Glocke {round_number}", "body": "“Siehe oben”"}}
         events.append(call(base, "POST", "/v1/events", event)["event_id"])
-    notifications = 0
-    for event in events:
-        while True:
-            status = call(base, "GET", f"/v1/events/{event}")
-            if status["state"] == "failed":
-                sys.exit(f"event {event} failed: {status.get('error')}")
-            if status["state"] == "done":
-                notifications += status["notifications"]
-                break
-            time.sleep(0.05)
+    notifications = wait_for_fan_out(base, events)
     if notifications != count:
         sys.exit(f"expected {count} notifications, got {notifications}")
     return time.monotonic() - started
