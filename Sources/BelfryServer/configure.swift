@@ -172,7 +172,7 @@ public func configure(
             database: db, storage: context.database, endpoints: settings.statusEndpoints,
             client: try outboundClient(app, settings), now: now, jitter: options.jitter,
             backoff: Backoff(base: TimeInterval(settings.retryBase)), lease: TimeInterval(settings.deliveryLease),
-            logger: app.logger)
+            logger: app.logger, deliveriesBusy: { [queue] in queue.isBusy })
     }
     let statusSender = app.statusEventSender
     if options.runWorkers {

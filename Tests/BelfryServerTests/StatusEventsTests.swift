@@ -3,6 +3,7 @@ import BelfryTestServers
 import BelfryTestSupport
 import Fluent
 import Foundation
+import NIOConcurrencyHelpers
 import SQLKit
 import Testing
 import Vapor
@@ -260,6 +261,51 @@ struct StatusEventsTests {
                 if case .object(let fields) = entry.body { fields["id"] } else { nil }
             }
             #expect(ids.count == 2 && ids[0] == ids[1], "the same id on every attempt")
+        }
+    }
+
+    @Test("status event bodies are written as the JSON encoder writes them")
+    func bodiesAsTheEncoderWrites() throws {
+        let values: [String: JSONValue] = [
+            "user": .string("zoë \"quoted\" back\\slash / \n\t\r\u{08}\u{0C}\u{01} ✓ 🔔"),
+            "count": .number(21), "ratio": .number(0.25), "big": .number(1e20), "negative": .number(-3),
+            "flag": .bool(true), "none": .null, "list": .array([.number(1), .string("a"), .object([:])]),
+            "nested": .object(["b": .string("2"), "a": .array([])]),
+        ]
+        var text = ""
+        JSONText.write(values, into: &text)
+        let encoded = String(decoding: try Response.jsonEncoder.encode(values), as: UTF8.self)
+        #expect(text == encoded)
+    }
+
+    @Test("while deliveries are under way, status events wait for them, at most 30 s")
+    func yieldsToDeliveries() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(
+            .sqlite, clock: clock, settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
+        ) { app in
+            try await Self.notifyAndMark(app, ["read"])
+            let own = try #require(app.statusEventSender)
+            let busy = NIOLockedValueBox(true)
+            let sender = StatusEventSender(
+                database: { app.db }, storage: app.belfry.database, endpoints: own.endpoints.values.map(\.endpoint),
+                client: own.client, now: { clock.now }, jitter: { 0.5 }, backoff: own.backoff, logger: app.logger,
+                deliveriesBusy: { busy.withLockedValue { $0 } })
+            #expect(try await sender.runOnce() == false, "a fresh report waits while deliveries run")
+            clock.advance(by: StatusEventSender.deferral - 1)
+            #expect(try await sender.runOnce() == false)
+            clock.advance(by: 1)
+            #expect(try await sender.runOnce() == false, "one look every 5 s while busy: each is a write")
+            clock.advance(by: StatusEventSender.busyLookInterval - 1)
+            #expect(try await sender.runOnce(), "over 30 s old: sent beside the deliveries")
+            #expect(try receiver.entries().count == 1)
+
+            try await Self.notifyAndMark(app, ["read"])
+            busy.withLockedValue { $0 = false }
+            #expect(try await sender.runOnce(), "an idle queue: sent at once")
+            #expect(try receiver.entries().count == 2)
         }
     }
 

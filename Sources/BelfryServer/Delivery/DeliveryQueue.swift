@@ -49,6 +49,15 @@ final class DeliveryQueue: Sendable {
     /// failed, running deliveries of this worker outside this set are claims whose answer was
     /// lost with its connection, and go back to the queue at once rather than after the lease.
     private let held = NIOLockedValueBox<Set<UUID>>([])
+    /// When the pipeline last claimed deliveries.
+    private let lastClaimed = NIOLockedValueBox<Date>(.distantPast)
+
+    /// Whether deliveries are under way here, or were claimed in the last second: what the
+    /// status event sender yields to.
+    var isBusy: Bool {
+        let now = self.now()
+        return !held.withLockedValue(\.isEmpty) || now.timeIntervalSince(lastClaimed.withLockedValue { $0 }) < 1
+    }
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, workspace: WorkspaceConfig,
@@ -119,6 +128,7 @@ final class DeliveryQueue: Sendable {
                             }
                             failures = 0
                             held.withLockedValue { $0.formUnion(deliveries.map(\.id)) }
+                            if !deliveries.isEmpty { lastClaimed.withLockedValue { $0 = self.now() } }
                             // A kind that got all it asked for may have more due: claim again at
                             // once. Only when every kind got less is the queue drained for now.
                             let claimedByKind = Dictionary(grouping: deliveries, by: \.channel.kind).mapValues(\.count)

@@ -3,6 +3,7 @@ import Crypto
 import Fluent
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import SQLKit
 
@@ -27,6 +28,15 @@ final class StatusEventSender: Sendable {
     let backoff: Backoff
     let lease: TimeInterval
     let logger: Logger
+    /// Whether this instance's delivery queue is at work: then the sender takes only events
+    /// older than `deferral`, so that reports wait for the deliveries, not the other way round.
+    let deliveriesBusy: @Sendable () -> Bool
+    /// How long a status event waits at most for a busy delivery queue.
+    static let deferral: TimeInterval = 30
+    /// While deliveries run, how often the sender looks for reports that waited `deferral`:
+    /// each look is a write (the claim), and the reports queued meanwhile wake it constantly.
+    static let busyLookInterval: TimeInterval = 5
+    private let lastBusyLook = NIOLockedValueBox<Date>(.distantPast)
     /// This process, as recorded on the events it claims.
     let name = "\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))"
     static let maxAttempts = 8
@@ -36,7 +46,8 @@ final class StatusEventSender: Sendable {
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, endpoints: [StatusEndpoint],
         client: HTTPClient, now: @escaping @Sendable () -> Date, jitter: @escaping @Sendable () -> Double,
-        backoff: Backoff, lease: TimeInterval = 60, logger: Logger
+        backoff: Backoff, lease: TimeInterval = 60, logger: Logger,
+        deliveriesBusy: @escaping @Sendable () -> Bool = { false }
     ) {
         self.database = database
         self.storage = storage
@@ -49,6 +60,7 @@ final class StatusEventSender: Sendable {
         self.backoff = backoff
         self.lease = lease
         self.logger = logger
+        self.deliveriesBusy = deliveriesBusy
     }
 
     private struct Claimed {
@@ -69,7 +81,18 @@ final class StatusEventSender: Sendable {
     /// - Returns: whether there were any, so that the loop looks again at once.
     @discardableResult
     func runOnce() async throws -> Bool {
-        let claimed = try await claim()
+        var queuedBefore = now()
+        if deliveriesBusy() {
+            let now = queuedBefore
+            let look = lastBusyLook.withLockedValue { last in
+                guard now.timeIntervalSince(last) >= Self.busyLookInterval else { return false }
+                last = now
+                return true
+            }
+            guard look else { return false }
+            queuedBefore = now.addingTimeInterval(-Self.deferral)
+        }
+        let claimed = try await claim(queuedBefore: queuedBefore)
         guard !claimed.isEmpty else { return false }
         let outcomes = await withTaskGroup(of: (UUID, Outcome).self) { group in
             for event in claimed {
@@ -117,8 +140,9 @@ final class StatusEventSender: Sendable {
     }
 
     /// Marks due events (queued and due, or running with an expired lease) as this worker's,
-    /// in one statement, and returns them.
-    private func claim() async throws -> [Claimed] {
+    /// in one statement, and returns them; of the queued ones, only those queued by `queuedBefore`
+    /// (while deliveries are under way, `deferral` ago).
+    private func claim(queuedBefore: Date) async throws -> [Claimed] {
         let now = self.now()
         let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
         let limit = String(Self.claimBatch)
@@ -128,6 +152,7 @@ final class StatusEventSender: Sendable {
             WHERE id IN (SELECT id FROM (
               SELECT id FROM (SELECT id FROM status_events
                 WHERE status = \(bind: Status.queued.rawValue) AND next_attempt_at <= \(bind: now)
+                  AND created_at <= \(bind: queuedBefore)
                 ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued
               UNION ALL
               SELECT id FROM (SELECT id FROM status_events

@@ -44,14 +44,8 @@ struct StatusEvents: Sendable {
         endpoints.contains { $0.events.contains(type) }
     }
 
-    /// The body each endpoint receives: `type`, `id` (the webhook-id, the same on every attempt),
-    /// `timestamp` and `data`.
-    private struct Body: Encodable {
-        var type: String
-        var id: String
-        var timestamp: Date
-        var data: [String: JSONValue]
-    }
+    // The body each endpoint receives: `type`, `id` (the webhook-id, the same on every attempt),
+    // `timestamp` and `data`, written by `JSONText` in `queue`.
 
     /// The external id of the user a status event names, read in the change's transaction.
     static func externalID(of userID: UUID, on db: any Database) async throws -> String? {
@@ -63,16 +57,21 @@ struct StatusEvents: Sendable {
     func queue(_ events: [StatusEvent], on db: any Database) async throws {
         guard !events.isEmpty, !endpoints.isEmpty else { return }
         let now = self.now()
+        // As JSONEncoder's `.iso8601` writes it: whole seconds, UTC.
+        let timestamp = now.ISO8601Format()
         var rows: [[BulkValue]] = []
         for event in events {
             for endpoint in endpoints where endpoint.events.contains(event.type) {
                 let id = UUID.timeOrdered(at: now)
-                let body = try Response.jsonEncoder.encode(
-                    Body(type: event.type.rawValue, id: id.uuidString.lowercased(), timestamp: now, data: event.data))
+                var body = "{\"data\":"
+                JSONText.write(event.data, into: &body)
+                body += ",\"id\":\"\(id.uuidString.lowercased())\",\"timestamp\":\"\(timestamp)\",\"type\":"
+                JSONText.write(event.type.rawValue, into: &body)
+                body += "}"
                 let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
                 rows.append([
                     .id(id), .text(endpoint.id), .text(event.type.rawValue),
-                    .text(String(decoding: body, as: UTF8.self)), .text(user),
+                    .text(body), .text(user),
                     .text(StatusEventSender.Status.queued.rawValue), .integer(0), .date(now), .date(now), .date(now),
                 ])
             }
