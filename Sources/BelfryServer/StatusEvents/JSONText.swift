@@ -46,6 +46,13 @@ enum JSONText {
 
     static func write(_ string: String, into text: inout String) {
         text += "\""
+        // Most strings (ids, types, names) need no escape: appended whole.
+        guard string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") })
+        else {
+            text += string
+            text += "\""
+            return
+        }
         for scalar in string.unicodeScalars {
             switch scalar {
             case "\"": text += "\\\""
