@@ -276,6 +276,10 @@ struct StatusEventsTests {
         JSONText.write(values, into: &text)
         let encoded = String(decoding: try Response.jsonEncoder.encode(values), as: UTF8.self)
         #expect(text == encoded)
+        for _ in 0..<100 {
+            let id = UUID()
+            #expect(id.lowerCaseText == id.uuidString.lowercased() && id.upperCaseText == id.uuidString)
+        }
     }
 
     @Test("while deliveries are under way, status events wait for them, at most 30 s")

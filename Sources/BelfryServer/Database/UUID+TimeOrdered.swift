@@ -52,9 +52,13 @@ struct IDRandomness: RandomNumberGenerator {
 extension UUID {
     /// `uuidString` (upper-case hex with dashes), without the C formatting Foundation uses:
     /// fan-out binds a few UUIDs per recipient, and formatting them was a tenth of its time.
-    var upperCaseText: String {
-        let digits: StaticString = "0123456789ABCDEF"
-        return withUnsafeBytes(of: uuid) { bytes in
+    var upperCaseText: String { text(digits: "0123456789ABCDEF") }
+
+    /// `uuidString.lowercased()`, as the API and status events write ids, the same way.
+    var lowerCaseText: String { text(digits: "0123456789abcdef") }
+
+    private func text(digits: StaticString) -> String {
+        withUnsafeBytes(of: uuid) { bytes in
             String(unsafeUninitializedCapacity: 36) { buffer in
                 var position = 0
                 for (index, byte) in bytes.enumerated() {

@@ -17,7 +17,7 @@ extension StatusEvent {
         _ type: StatusEventType, message: UUID, notification: UUID, user: String?, event: UUID, category: String,
         tenant: String, channel: String?, device: UUID? = nil, extra: [String: JSONValue] = [:]
     ) -> StatusEvent {
-        func text(_ id: UUID) -> JSONValue { .string(id.uuidString.lowercased()) }
+        func text(_ id: UUID) -> JSONValue { .string(id.lowerCaseText) }
         var data: [String: JSONValue] = [
             "message": text(message), "notification": text(notification), "user": user.map(JSONValue.string) ?? .null,
             "event": text(event), "category": .string(category), "tenant": .string(tenant),
@@ -60,12 +60,13 @@ struct StatusEvents: Sendable {
         // As JSONEncoder's `.iso8601` writes it: whole seconds, UTC.
         let timestamp = now.ISO8601Format()
         var rows: [[BulkValue]] = []
+        var randomness = IDRandomness()
         for event in events {
             for endpoint in endpoints where endpoint.events.contains(event.type) {
-                let id = UUID.timeOrdered(at: now)
+                let id = UUID.timeOrdered(at: now, using: &randomness)
                 var body = "{\"data\":"
                 JSONText.write(event.data, into: &body)
-                body += ",\"id\":\"\(id.uuidString.lowercased())\",\"timestamp\":\"\(timestamp)\",\"type\":"
+                body += ",\"id\":\"\(id.lowerCaseText)\",\"timestamp\":\"\(timestamp)\",\"type\":"
                 JSONText.write(event.type.rawValue, into: &body)
                 body += "}"
                 let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
