@@ -231,3 +231,29 @@ struct AddLocalizedContent: AsyncMigration {
         try await database.schema("events").deleteField("content_variants").update()
     }
 }
+
+/// The status events' claim indexes hold only the rows they find: queued ones by when they are
+/// due, running ones by when their lease ends. An event is written in the transaction of the
+/// change it reports, beside the deliveries: one index entry for it instead of two, and none
+/// left once it is sent.
+struct PartialStatusEventIndexes: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        let sql = database.sql
+        try await sql.raw("DROP INDEX status_events_due").run()
+        try await sql.raw("DROP INDEX status_events_lease").run()
+        try await sql.raw(
+            "CREATE INDEX status_events_due ON status_events (next_attempt_at) WHERE status = 'queued'"
+        ).run()
+        try await sql.raw(
+            "CREATE INDEX status_events_lease ON status_events (lease_expires_at) WHERE status = 'running'"
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        let sql = database.sql
+        try await sql.raw("DROP INDEX status_events_due").run()
+        try await sql.raw("DROP INDEX status_events_lease").run()
+        try await sql.raw("CREATE INDEX status_events_due ON status_events (status, next_attempt_at)").run()
+        try await sql.raw("CREATE INDEX status_events_lease ON status_events (status, lease_expires_at)").run()
+    }
+}

@@ -26,6 +26,7 @@ enum BelfryMigrations {
         AddEventBackgroundPush(),
         AddStatusEvents(),
         AddLocalizedContent(),
+        PartialStatusEventIndexes(),
     ]
 }
 

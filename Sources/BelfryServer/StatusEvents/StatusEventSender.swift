@@ -139,9 +139,10 @@ final class StatusEventSender: Sendable {
         return true
     }
 
-    /// Marks due events (queued and due, or running with an expired lease) as this worker's,
-    /// in one statement, and returns them; of the queued ones, only those queued by `queuedBefore`
-    /// (while deliveries are under way, `deferral` ago).
+    /// Marks due events (queued and due, or running with an expired lease) as this worker's, in
+    /// one statement, and returns them; of the queued ones, only those queued by `queuedBefore`
+    /// (while deliveries are under way, `deferral` ago). The statuses are written out, not bound:
+    /// a bound value would not match the partial indexes' `WHERE`.
     private func claim(queuedBefore: Date) async throws -> [Claimed] {
         let now = self.now()
         let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
@@ -151,12 +152,12 @@ final class StatusEventSender: Sendable {
               lease_expires_at = \(bind: now.addingTimeInterval(lease)), worker = \(bind: name), updated_at = \(bind: now)
             WHERE id IN (SELECT id FROM (
               SELECT id FROM (SELECT id FROM status_events
-                WHERE status = \(bind: Status.queued.rawValue) AND next_attempt_at <= \(bind: now)
+                WHERE status = 'queued' AND next_attempt_at <= \(bind: now)
                   AND created_at <= \(bind: queuedBefore)
                 ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued
               UNION ALL
               SELECT id FROM (SELECT id FROM status_events
-                WHERE status = \(bind: Status.running.rawValue) AND lease_expires_at < \(bind: now)
+                WHERE status = 'running' AND lease_expires_at < \(bind: now)
                 LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired
             ) AS due)
             RETURNING id, endpoint, body, attempts
