@@ -50,6 +50,20 @@ struct TemplateRenderingTests {
         #expect(russian.render([:], locale: "ru") == "правки", "no number: the other form")
     }
 
+    @Test("in a URL template {{name}} is percent-encoded and {{{name}}} inserted as it is")
+    func urlTemplates() throws {
+        let template = try TextTemplate("https://example.org/wiki/{{page}}?from={{{back}}}", kind: .url)
+        let url = template.render(["page": "Talk:Bell tower/ä", "back": "https://x.org/a?b=1"], locale: nil)
+        #expect(url == "https://example.org/wiki/Talk%3ABell%20tower%2F%C3%A4?from=https://x.org/a?b=1")
+        #expect(try TextTemplate("{{page}}").render(["page": "Talk:Bell tower"], locale: nil) == "Talk:Bell tower")
+        let templates = ContentTemplates(title: "{{page}}", url: "https://example.org/wiki/{{page}}")
+        let rendered = try ContentRendering.render(
+            templates, given: .init(), data: ["page": .string("Talk:Bell tower")],
+            category: WorkspaceConfig.demo.categories[0], tenant: "enwiki", workspace: .demo)
+        #expect(rendered.base.title == "Talk:Bell tower")
+        #expect(rendered.base.url == "https://example.org/wiki/Talk%3ABell%20tower")
+    }
+
     @Test("a template that does not compile says why")
     func badTemplates() {
         for (text, problem) in [

@@ -85,7 +85,8 @@ enum ContentRendering {
             func render(_ template: String?, _ part: String) throws -> String? {
                 guard let template else { return nil }
                 do {
-                    return try TextTemplate.compiled(template).render(context, locale: tag)
+                    return try TextTemplate.compiled(template, kind: part == "url" ? .url : .text)
+                        .render(context, locale: tag)
                 } catch {
                     throw TextTemplate.Problem(description: "\(part) \(error)")
                 }

@@ -25,19 +25,40 @@ struct TextTemplate: Sendable {
     /// The first part of every name the template reads (`page` of `page.title`).
     let variables: Set<String>
 
+    /// What the template writes: text, where nothing is escaped, or a URL, where `{{name}}`
+    /// percent-encodes the value (a page called "Talk:Bell tower" makes a working link) and
+    /// `{{{name}}}` inserts it as it is (a whole URL given in `data`).
+    enum Kind: String, Sendable {
+        case text = "TEXT"
+        case url = "BELFRY_URL"
+    }
+
     /// The compiled template for `text`, compiled once per process.
-    static func compiled(_ text: String) throws -> TextTemplate {
-        if let known = cache.withLockedValue({ $0[text] }) { return known }
-        let template = try TextTemplate(text)
+    static func compiled(_ text: String, kind: Kind = .text) throws -> TextTemplate {
+        let key = kind.rawValue + ":" + text
+        if let known = cache.withLockedValue({ $0[key] }) { return known }
+        let template = try TextTemplate(text, kind: kind)
         cache.withLockedValue { cache in
             // Templates come from the config; a bound keeps a long-lived process small all the same.
             if cache.count >= 10_000 { cache.removeAll() }
-            cache[text] = template
+            cache[key] = template
         }
         return template
     }
 
     private static let cache = NIOLockedValueBox<[String: TextTemplate]>([:])
+
+    /// RFC 3986's unreserved characters, the only ones a URL template's `{{name}}` leaves as they are.
+    private struct URLContentType: MustacheContentType {
+        static let unreserved = CharacterSet(
+            charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+        func escapeText(_ text: String) -> String {
+            text.addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? text
+        }
+    }
+
+    private static let registered: Void = MustacheContentTypes.register(URLContentType(), named: Kind.url.rawValue)
     private static var pluralBlock: Regex<(Substring, Substring, Substring)> {
         /\{\{#plural\s+([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}(.*?)\{\{\/plural\}\}/.dotMatchesNewlines()
     }
@@ -45,7 +66,8 @@ struct TextTemplate: Sendable {
         /\{\{\{?\s*([#^&\/]?)\s*([A-Za-z_][A-Za-z0-9_.\-]*)/
     }
 
-    init(_ text: String) throws {
+    init(_ text: String, kind: Kind = .text) throws {
+        _ = Self.registered
         var plurals: [Plural] = []
         var variables = Set<String>()
         var source = ""
@@ -63,7 +85,7 @@ struct TextTemplate: Sendable {
                             + "zero=, one=, two=, few=, many=, other=")
                 }
                 let form = String(part[part.index(after: equals)...])
-                forms[category] = try Self.mustache(form)
+                forms[category] = try Self.mustache(form, kind: kind)
                 variables.formUnion(Self.names(in: form))
             }
             guard forms[.other] != nil else {
@@ -78,7 +100,7 @@ struct TextTemplate: Sendable {
         if source.contains("{{#plural") || source.contains("{{/plural}}") {
             throw Problem(description: "a {{#plural name}} block is not closed by {{/plural}}, or names no variable")
         }
-        main = try Self.mustache(source)
+        main = try Self.mustache(source, kind: kind)
         self.plurals = plurals
         self.variables = variables.union(Self.names(in: source)).filter { !$0.hasPrefix("belfry_plural_") }
     }
@@ -95,9 +117,9 @@ struct TextTemplate: Sendable {
         return main.render(context).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    private static func mustache(_ text: String) throws -> MustacheTemplate {
+    private static func mustache(_ text: String, kind: Kind) throws -> MustacheTemplate {
         do {
-            return try MustacheTemplate(string: "{{%CONTENT_TYPE:TEXT}}" + text)
+            return try MustacheTemplate(string: "{{%CONTENT_TYPE:\(kind.rawValue)}}" + text)
         } catch {
             throw Problem(description: "is not a valid Mustache template: \(error)")
         }
