@@ -209,14 +209,14 @@ public final class Inbox: Sendable {
 
     static func update(from event: ServerSentEvent) -> InboxUpdate? {
         let data = Data(event.data.utf8)
-        switch event.event {
-        case "counts":
+        switch InboxStreamEvent(rawValue: event.event) {
+        case .counts:
             return (try? BelfryAPI.decoder.decode(InboxCounts.self, from: data)).map(InboxUpdate.counts)
-        case "notification.created":
+        case .notificationCreated:
             return (try? BelfryAPI.decoder.decode(InboxNotification.self, from: data)).map(InboxUpdate.created)
-        case "notification.updated":
+        case .notificationUpdated:
             return (try? BelfryAPI.decoder.decode(InboxNotification.self, from: data)).map(InboxUpdate.updated)
-        case "preferences.updated":
+        case .preferencesUpdated:
             struct Changed: Decodable {
                 var tenant: String?
                 var etag: String
@@ -224,7 +224,7 @@ public final class Inbox: Sendable {
             return (try? JSONDecoder().decode(Changed.self, from: data)).map {
                 .preferencesUpdated(tenant: $0.tenant, etag: $0.etag)
             }
-        default:
+        case nil:
             return nil
         }
     }

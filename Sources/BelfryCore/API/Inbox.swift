@@ -79,3 +79,16 @@ public struct InboxCounts: Codable, Hashable, Sendable {
         self.unseen = unseen
     }
 }
+
+/// The names of the events `GET /v1/me/stream` sends, for the server that writes them and the
+/// SDK that reads them.
+public enum InboxStreamEvent: String, Sendable, CaseIterable {
+    /// The bell's counts (`InboxCounts`): on connecting, and after every change.
+    case counts
+    /// A new notification in the inbox (`InboxNotification`).
+    case notificationCreated = "notification.created"
+    /// A notification read, seen, archived, answered or made visible (`InboxNotification`).
+    case notificationUpdated = "notification.updated"
+    /// The user's preferences changed: `{"tenant", "etag"}`.
+    case preferencesUpdated = "preferences.updated"
+}

@@ -61,7 +61,7 @@ struct InboxEvents: Sendable {
     }
 
     func updated(_ item: InboxNotification, user: UUID, on db: any Database) async {
-        publish(to: user, "notification.updated", item)
+        publish(to: user, .notificationUpdated, item)
         await publishCounts(to: user, on: db)
         await relay(.updated(user: user, notification: item.id), on: db)
     }
@@ -88,7 +88,7 @@ struct InboxEvents: Sendable {
             case .updated(let user, let notification):
                 guard hub.isFollowed(user) else { return }
                 if let item = try await store.item(notification, userID: user, on: db) {
-                    publish(to: user, "notification.updated", item)
+                    publish(to: user, .notificationUpdated, item)
                 }
                 await publishCounts(to: user, on: db)
             case .counts(let user):
@@ -98,7 +98,7 @@ struct InboxEvents: Sendable {
                     var tenant: String?
                     var etag: String
                 }
-                publish(to: user, "preferences.updated", Changed(tenant: tenant, etag: etag))
+                publish(to: user, .preferencesUpdated, Changed(tenant: tenant, etag: etag))
             }
         } catch {
             logger.warning(
@@ -111,7 +111,7 @@ struct InboxEvents: Sendable {
         for (user, item) in items where hub.isFollowed(user) {
             // Together, so that each stream writes both at once.
             let events = [
-                Self.encoded("notification.created", item), counts[user].flatMap { Self.encoded("counts", $0) },
+                Self.encoded(.notificationCreated, item), counts[user].flatMap { Self.encoded(.counts, $0) },
             ]
             hub.publish(to: user, events.compactMap { $0 })
         }
@@ -136,13 +136,13 @@ struct InboxEvents: Sendable {
     }
 
     /// Sends an event to `user`'s open streams here, if they have any. Call it after the change committed.
-    func publish(to user: UUID, _ name: String, _ value: some Encodable) {
+    func publish(to user: UUID, _ name: InboxStreamEvent, _ value: some Encodable) {
         guard hub.isFollowed(user), let event = Self.encoded(name, value) else { return }
         hub.publish(to: user, [event])
     }
 
-    private static func encoded(_ name: String, _ value: some Encodable) -> (name: String, data: String)? {
-        (try? Response.jsonEncoder.encode(value)).map { (name, String(decoding: $0, as: UTF8.self)) }
+    private static func encoded(_ name: InboxStreamEvent, _ value: some Encodable) -> (name: String, data: String)? {
+        (try? Response.jsonEncoder.encode(value)).map { (name.rawValue, String(decoding: $0, as: UTF8.self)) }
     }
 
     /// Sends `user`'s current bell counts to their open streams here, if they have any.
@@ -150,7 +150,7 @@ struct InboxEvents: Sendable {
         guard hub.isFollowed(user), let counts = try? await store.counts(userID: user, tenant: nil, on: db) else {
             return
         }
-        publish(to: user, "counts", counts)
+        publish(to: user, .counts, counts)
     }
 }
 

@@ -90,6 +90,6 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
             return
         }
         let events = context.inboxEvents
-        for (user, counts) in counts { events.publish(to: user, "counts", counts) }
+        for (user, counts) in counts { events.publish(to: user, .counts, counts) }
     }
 }
