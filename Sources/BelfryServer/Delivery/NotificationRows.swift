@@ -106,13 +106,13 @@ struct NotificationRows: Sendable {
                             .messageQueued, notificationID, content, user, channel: channel.id, message: deliveryID,
                             device: device))
                 }
-                deliveries.append([
-                    .id(deliveryID), .id(notificationID), .id(content.eventID),
-                    .id(user.id), .text(channel.id), .id(device), .text(Delivery.Kind.notification.rawValue),
-                    .text(DeliveryStatus.queued.rawValue), .integer(0),
-                    .date(Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue)), .date(now),
-                    .date(now), .text(policy?.unless?.rawValue),
-                ])
+                deliveries.append(
+                    QueuedDelivery(
+                        id: deliveryID, notification: notificationID, event: content.eventID, user: user.id,
+                        channel: channel.id, device: device, kind: .notification,
+                        firstAttempt: Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue),
+                        now: now, condition: policy?.unless
+                    ).values)
             }
         }
         return notificationID
@@ -130,19 +130,14 @@ struct NotificationRows: Sendable {
 
     func insert(storage: BelfryDatabase, on db: any Database) async throws {
         // No conflict is expected: a batch is one transaction, so it never runs twice. At most
-        // 32 766 bound values per statement on SQLite: 200 notifications, 300 deliveries.
+        // 32 766 bound values per statement on SQLite: 150 notifications, 300 deliveries.
         try await storage.insert(
             into: "notifications",
             columns: [
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
                 "created_at", "available_at", "batch", "locale", "push_title", "push_body",
             ], rows: notifications, rowsPerStatement: 150, on: db)
-        try await storage.insert(
-            into: "deliveries",
-            columns: [
-                "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "status",
-                "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
-            ], rows: deliveries, rowsPerStatement: 300, on: db)
+        try await QueuedDelivery.insert(deliveries, storage: storage, on: db)
     }
 
     /// Counts the inbox notifications written as delivered, after the commit.
@@ -157,6 +152,43 @@ struct NotificationRows: Sendable {
         for (event, users) in inboxUsers {
             await events.created(event: event, items: created[event] ?? [], users: users, on: db)
         }
+    }
+}
+
+/// A delivery queued for its first attempt: the one shape of the row fan-out writes for each
+/// channel and device, and an action answer for the webhook.
+struct QueuedDelivery {
+    var id: UUID
+    var notification: UUID
+    var event: UUID
+    var user: UUID
+    var channel: String
+    var device: UUID? = nil
+    var kind: Delivery.Kind
+    /// The action answered, for an `action` delivery.
+    var action: String? = nil
+    var firstAttempt: Date
+    var now: Date
+    /// A delayed channel's condition (`unless`).
+    var condition: CategoryChannelDefinition.Condition? = nil
+
+    static let columns = [
+        "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "action_id", "status",
+        "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
+    ]
+
+    var values: [BulkValue] {
+        [
+            .id(id), .id(notification), .id(event), .id(user), .text(channel), .id(device), .text(kind.rawValue),
+            .text(action), .text(DeliveryStatus.queued.rawValue), .integer(0), .date(firstAttempt), .date(now),
+            .date(now), .text(condition?.rawValue),
+        ]
+    }
+
+    /// Inserts rows of `values`: 14 bound values each, so 300 a statement stay well under
+    /// SQLite's 32 766.
+    static func insert(_ rows: [[BulkValue]], storage: BelfryDatabase, on db: any Database) async throws {
+        try await storage.insert(into: "deliveries", columns: columns, rows: rows, rowsPerStatement: 300, on: db)
     }
 }
 

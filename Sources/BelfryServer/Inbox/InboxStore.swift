@@ -231,16 +231,10 @@ struct InboxStore: Sendable {
                     .messageAction, answer, userID: userID, extra: ["action": .string(actionID)], on: tx)
             }
             if let webhook, !answered {
-                try await tx.sql.insert(into: "deliveries")
-                    .columns(
-                        "id", "notification_id", "event_id", "user_id", "channel", "kind", "action_id", "status",
-                        "attempts", "next_attempt_at", "created_at", "updated_at"
-                    )
-                    .values(
-                        UUID(), id, try row.decode(column: "event_id", as: UUID.self), userID, webhook.id,
-                        Delivery.Kind.action.rawValue, actionID, DeliveryStatus.queued.rawValue, 0, now, now, now
-                    )
-                    .run()
+                let answer = QueuedDelivery(
+                    id: UUID(), notification: id, event: try row.decode(column: "event_id", as: UUID.self),
+                    user: userID, channel: webhook.id, kind: .action, action: actionID, firstAttempt: now, now: now)
+                try await QueuedDelivery.insert([answer.values], storage: self.storage, on: tx)
             }
             let item = try await tx.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id)
                 .first()
