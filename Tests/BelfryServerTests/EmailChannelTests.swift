@@ -187,6 +187,38 @@ struct EmailChannelTests {
         }
     }
 
+    @Test("a notification rendered in Arabic is mailed right to left: <html lang=\"ar\" dir=\"rtl\">")
+    func rightToLeftEmail() async throws {
+        var workspace = Self.workspace
+        let index = try #require(workspace.categories.firstIndex { $0.id == "reply" })
+        workspace.categories[index].content = ContentTemplates(
+            title: "{{actor}} replied on {{page}}", body: "Open the discussion.",
+            locales: ["ar": ContentTemplates(title: "ردّ {{actor}} في {{page}}", body: "افتح النقاش.")])
+        let server = try await SMTPTestServer(implicitTLS: false)
+        defer { server.stop() }
+        try await withBelfry(.sqlite, workspace: workspace, jitter: 1) { settings in
+            settings.email = .init(smtp: server.location(), from: "Belfry <notify@example.org>")
+            settings.publicURL = Self.publicURL
+            settings.extraCertificatesPEM = server.authority.certificatePEM
+        } _: { app in
+            _ = try await app.putUser("amal", UserUpsert(email: "amal@example.org", locale: "ar-EG"))
+            _ = try await app.putUser("ada", UserUpsert(email: "ada@example.org", locale: "en"))
+            let event = EventRequest(
+                category: "reply", recipients: ["amal", "ada"], tenant: "dewiki",
+                data: ["actor": .string("Linus"), "page": .string("Glocke")])
+            #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            let queue = try #require(app.deliveryQueue)
+            while try await queue.runOnce() > 0 {}
+            let mails = Dictionary(uniqueKeysWithValues: try server.received().map { ($0.rcpt_tos[0], $0) })
+            let arabic = try #require(mails["amal@example.org"])
+            #expect(arabic.part("text/html")?.content.contains(#"<html lang="ar" dir="rtl">"#) == true)
+            #expect(arabic.part("text/html")?.content.contains("ردّ Linus في Glocke") == true)
+            let english = try #require(mails["ada@example.org"])
+            #expect(english.part("text/html")?.content.contains(#"<html lang="en" dir="ltr">"#) == true)
+        }
+    }
+
     @Test(
         "one-click unsubscribe turns off that category's email for that site only; GET never does",
         arguments: TestDatabase.allCases)
