@@ -169,6 +169,36 @@ struct BatchesTests {
         }
     }
 
+    @Test("a digest of templated events lists each event in the reader's language")
+    func digestItemsPerLanguage() async throws {
+        var workspace = Self.workspace
+        let index = try #require(workspace.categories.firstIndex { $0.id == "thanks" })
+        workspace.categories[index].content = ContentTemplates(
+            title: "Thanks for your edit on {{page}}", body: "From {{actor}}",
+            locales: ["ru": ContentTemplates(title: "Спасибо за правку на странице {{page}}", body: "От {{actor}}")])
+        let clock = TestClock()
+        try await withBelfry(.sqlite, workspace: workspace, clock: clock) { app in
+            _ = try await app.putUser("olga", UserUpsert(locale: "ru"))
+            _ = try await app.putUser("ada", UserUpsert(locale: "en"))
+            for actor in ["Linus", "Zoë"] {
+                let event = EventRequest(
+                    category: "thanks", recipients: ["olga", "ada"],
+                    data: ["page": .string("Колокол"), "actor": .string(actor)])
+                #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
+            }
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            clock.advance(by: 600)
+            while try await app.belfry.fanout.closeDueBatches(on: app.db) {}
+            let olga = try #require(
+                try await InboxAPITests.page(app, try await app.userToken("olga")).notifications.first?.batch)
+            #expect(olga.items.map(\.title) == Array(repeating: "Спасибо за правку на странице Колокол", count: 2))
+            #expect(olga.items.map(\.body) == ["От Linus", "От Zoë"])
+            let ada = try #require(
+                try await InboxAPITests.page(app, try await app.userToken("ada")).notifications.first?.batch)
+            #expect(ada.items.map(\.body) == ["From Linus", "From Zoë"])
+        }
+    }
+
     @Test("a daily digest closes at 09:00 in each user's time zone, with its templates")
     func dailyDigest() async throws {
         // 2027-01-15 06:00 UTC: 07:00 in Berlin, 01:00 in New York.

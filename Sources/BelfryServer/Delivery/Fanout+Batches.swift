@@ -41,9 +41,20 @@ extension Fanout {
     /// `max_items` events are kept as the batch's items.
     func addToBatches(
         _ item: BatchItem, of category: CategoryDefinition, tenant: String, rule: BatchRule, plans: [Plan],
-        now: Date, on db: any Database
+        variants: LocalizedContent? = nil, now: Date, on db: any Database
     ) async throws {
         guard !plans.isEmpty else { return }
+        // From templates, each user's item is in their language, as the summary will be.
+        var locales: [UUID: String?] = [:]
+        var texts: [String?: (title: String, body: String, url: String?)] = [:]
+        func text(for user: UUID) -> (title: String, body: String, url: String?) {
+            guard let variants else { return (item.title, item.body, item.url) }
+            let locale = locales[user] ?? nil
+            if let known = texts[locale] { return known }
+            let content = variants.variant(for: locale).content
+            texts[locale] = (content.title, content.body, content.url)
+            return (content.title, content.body, content.url)
+        }
         var randomness = IDRandomness()
         // The key's value may be long: the open key holds its digest.
         let keyDigest = SHA256.hash(data: Data(item.key.utf8)).hexEncoded
@@ -52,6 +63,7 @@ extension Fanout {
         for plan in plans {
             let user = plan.user
             due[user.id] = plan.due
+            locales[user.id] = user.locale
             batches.append([
                 .id(UUID.timeOrdered(at: now, using: &randomness)), .id(user.id), .text(category.id), .text(tenant),
                 .text(item.key), .text("\(user.id.uuidString)|\(category.id)|\(tenant)|\(keyDigest)"),
@@ -72,9 +84,10 @@ extension Fanout {
             let position = try row.decode(column: "count", as: Int.self) - 1
             guard position < rule.maxItems else { continue }
             let userID = try row.decode(column: "user_id", as: UUID.self)
+            let text = text(for: userID)
             items.append([
                 .id(try row.decode(column: "id", as: UUID.self)), .integer(position), .id(item.eventID),
-                .text(item.title), .text(item.body), .text(item.url), .text(item.data), .date(due[userID] ?? now),
+                .text(text.title), .text(text.body), .text(text.url), .text(item.data), .date(due[userID] ?? now),
             ])
         }
         try await storage.insert(

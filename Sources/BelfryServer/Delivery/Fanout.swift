@@ -256,7 +256,8 @@ struct Fanout: Sendable {
                 let item = BatchItem(
                     eventID: eventID, title: title, body: body, url: url, data: data,
                     key: BatchItem.keyValue(rule.key, in: decodedData))
-                try await addToBatches(item, of: category, tenant: tenant, rule: rule, plans: plans, now: now, on: db)
+                try await addToBatches(
+                    item, of: category, tenant: tenant, rule: rule, plans: plans, variants: variants, now: now, on: db)
                 batched = plans.count
             } else {
                 let before = reportsSkips ? plans : []
