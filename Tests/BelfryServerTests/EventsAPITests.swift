@@ -272,8 +272,13 @@ struct EventsAPITests {
             #expect(available == ["ada": 3600, "carol": 7200, "kenji": 17 * 3600])
             #expect(try await worker.runOnce() == 0)
             #expect(try await Self.status(app, id).deliveries == ["inbox": ["queued": 3]])
+            // No delivery row: each notification is announced at its time from `announce_at`.
+            let rows = try await app.db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+                .from("deliveries").first()?.decode(column: "n", as: Int.self)
+            #expect(rows == 0)
             clock.advance(by: 3600)
             #expect(try await worker.runOnce() == 1)
+            #expect(try await Self.status(app, id).deliveries == ["inbox": ["queued": 2, "sent": 1]])
             clock.advance(by: 3600)
             #expect(try await worker.runOnce() == 1)
             clock.advance(by: 15 * 3600)

@@ -264,6 +264,34 @@ struct StatusEventsTests {
         }
     }
 
+    @Test("a notification due later in the inbox is reported sent when it is announced, not before")
+    func scheduledInboxSent() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(
+            .sqlite, clock: clock, settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageSent])] }
+        ) { app in
+            _ = try await app.putUser("ada", UserUpsert(timeZone: "UTC"))
+            let hour = Calendar(identifier: .gregorian).dateComponents(in: .gmt, from: clock.now).hour ?? 0
+            let event = EventRequest(
+                category: "edit-thank", recipients: ["ada"], content: .init(title: "Thanks", body: "For the edit"),
+                schedule: .init(calendar: CalendarRule(hour: (hour + 1) % 24, minute: 0)))
+            #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
+            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            let queue = try #require(app.deliveryQueue)
+            while try await queue.runOnce() > 0 {}
+            #expect(try await Self.rows(app).filter { $0.type == "message.sent" && $0.status == "queued" }.count == 0)
+            clock.advance(by: 3600)
+            #expect(try await queue.runOnce() == 1, "announced")
+            let sent = try await app.db.sql.select().column("body").from("status_events").all().map {
+                try $0.decode(column: "body", as: String.self)
+            }
+            #expect(sent.count == 1 && sent[0].contains(#""channel":"inbox""#), "\(sent)")
+            #expect(try await queue.runOnce() == 0, "once")
+        }
+    }
+
     @Test("status event bodies are written as the JSON encoder writes them")
     func bodiesAsTheEncoderWrites() throws {
         let values: [String: JSONValue] = [

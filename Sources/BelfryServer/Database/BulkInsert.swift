@@ -9,7 +9,7 @@ enum BulkValue: Sendable {
     case text(String?)
     case id(UUID?)
     case integer(Int?)
-    case date(Date)
+    case date(Date?)
     case bool(Bool)
 }
 
@@ -107,7 +107,7 @@ extension BulkValue {
         case .text(let value): value.map(SQLiteData.text) ?? .null
         case .id(let value): value.map { .text($0.upperCaseText) } ?? .null
         case .integer(let value): value.map(SQLiteData.integer) ?? .null
-        case .date(let value): .float(value.timeIntervalSince1970)
+        case .date(let value): value.map { .float($0.timeIntervalSince1970) } ?? .null
         case .bool(let value): .integer(value ? 1 : 0)
         }
     }
@@ -127,9 +127,9 @@ extension BulkValue {
         switch self {
         case .text(let value?): appendJSONString(value, to: &json)
         case .id(let value?): appendJSONString(value.upperCaseText, to: &json)
-        case .text(nil), .id(nil), .integer(nil): json.append(contentsOf: "null".utf8)
+        case .text(nil), .id(nil), .integer(nil), .date(nil): json.append(contentsOf: "null".utf8)
         case .integer(let value?): json.append(contentsOf: String(value).utf8)
-        case .date(let value): json.append(contentsOf: "\(value.timeIntervalSince1970)".utf8)
+        case .date(let value?): json.append(contentsOf: "\(value.timeIntervalSince1970)".utf8)
         case .bool(let value): json.append(contentsOf: (value ? "true" : "false").utf8)
         }
     }

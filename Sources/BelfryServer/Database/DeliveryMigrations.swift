@@ -257,3 +257,19 @@ struct PartialStatusEventIndexes: AsyncMigration {
         try await sql.raw("CREATE INDEX status_events_lease ON status_events (status, lease_expires_at)").run()
     }
 }
+
+/// A notification due in the inbox later (a calendar schedule) carries the time to announce it
+/// to the user's streams, instead of a delivery row that went round the queue.
+struct AddInboxAnnouncements: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("notifications").field("announce_at", .datetime).update()
+        try await database.sql.raw(
+            "CREATE INDEX notifications_announce ON notifications (announce_at) WHERE announce_at IS NOT NULL"
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.sql.raw("DROP INDEX notifications_announce").run()
+        try await database.schema("notifications").deleteField("announce_at").update()
+    }
+}

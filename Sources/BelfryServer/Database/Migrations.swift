@@ -27,6 +27,7 @@ enum BelfryMigrations {
         AddStatusEvents(),
         AddLocalizedContent(),
         PartialStatusEventIndexes(),
+        AddInboxAnnouncements(),
     ]
 }
 

@@ -109,7 +109,12 @@ final class DeliveryQueue: Sendable {
             await withDiscardingTaskGroup { attempts in
                 var failures = 0
                 var lostClaims = false
+                var announced = Date.distantPast
                 while !isStopping {
+                    if now().timeIntervalSince(announced) >= 0.25 {
+                        announced = now()
+                        await announceDueInbox(clock: clock)
+                    }
                     if lostClaims {
                         lostClaims = await !returnLostClaims(clock: clock)
                         // No claim before that is done: a new claim could be taken for a lost one.
@@ -274,13 +279,14 @@ final class DeliveryQueue: Sendable {
 
     // MARK: One round at a time
 
-    /// Claims the deliveries due now (at most `limit`), attempts them with each kind's
-    /// concurrency, and records every result in one transaction: what tests and the benchmarks
-    /// drive by hand.
-    /// - Returns: how many were attempted.
+    /// Announces the inbox notifications now due, claims the deliveries due now (at most
+    /// `limit`), attempts them with each kind's concurrency, and records every result in one
+    /// transaction: what tests and the benchmarks drive by hand.
+    /// - Returns: how many notifications were announced and deliveries attempted.
     @discardableResult
     func runOnce(limit: Int = 64) async throws -> Int {
         guard !isStopping else { return 0 }
+        let announced = try await announceDueInbox()
         let claimedAt = now()
         let deliveries = try await claim(limit: limit)
         let finished = NIOLockedValueBox<[AttemptResult]>([])
@@ -314,7 +320,7 @@ final class DeliveryQueue: Sendable {
         }
         let released = unstarted.withLockedValue { $0 }
         if !released.isEmpty { try await release(released) }
-        return deliveries.count - released.count
+        return announced + deliveries.count - released.count
     }
 
     // MARK: Claims

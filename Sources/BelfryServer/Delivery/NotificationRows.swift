@@ -57,11 +57,13 @@ struct NotificationRows: Sendable {
         let category = content.category
         let notificationID = UUID.timeOrdered(at: now, using: &randomness)
         let inInbox = delivering.contains { $0.kind == .inbox }
+        // One due later is announced to the streams when its time comes (`InboxAnnouncer`).
+        let announceAt = inInbox && due > now ? due : nil
         notifications.append([
             .id(notificationID), .id(content.eventID), .id(user.id), .text(category.id), .text(content.tenant),
             .text(content.title), .text(content.body), .text(content.url), .text(content.data), .bool(inInbox),
             .date(now), .date(due), .text(content.batch.map(NotificationBatch.stored)), .text(content.locale),
-            .text(content.pushTitle), .text(content.pushBody),
+            .text(content.pushTitle), .text(content.pushBody), .date(announceAt),
         ])
         if inInbox, due <= now {
             inboxUsers[content.eventID, default: []].append(user.id)
@@ -81,8 +83,9 @@ struct NotificationRows: Sendable {
         for channel in delivering {
             // The inbox delivery is the notification row itself, written in this transaction: a
             // delivery row would only repeat it (and cost the fan-out more than half its writes).
-            // One due later is queued, so that the queue tells the streams when its time comes.
-            if channel.kind == .inbox && due <= now {
+            // One due later is announced at its time (`announce_at`), without a delivery row.
+            if channel.kind == .inbox && due > now { continue }
+            if channel.kind == .inbox {
                 deliveredInInbox[channel.id, default: 0] += 1
                 if reportsSent {
                     statusEvents.append(
@@ -135,7 +138,7 @@ struct NotificationRows: Sendable {
             into: "notifications",
             columns: [
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
-                "created_at", "available_at", "batch", "locale", "push_title", "push_body",
+                "created_at", "available_at", "batch", "locale", "push_title", "push_body", "announce_at",
             ], rows: notifications, rowsPerStatement: 150, on: db)
         try await QueuedDelivery.insert(deliveries, storage: storage, on: db)
     }

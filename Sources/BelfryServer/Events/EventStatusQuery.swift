@@ -69,14 +69,16 @@ struct EventStatusQuery: Sendable {
             .from("events").where("id", .in, ids).all()
         guard !events.isEmpty else { return [:] }
 
-        var notifications: [UUID: (all: Int, inInbox: Int?)] = [:]
+        var notifications: [UUID: (all: Int, inInbox: Int?, toAnnounce: Int)] = [:]
         for row in try await sql.select().column("event_id")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
             .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
+            .column(SQLRaw("SUM(CASE WHEN announce_at IS NOT NULL THEN 1 ELSE 0 END)"), as: "to_announce")
             .from("notifications").where("event_id", .in, ids).groupBy("event_id").all()
         {
             notifications[try row.decode(column: "event_id", as: UUID.self)] = (
-                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self)
+                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self),
+                try row.decode(column: "to_announce", as: Int?.self) ?? 0
             )
         }
         var deliveries: [UUID: [String: [String: Int]]] = [:]
@@ -122,13 +124,18 @@ struct EventStatusQuery: Sendable {
         for event in events {
             let id = try event.decode(column: "id", as: UUID.self)
             var counts = deliveries[id] ?? [:]
-            // An inbox notification delivered at fan-out has no delivery row (the notification
-            // is its record); one that was due later has one. So the inbox notifications without
-            // a row were delivered.
+            // An inbox notification has no delivery row (the notification is its record; one
+            // written before `announce_at` existed and due later may have one): those still to be
+            // announced are queued, the others delivered.
             if let inboxChannel, let inInbox = notifications[id]?.inInbox {
                 let withRows = counts[inboxChannel, default: [:]].values.reduce(0, +)
-                if inInbox > withRows {
-                    counts[inboxChannel, default: [:]][DeliveryStatus.sent.rawValue, default: 0] += inInbox - withRows
+                let toAnnounce = notifications[id]?.toAnnounce ?? 0
+                if toAnnounce > 0 {
+                    counts[inboxChannel, default: [:]][DeliveryStatus.queued.rawValue, default: 0] += toAnnounce
+                }
+                if inInbox > withRows + toAnnounce {
+                    counts[inboxChannel, default: [:]][DeliveryStatus.sent.rawValue, default: 0] +=
+                        inInbox - withRows - toAnnounce
                 }
             }
             statuses[id] = EventStatus(
