@@ -125,8 +125,8 @@ extension BulkValue {
     /// This value as JSON, for PostgreSQL's record set.
     fileprivate func appendJSON(to json: inout [UInt8]) {
         switch self {
-        case .text(let value?): appendJSONString(value, to: &json)
-        case .id(let value?): appendJSONString(value.upperCaseText, to: &json)
+        case .text(let value?): JSONText.appendString(value, to: &json)
+        case .id(let value?): JSONText.appendString(value.upperCaseText, to: &json)
         case .text(nil), .id(nil), .integer(nil), .date(nil): json.append(contentsOf: "null".utf8)
         case .integer(let value?): json.append(contentsOf: String(value).utf8)
         case .date(let value?): json.append(contentsOf: "\(value.timeIntervalSince1970)".utf8)
@@ -144,24 +144,4 @@ extension BulkValue {
         case .bool: "(\(text))::boolean"
         }
     }
-}
-
-/// `text` as a JSON string (RFC 8259 §7): quotes, backslashes and control characters escaped.
-private func appendJSONString(_ text: String, to json: inout [UInt8]) {
-    json.append(UInt8(ascii: "\""))
-    for byte in text.utf8 {
-        switch byte {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"):
-            json.append(UInt8(ascii: "\\"))
-            json.append(byte)
-        case ..<0x20:
-            let hex = Array("0123456789abcdef".utf8)
-            json.append(contentsOf: Array("\\u00".utf8))
-            json.append(hex[Int(byte >> 4)])
-            json.append(hex[Int(byte & 0xF)])
-        default:
-            json.append(byte)
-        }
-    }
-    json.append(UInt8(ascii: "\""))
 }

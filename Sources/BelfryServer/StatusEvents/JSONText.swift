@@ -1,73 +1,74 @@
 import BelfryCore
 import Foundation
 
-/// JSON text written directly, as `Response.jsonEncoder` writes it (keys sorted, `/` not
+/// JSON written directly as bytes, as `Response.jsonEncoder` writes it (keys sorted, `/` not
 /// escaped): a status event's body is written for every message, and going through `Encodable`
-/// cost more than the rest of queueing it.
+/// cost more than the rest of queueing it. PostgreSQL's bulk inserts write their rows with the
+/// same string escaping.
 enum JSONText {
-    static func write(_ value: JSONValue, into text: inout String) {
+    static func write(_ value: JSONValue, into json: inout [UInt8]) {
         switch value {
-        case .null: text += "null"
-        case .bool(let flag): text += flag ? "true" : "false"
-        case .number(let number): write(number, into: &text)
-        case .string(let string): write(string, into: &text)
+        case .null: json.append(contentsOf: "null".utf8)
+        case .bool(let flag): json.append(contentsOf: (flag ? "true" : "false").utf8)
+        case .number(let number): write(number, into: &json)
+        case .string(let string): appendString(string, to: &json)
         case .array(let elements):
-            text += "["
+            json.append(UInt8(ascii: "["))
             for (index, element) in elements.enumerated() {
-                if index > 0 { text += "," }
-                write(element, into: &text)
+                if index > 0 { json.append(UInt8(ascii: ",")) }
+                write(element, into: &json)
             }
-            text += "]"
-        case .object(let fields): write(fields, into: &text)
+            json.append(UInt8(ascii: "]"))
+        case .object(let fields): write(fields, into: &json)
         }
     }
 
-    static func write(_ fields: [String: JSONValue], into text: inout String) {
-        text += "{"
+    static func write(_ fields: [String: JSONValue], into json: inout [UInt8]) {
+        json.append(UInt8(ascii: "{"))
         for (index, key) in fields.keys.sorted().enumerated() {
-            if index > 0 { text += "," }
-            write(key, into: &text)
-            text += ":"
-            write(fields[key] ?? .null, into: &text)
+            if index > 0 { json.append(UInt8(ascii: ",")) }
+            appendString(key, to: &json)
+            json.append(UInt8(ascii: ":"))
+            write(fields[key] ?? .null, into: &json)
         }
-        text += "}"
+        json.append(UInt8(ascii: "}"))
     }
 
     /// A whole number as an integer, anything else as JSONEncoder writes a Double.
-    static func write(_ number: Double, into text: inout String) {
+    static func write(_ number: Double, into json: inout [UInt8]) {
         if number.rounded() == number, abs(number) < 1e15 {
-            text += String(Int(number))
+            json.append(contentsOf: String(Int(number)).utf8)
         } else if number.isFinite {
-            text += "\(number)"
+            json.append(contentsOf: "\(number)".utf8)
         } else {
-            text += "null"
+            json.append(contentsOf: "null".utf8)
         }
     }
 
-    static func write(_ string: String, into text: inout String) {
-        text += "\""
-        // Most strings (ids, types, names) need no escape: appended whole.
-        guard string.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") })
-        else {
-            text += string
-            text += "\""
-            return
-        }
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": text += "\\\""
-            case "\\": text += "\\\\"
-            case "\n": text += "\\n"
-            case "\r": text += "\\r"
-            case "\t": text += "\\t"
-            case "\u{08}": text += "\\b"
-            case "\u{0C}": text += "\\f"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                text += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: text.unicodeScalars.append(scalar)
+    /// `text` as a JSON string (RFC 8259 §7): quotes, backslashes and control characters
+    /// escaped, the short forms where JSONEncoder uses them.
+    static func appendString(_ text: String, to json: inout [UInt8]) {
+        json.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                json.append(UInt8(ascii: "\\"))
+                json.append(byte)
+            case 0x0A: json.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: json.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: json.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0x08: json.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+            case 0x0C: json.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
+            case ..<0x20:
+                json.append(contentsOf: "\\u00".utf8)
+                json.append(hexDigits[Int(byte >> 4)])
+                json.append(hexDigits[Int(byte & 0xF)])
+            default:
+                json.append(byte)
             }
         }
-        text += "\""
+        json.append(UInt8(ascii: "\""))
     }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 }

@@ -64,15 +64,16 @@ struct StatusEvents: Sendable {
         for event in events {
             for endpoint in endpoints where endpoint.events.contains(event.type) {
                 let id = UUID.timeOrdered(at: now, using: &randomness)
-                var body = "{\"data\":"
+                var body = Array("{\"data\":".utf8)
+                body.reserveCapacity(512)
                 JSONText.write(event.data, into: &body)
-                body += ",\"id\":\"\(id.lowerCaseText)\",\"timestamp\":\"\(timestamp)\",\"type\":"
-                JSONText.write(event.type.rawValue, into: &body)
-                body += "}"
+                body.append(contentsOf: ",\"id\":\"\(id.lowerCaseText)\",\"timestamp\":\"\(timestamp)\",\"type\":".utf8)
+                JSONText.appendString(event.type.rawValue, to: &body)
+                body.append(UInt8(ascii: "}"))
                 let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
                 rows.append([
                     .id(id), .text(endpoint.id), .text(event.type.rawValue),
-                    .text(body), .text(user),
+                    .text(String(decoding: body, as: UTF8.self)), .text(user),
                     .text(StatusEventSender.Status.queued.rawValue), .integer(0), .date(now), .date(now), .date(now),
                 ])
             }
