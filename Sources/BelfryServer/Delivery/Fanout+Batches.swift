@@ -46,15 +46,7 @@ extension Fanout {
         guard !plans.isEmpty else { return }
         // From templates, each user's item is in their language, as the summary will be.
         var locales: [UUID: String?] = [:]
-        var texts: [String?: (title: String, body: String, url: String?)] = [:]
-        func text(for user: UUID) -> (title: String, body: String, url: String?) {
-            guard let variants else { return (item.title, item.body, item.url) }
-            let locale = locales[user] ?? nil
-            if let known = texts[locale] { return known }
-            let content = variants.variant(for: locale).content
-            texts[locale] = (content.title, content.body, content.url)
-            return (content.title, content.body, content.url)
-        }
+        var picker = variants.map(LocalizedContent.Picker.init)
         var randomness = IDRandomness()
         // The key's value may be long: the open key holds its digest.
         let keyDigest = SHA256.hash(data: Data(item.key.utf8)).hexEncoded
@@ -84,7 +76,10 @@ extension Fanout {
             let position = try row.decode(column: "count", as: Int.self) - 1
             guard position < rule.maxItems else { continue }
             let userID = try row.decode(column: "user_id", as: UUID.self)
-            let text = text(for: userID)
+            var text = (title: item.title, body: item.body, url: item.url)
+            if let content = picker?.variant(for: locales[userID] ?? nil).content {
+                text = (content.title, content.body, content.url)
+            }
             items.append([
                 .id(try row.decode(column: "id", as: UUID.self)), .integer(position), .id(item.eventID),
                 .text(text.title), .text(text.body), .text(text.url), .text(item.data), .date(due[userID] ?? now),

@@ -271,24 +271,16 @@ struct Fanout: Sendable {
                 let literal = NotificationRows.Content(
                     eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
                     data: data, decodedData: decodedData)
-                // One content per language, shared by every recipient who reads it; looked up
-                // once per locale a user gives, not per user.
-                var localized: [String?: NotificationRows.Content] = [:]
+                var picker = variants.map(LocalizedContent.Picker.init)
                 for plan in plans {
                     var content = literal
-                    if let variants {
-                        if let known = localized[plan.user.locale] {
-                            content = known
-                        } else {
-                            let (tag, text) = variants.variant(for: plan.user.locale)
-                            content.title = text.title
-                            content.body = text.body
-                            content.url = text.url
-                            content.pushTitle = text.pushTitle
-                            content.pushBody = text.pushBody
-                            content.locale = tag
-                            localized[plan.user.locale] = content
-                        }
+                    if let (tag, text) = picker?.variant(for: plan.user.locale) {
+                        content.title = text.title
+                        content.body = text.body
+                        content.url = text.url
+                        content.pushTitle = text.pushTitle
+                        content.pushBody = text.pushBody
+                        content.locale = tag
                     }
                     rows.add(
                         content, for: plan.user, due: plan.due, delivering: plan.delivering, devices: plan.devices,

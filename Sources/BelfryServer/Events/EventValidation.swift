@@ -86,11 +86,10 @@ extension EventIntake {
                     "field \"content.\(field)\" is required: category \"\(category.id)\" has no content templates")
             }
         }
+        // The default, then each language: every text some recipient will read.
+        let every = variants?.every ?? [(nil, text)]
         if problems.isEmpty {
-            problems += contentProblems(text, in: nil)
-            for (tag, variant) in (variants?.locales ?? [:]).sorted(by: { $0.key < $1.key }) {
-                problems += contentProblems(variant, in: tag)
-            }
+            for (tag, variant) in every { problems += contentProblems(variant, in: tag) }
         }
         if let url = event.content.imageURL, let problem = urlProblem(url, field: "content.image_url") {
             problems.append(problem)
@@ -152,7 +151,7 @@ extension EventIntake {
             }
         }
         if problems.isEmpty {
-            for (tag, variant) in [(nil, text)] + (variants?.locales ?? [:]).sorted(by: { $0.key < $1.key }) {
+            for (tag, variant) in every {
                 problems += pushSizeProblems(
                     variant, in: tag, event: event, category: category, tenant: tenant, data: data, workspace: workspace
                 )

@@ -35,6 +35,30 @@ struct LocalizedContent: Codable, Hashable, Sendable {
         return (tag, content)
     }
 
+    /// The default, then each language by its tag: what intake checks and a preview shows.
+    var every: [(tag: String?, content: RenderedContent)] {
+        [(nil, base)] + locales.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// Picks each user's variant, matching each distinct locale once: fan-out asks for every
+    /// recipient, and matching a tag (case and `_`/`-` folded) per recipient was a few per cent
+    /// of a templated fan-out.
+    struct Picker {
+        let content: LocalizedContent
+        private var picked: [String?: (tag: String?, content: RenderedContent)] = [:]
+
+        init(_ content: LocalizedContent) {
+            self.content = content
+        }
+
+        mutating func variant(for locale: String?) -> (tag: String?, content: RenderedContent) {
+            if let known = picked[locale] { return known }
+            let variant = content.variant(for: locale)
+            picked[locale] = variant
+            return variant
+        }
+    }
+
     /// As the `content_variants` column of an event keeps it.
     var stored: String {
         let encoder = JSONEncoder()
@@ -78,10 +102,12 @@ enum ContentRendering {
         _ templates: ContentTemplates, given: EventRequest.Content, data: [String: JSONValue]?,
         category: CategoryDefinition, tenant: String, workspace: WorkspaceConfig
     ) throws -> LocalizedContent {
+        // The data as Mustache walks it, once; each language adds only its tag.
+        let shared = self.context(data: data, category: category, tenant: tenant, workspace: workspace, locale: nil)
         func one(_ tag: String?) throws -> RenderedContent {
             let variant = templates.variant(tag)
-            let context = self.context(
-                data: data, category: category, tenant: tenant, workspace: workspace, locale: tag)
+            var context = shared
+            if let tag { context["locale"] = tag }
             func render(_ template: String?, _ part: String) throws -> String? {
                 guard let template else { return nil }
                 do {

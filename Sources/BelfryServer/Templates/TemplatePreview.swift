@@ -25,12 +25,7 @@ struct TemplatePreview: Sendable {
         if let templates = category.content {
             let rendered = try ContentRendering.render(
                 templates, given: .init(), data: data, category: category, tenant: tenant, workspace: workspace)
-            let variants: [(String?, RenderedContent)] =
-                if let locale {
-                    [rendered.variant(for: locale)]
-                } else {
-                    [(nil, rendered.base)] + rendered.locales.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
-                }
+            let variants = locale.map { [rendered.variant(for: $0)] } ?? rendered.every
             for (tag, content) in variants {
                 var fields = [("title", content.title), ("body", content.body)]
                 if let url = content.url { fields.append(("url", url)) }
