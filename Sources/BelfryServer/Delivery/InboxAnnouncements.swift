@@ -45,15 +45,7 @@ extension DeliveryQueue {
                 )
             }
             if let statusEvents, statusEvents.wants(.messageSent), !rows.isEmpty {
-                var externalIDs: [UUID: String] = [:]
-                for chunk in Array(Set(rows.map(\.user))).chunked(500) {
-                    for user in try await tx.sql.select().columns("id", "external_id").from(UserModel.schema)
-                        .where("id", .in, Array(chunk)).all()
-                    {
-                        externalIDs[try user.decode(column: "id", as: UUID.self)] = try user.decode(
-                            column: "external_id", as: String.self)
-                    }
-                }
+                let externalIDs = try await StatusEvents.externalIDs(of: rows.map(\.user), on: tx)
                 try await statusEvents.queue(
                     rows.map { row in
                         .message(

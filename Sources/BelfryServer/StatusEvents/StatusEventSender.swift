@@ -178,7 +178,7 @@ final class StatusEventSender: Sendable {
         guard let (endpoint, key) = endpoints[event.endpoint] else {
             return Outcome(status: .failed, next: now, error: "the endpoint is no longer in the workspace config")
         }
-        let messageID = event.id.uuidString.lowercased()
+        let messageID = event.id.lowerCaseText
         let result = await WebhookChannel.post(
             Data(event.body.utf8), to: endpoint.url, id: messageID, key: key,
             timestamp: Int(now.timeIntervalSince1970), client: client, timeout: Self.timeout,

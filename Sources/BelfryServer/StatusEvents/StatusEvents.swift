@@ -49,8 +49,21 @@ struct StatusEvents: Sendable {
 
     /// The external id of the user a status event names, read in the change's transaction.
     static func externalID(of userID: UUID, on db: any Database) async throws -> String? {
-        try await db.sql.select().column("external_id").from(UserModel.schema).where("id", .equal, userID).first()?
-            .decode(column: "external_id", as: String.self)
+        try await externalIDs(of: [userID], on: db)[userID]
+    }
+
+    /// The external ids of the users status events name, by user id.
+    static func externalIDs(of userIDs: some Collection<UUID>, on db: any Database) async throws -> [UUID: String] {
+        var ids: [UUID: String] = [:]
+        for chunk in Array(Set(userIDs)).chunked(500) {
+            for row in try await db.sql.select().columns("id", "external_id").from(UserModel.schema)
+                .where("id", .in, Array(chunk)).all()
+            {
+                ids[try row.decode(column: "id", as: UUID.self)] = try row.decode(
+                    column: "external_id", as: String.self)
+            }
+        }
+        return ids
     }
 
     /// Queues `events` for every endpoint that takes their type, on `db` (the caller's transaction).
