@@ -10,13 +10,12 @@ language, and the ratio templates/literal of the best rounds.
 
 Usage: python3 scripts/benchmark_templates.py --binary .build/release/belfry --database PATH [--recipients N]
 """
-import argparse
 import sqlite3
 import sys
 import time
 import uuid
 
-from benchmark_support import call, start_server, wait_for_fan_out
+from benchmark_support import arguments, call, start_server, wait_for_fan_out
 
 LOCALES = ["de-AT", "de", "fr", "ar", None]
 
@@ -65,11 +64,7 @@ def fan_out(base, count, templated, round_number):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
-    parser.add_argument("--database", required=True)
-    parser.add_argument("--recipients", type=int, default=100_000)
-    args = parser.parse_args()
+    args = arguments(("--recipients", int, 100_000))
     if args.database.startswith("postgres"):
         sys.exit("this benchmark writes its users into a SQLite file; give a path")
 
