@@ -264,6 +264,68 @@ struct StatusEventsTests {
         }
     }
 
+    /// The rows of `status_events` that bundle reports (``StatusEventReports``), with each
+    /// report's body.
+    static func bundles(_ app: Application) async throws -> [(id: UUID, status: String, reports: Int, bodies: [String])]
+    {
+        try await app.db.sql.select().columns("id", "status", "reports", "body").from("status_events")
+            .orderBy("created_at").all().compactMap { row in
+                let body = try row.decode(column: "body", as: String.self)
+                guard !body.hasPrefix("{") else { return nil }
+                let id = try row.decode(column: "id", as: UUID.self)
+                return (
+                    id, try row.decode(column: "status", as: String.self),
+                    try row.decode(column: "reports", as: Int.self),
+                    StatusEventReports.decode(rowID: id, body: body).map(\.body)
+                )
+            }
+    }
+
+    @Test(
+        "many reports of one change are bundled; each is posted with its own id, and those that end apart split",
+        arguments: TestDatabase.allCases)
+    func bundled(database: TestDatabase) async throws {
+        // The second request is answered 503, every other 200.
+        let receiver = try await WebhookReceiver(answers: "200,503,200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        let users = (0..<70).map { "user-\($0)" }
+        try await withBelfry(
+            database, clock: clock, jitter: 0.5,
+            settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageSent])] }
+        ) { app in
+            _ = try await InboxAPITests.notify(app, users, title: "Hello")
+            let queued = try await Self.bundles(app)
+            #expect(queued.map(\.reports).sorted() == [6, 64], "fan-out's 70 inbox reports in two rows")
+            #expect(try await Self.rows(app).count == 2)
+
+            try await Self.sendAll(app)
+            let after = try await Self.bundles(app)
+            #expect(after.map { "\($0.status) \($0.reports)" }.sorted() == ["queued 1", "sent 6", "sent 63"])
+            #expect(try receiver.entries().count == 70)
+            clock.advance(by: 3600)
+            try await Self.sendAll(app)
+            #expect(
+                try await Self.bundles(app).map { "\($0.status) \($0.reports)" }.sorted() == [
+                    "sent 1", "sent 6", "sent 63",
+                ])
+
+            let entries = try receiver.entries()
+            #expect(entries.count == 71 && entries.allSatisfy(\.standard))
+            let ids = entries.compactMap { entry -> String? in
+                if case .object(let fields) = entry.body, case .string(let id)? = fields["id"] { id } else { nil }
+            }
+            #expect(Set(ids).count == 70, "one id per report")
+            let refused = try #require(entries.first { $0.answered == 503 })
+            #expect(entries.last?.body == refused.body, "the refused report again, the same body and id")
+            let reached = Set(
+                try Self.received(receiver)["message.sent"]?.compactMap { data -> String? in
+                    if case .string(let user)? = data["user"] { user } else { nil }
+                } ?? [])
+            #expect(reached == Set(users))
+        }
+    }
+
     @Test("a notification due later in the inbox is reported sent when it is announced, not before")
     func scheduledInboxSent() async throws {
         let receiver = try await WebhookReceiver(answers: "200")
@@ -348,12 +410,19 @@ struct StatusEventsTests {
         try await withBelfry(database, settings: { $0.statusEndpoints = [Self.endpoint(receiver)] }) { app in
             try await Self.notifyAndMark(app, ["read"])
             _ = try await InboxAPITests.notify(app, ["bob"], title: "Hello")
+            // One event to both: its reports for the two are bundled in one row.
+            _ = try await InboxAPITests.notify(app, ["bob", "ada"], title: "Both")
+            #expect(try await Self.bundles(app).contains { $0.reports == 2 })
             #expect(try await Self.rows(app).count > 2)
             #expect(try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status == .noContent)
             let left = try await app.db.sql.select().column("body").from("status_events").all().map {
                 try $0.decode(column: "body", as: String.self)
             }
             #expect(!left.isEmpty && left.allSatisfy { !$0.contains(#""user":"ada""#) }, "bob's stay")
+            #expect(left.contains { $0.contains(#""user":"bob""#) })
+            let bundles = try await Self.bundles(app)
+            #expect(bundles.allSatisfy { $0.reports == $0.bodies.count }, "the count follows the lines")
+            #expect(bundles.contains { $0.bodies.count == 1 && $0.bodies[0].contains(#""user":"bob""#) })
         }
     }
 

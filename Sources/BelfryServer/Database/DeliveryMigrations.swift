@@ -273,3 +273,15 @@ struct AddInboxAnnouncements: AsyncMigration {
         try await database.schema("notifications").deleteField("announce_at").update()
     }
 }
+
+/// A status event row may bundle many reports of one type to one endpoint
+/// (``StatusEventReports``): how many it holds.
+struct AddStatusEventBundles: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("status_events").field("reports", .int, .required, .sql(.default(1))).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("status_events").deleteField("reports").update()
+    }
+}

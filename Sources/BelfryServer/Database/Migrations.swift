@@ -28,6 +28,7 @@ enum BelfryMigrations {
         AddLocalizedContent(),
         PartialStatusEventIndexes(),
         AddInboxAnnouncements(),
+        AddStatusEventBundles(),
     ]
 }
 

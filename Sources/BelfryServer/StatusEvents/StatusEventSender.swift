@@ -63,10 +63,12 @@ final class StatusEventSender: Sendable {
         self.deliveriesBusy = deliveriesBusy
     }
 
+    /// A claimed row: its reports, and what a split of it needs to write the rest elsewhere.
     private struct Claimed {
         var id: UUID
         var endpoint: String
-        var body: String
+        var type: String
+        var reports: [StatusEventReports.Report]
         var attempt: Int
     }
 
@@ -75,6 +77,13 @@ final class StatusEventSender: Sendable {
         var next: Date
         var error: String?
         var providerStatus: Int?
+    }
+
+    /// How a claimed row ends: the outcome of all its reports, or, when they ended differently,
+    /// the row keeps the first group and each other group becomes a row of its own.
+    private struct Ending {
+        var row: Claimed
+        var groups: [(outcome: Outcome, reports: [StatusEventReports.Report])]
     }
 
     /// Claims the events due now, sends them at once, and records every answer in one transaction.
@@ -94,21 +103,49 @@ final class StatusEventSender: Sendable {
         }
         let claimed = try await claim(queuedBefore: queuedBefore)
         guard !claimed.isEmpty else { return false }
-        let outcomes = await withTaskGroup(of: (UUID, Outcome).self) { group in
-            for event in claimed {
-                group.addTask { (event.id, await self.send(event)) }
+        let outcomes = await withTaskGroup(of: (Int, Int, Outcome).self) { group in
+            for (row, event) in claimed.enumerated() {
+                for (index, report) in event.reports.enumerated() {
+                    group.addTask { (row, index, await self.send(report, of: event)) }
+                }
             }
-            var outcomes: [(UUID, Outcome)] = []
-            for await outcome in group { outcomes.append(outcome) }
+            var outcomes = claimed.map { [Outcome?](repeating: nil, count: $0.reports.count) }
+            for await (row, index, outcome) in group { outcomes[row][index] = outcome }
             return outcomes
         }
+        let endings = zip(claimed, outcomes).map { row, outcomes in
+            Self.ending(of: row, outcomes: outcomes.compactMap { $0 })
+        }
+        try await record(endings)
+        return true
+    }
+
+    /// Groups a row's reports by how they ended: sent first, then failed, dead and queued again
+    /// (each group's retry at the latest of its reports' times, so none comes back early).
+    private static func ending(of row: Claimed, outcomes: [Outcome]) -> Ending {
+        var groups: [(outcome: Outcome, reports: [StatusEventReports.Report])] = []
+        for status in [Status.sent, .failed, .dead, .queued] {
+            let members = zip(row.reports, outcomes).filter { $0.1.status == status }
+            guard var outcome = members.first?.1 else { continue }
+            outcome.next = members.map(\.1.next).max() ?? outcome.next
+            groups.append((outcome, members.map(\.0)))
+        }
+        return Ending(row: row, groups: groups)
+    }
+
+    /// Records how the claimed rows ended, in one transaction: rows whose reports were all sent
+    /// in one statement for each provider status, the others one each, and the reports split
+    /// from a row in new rows (bundles, so each keeps its webhook-id).
+    private func record(_ endings: [Ending]) async throws {
         let now = self.now()
-        // Sent ones end alike: one statement for all of them; the others one each.
-        let sent = Dictionary(grouping: outcomes.filter { $0.1.status == .sent }) { $0.1.providerStatus }
-        let others = outcomes.filter { $0.1.status != .sent }
+        let whole = endings.filter { $0.groups.count == 1 }
+        let sent = Dictionary(grouping: whole.filter { $0.groups[0].outcome.status == .sent }) {
+            $0.groups[0].outcome.providerStatus
+        }
         try await storage.write(database()) { db in
+            var randomness = IDRandomness()
             for (providerStatus, group) in sent {
-                for chunk in group.map(\.0).chunked(500) {
+                for chunk in group.map(\.row.id).chunked(500) {
                     try await db.sql.update("status_events")
                         .set("status", to: Status.sent.rawValue)
                         .set("next_attempt_at", to: now)
@@ -122,65 +159,97 @@ final class StatusEventSender: Sendable {
                         .run()
                 }
             }
-            for (id, outcome) in others {
-                try await db.sql.update("status_events")
+            for ending in endings where ending.groups.count > 1 || ending.groups[0].outcome.status != .sent {
+                let (outcome, reports) = ending.groups[0]
+                let update = db.sql.update("status_events")
                     .set("status", to: outcome.status.rawValue)
                     .set("next_attempt_at", to: outcome.next)
                     .set("lease_expires_at", to: Date?.none)
                     .set("last_error", to: outcome.error)
                     .set("last_status", to: outcome.providerStatus)
                     .set("updated_at", to: now)
-                    .where("id", .equal, id)
+                if ending.groups.count > 1 {
+                    update.set("body", to: StatusEventReports.bundle(reports)).set("reports", to: reports.count)
+                }
+                let updated = try await update.where("id", .equal, ending.row.id)
                     .where("worker", .equal, self.name)
                     .where("status", .equal, Status.running.rawValue)
-                    .run()
+                    .returning("id").all()
+                // A row another worker took over (its lease ran out) is theirs to split.
+                guard !updated.isEmpty, ending.groups.count > 1 else { continue }
+                let split: [[BulkValue]] = ending.groups.dropFirst().map { outcome, reports in
+                    [
+                        .id(UUID.timeOrdered(at: now, using: &randomness)), .text(ending.row.endpoint),
+                        .text(ending.row.type), .text(StatusEventReports.bundle(reports)), .text(String?.none),
+                        .text(outcome.status.rawValue), .integer(ending.row.attempt), .date(outcome.next),
+                        .text(outcome.error), .integer(outcome.providerStatus), .date(now), .date(now),
+                        .integer(reports.count),
+                    ]
+                }
+                try await self.storage.insert(
+                    into: "status_events",
+                    columns: [
+                        "id", "endpoint", "type", "body", "user_external_id", "status", "attempts", "next_attempt_at",
+                        "last_error", "last_status", "created_at", "updated_at", "reports",
+                    ],
+                    rows: split, rowsPerStatement: 100, on: db)
             }
         }
-        return true
     }
 
-    /// Marks due events (queued and due, or running with an expired lease) as this worker's, in
-    /// one statement, and returns them; of the queued ones, only those queued by `queuedBefore`
-    /// (while deliveries are under way, `deferral` ago). The statuses are written out, not bound:
-    /// a bound value would not match the partial indexes' `WHERE`.
+    /// Marks due events (queued and due, or running with an expired lease) as this worker's and
+    /// returns them: of the queued ones, only those queued by `queuedBefore` (while deliveries are
+    /// under way, `deferral` ago); rows in the order found until they hold ``claimBatch`` reports
+    /// (a bundle holds up to ``StatusEventReports/bundleLimit``). The statuses are written out,
+    /// not bound: a bound value would not match the partial indexes' `WHERE`.
     private func claim(queuedBefore: Date) async throws -> [Claimed] {
         let now = self.now()
         let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
         let limit = String(Self.claimBatch)
-        let statement: SQLQueryString = """
-            UPDATE status_events SET status = \(bind: Status.running.rawValue), attempts = attempts + 1,
-              lease_expires_at = \(bind: now.addingTimeInterval(lease)), worker = \(bind: name), updated_at = \(bind: now)
-            WHERE id IN (SELECT id FROM (
-              SELECT id FROM (SELECT id FROM status_events
-                WHERE status = 'queued' AND next_attempt_at <= \(bind: now)
-                  AND created_at <= \(bind: queuedBefore)
-                ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued
-              UNION ALL
-              SELECT id FROM (SELECT id FROM status_events
-                WHERE status = 'running' AND lease_expires_at < \(bind: now)
-                LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired
-            ) AS due)
-            RETURNING id, endpoint, body, attempts
+        let due: SQLQueryString = """
+            SELECT id, reports FROM (SELECT id, reports FROM status_events
+              WHERE status = 'queued' AND next_attempt_at <= \(bind: now) AND created_at <= \(bind: queuedBefore)
+              ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued
+            UNION ALL
+            SELECT id, reports FROM (SELECT id, reports FROM status_events
+              WHERE status = 'running' AND lease_expires_at < \(bind: now)
+              LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired
             """
         return try await storage.write(database()) { db in
-            try await db.sql.raw(statement).all().map { row in
-                Claimed(
-                    id: try row.decode(column: "id", as: UUID.self),
-                    endpoint: try row.decode(column: "endpoint", as: String.self),
-                    body: try row.decode(column: "body", as: String.self),
-                    attempt: try row.decode(column: "attempts", as: Int.self))
+            var ids: [UUID] = []
+            var reports = 0
+            for row in try await db.sql.raw(due).all() where reports < Self.claimBatch {
+                ids.append(try row.decode(column: "id", as: UUID.self))
+                reports += try row.decode(column: "reports", as: Int.self)
             }
+            guard !ids.isEmpty else { return [] }
+            return try await db.sql.update("status_events")
+                .set("status", to: Status.running.rawValue)
+                .set("attempts", to: SQLRaw("attempts + 1"))
+                .set("lease_expires_at", to: now.addingTimeInterval(self.lease))
+                .set("worker", to: self.name)
+                .set("updated_at", to: now)
+                .where("id", .in, ids)
+                .returning("id", "endpoint", "type", "body", "attempts").all().map { row in
+                    let id = try row.decode(column: "id", as: UUID.self)
+                    return Claimed(
+                        id: id, endpoint: try row.decode(column: "endpoint", as: String.self),
+                        type: try row.decode(column: "type", as: String.self),
+                        reports: StatusEventReports.decode(
+                            rowID: id, body: try row.decode(column: "body", as: String.self)),
+                        attempt: try row.decode(column: "attempts", as: Int.self))
+                }
         }
     }
 
-    private func send(_ event: Claimed) async -> Outcome {
+    private func send(_ report: StatusEventReports.Report, of event: Claimed) async -> Outcome {
         let now = self.now()
         guard let (endpoint, key) = endpoints[event.endpoint] else {
             return Outcome(status: .failed, next: now, error: "the endpoint is no longer in the workspace config")
         }
-        let messageID = event.id.lowerCaseText
+        let messageID = report.id.lowerCaseText
         let result = await WebhookChannel.post(
-            Data(event.body.utf8), to: endpoint.url, id: messageID, key: key,
+            Data(report.body.utf8), to: endpoint.url, id: messageID, key: key,
             timestamp: Int(now.timeIntervalSince1970), client: client, timeout: Self.timeout,
             failure: "the status webhook request failed", now: self.now)
         switch result {

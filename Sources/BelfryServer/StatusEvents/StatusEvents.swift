@@ -66,14 +66,20 @@ struct StatusEvents: Sendable {
         return ids
     }
 
-    /// Queues `events` for every endpoint that takes their type, on `db` (the caller's transaction).
+    /// Queues `events` for every endpoint that takes their type, on `db` (the caller's
+    /// transaction): one row for a lone report of its endpoint and type, bundles of up to
+    /// ``StatusEventReports/bundleLimit`` for many (``StatusEventReports``).
     func queue(_ events: [StatusEvent], on db: any Database) async throws {
         guard !events.isEmpty, !endpoints.isEmpty else { return }
         let now = self.now()
         // As JSONEncoder's `.iso8601` writes it: whole seconds, UTC.
         let timestamp = now.ISO8601Format()
-        var rows: [[BulkValue]] = []
         var randomness = IDRandomness()
+        // The reports for each endpoint and type, in the order they were given.
+        var groups:
+            [String: (endpoint: String, type: StatusEventType, reports: [(StatusEventReports.Report, String?)])] =
+                [:]
+        var order: [String] = []
         for event in events {
             for endpoint in endpoints where endpoint.events.contains(event.type) {
                 let id = UUID.timeOrdered(at: now, using: &randomness)
@@ -84,10 +90,30 @@ struct StatusEvents: Sendable {
                 JSONText.appendString(event.type.rawValue, to: &body)
                 body.append(UInt8(ascii: "}"))
                 let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
+                let key = endpoint.id + "\n" + event.type.rawValue
+                if groups[key] == nil {
+                    groups[key] = (endpoint.id, event.type, [])
+                    order.append(key)
+                }
+                groups[key]?.reports.append((.init(id: id, body: String(decoding: body, as: UTF8.self)), user))
+            }
+        }
+        var rows: [[BulkValue]] = []
+        for key in order {
+            guard let group = groups[key] else { continue }
+            for chunk in group.reports.chunked(StatusEventReports.bundleLimit) {
+                // A lone report is its own row, named by its id and its user; a bundle is
+                // named by a new id, and erasure finds a user in it by its text.
+                let (id, body, user): (UUID, String, String?) =
+                    if chunk.count == 1 {
+                        (chunk[chunk.startIndex].0.id, chunk[chunk.startIndex].0.body, chunk[chunk.startIndex].1)
+                    } else {
+                        (UUID.timeOrdered(at: now, using: &randomness), StatusEventReports.bundle(chunk.map(\.0)), nil)
+                    }
                 rows.append([
-                    .id(id), .text(endpoint.id), .text(event.type.rawValue),
-                    .text(String(decoding: body, as: UTF8.self)), .text(user),
+                    .id(id), .text(group.endpoint), .text(group.type.rawValue), .text(body), .text(user),
                     .text(StatusEventSender.Status.queued.rawValue), .integer(0), .date(now), .date(now), .date(now),
+                    .integer(chunk.count),
                 ])
             }
         }
@@ -96,7 +122,7 @@ struct StatusEvents: Sendable {
             into: "status_events",
             columns: [
                 "id", "endpoint", "type", "body", "user_external_id", "status", "attempts", "next_attempt_at",
-                "created_at", "updated_at",
+                "created_at", "updated_at", "reports",
             ],
             rows: rows, rowsPerStatement: 200, on: db)
         wake()

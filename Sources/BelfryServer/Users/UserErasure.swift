@@ -30,6 +30,7 @@ enum UserErasure {
             try await sql.delete(from: "devices").where("user_id", .equal, userID).run()
             // Status events about them, sent or still queued: they name the user and what they did.
             try await sql.delete(from: "status_events").where("user_external_id", .equal, externalID).run()
+            try await StatusEventReports.erase(user: externalID, on: sql)
             try await sql.delete(from: "topic_subscriptions").where("user_id", .equal, userID).run()
             try await sql.delete(from: "throttle_state").where("user_id", .equal, userID).run()
             try await sql.raw(

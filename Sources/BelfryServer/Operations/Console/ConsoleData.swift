@@ -47,6 +47,8 @@ struct ConsoleData: Sendable {
         var type: String
         var status: String
         var attempts: Int
+        /// How many reports the row holds: a bundle (``StatusEventReports``) ends as one.
+        var reports: Int
         var lastError: String?
         var updatedAt: Date
     }
@@ -137,14 +139,17 @@ struct ConsoleData: Sendable {
             events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
             since: since, depth: depth, sent: sent,
             unsent: unsent)
-        for row in try await sql.select().column("status").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("status_events").groupBy("status").all()
-        {
+        // Reports, not rows: a row may bundle many.
+        for row in try await sql.select().column("status").column(
+            SQLFunction("SUM", args: SQLColumn("reports")), as: "n"
+        )
+        .from("status_events").groupBy("status").all() {
             overview.statusCounts[try row.decode(column: "status", as: String.self)] = try row.decode(
                 column: "n", as: Int.self)
         }
         overview.statusEnded = try await sql.select()
-            .columns("id", "endpoint", "type", "status", "attempts", "last_error", "updated_at").from("status_events")
+            .columns("id", "endpoint", "type", "status", "attempts", "reports", "last_error", "updated_at")
+            .from("status_events")
             .where(
                 "status", .in,
                 [StatusEventSender.Status.failed.rawValue, StatusEventSender.Status.dead.rawValue]
@@ -156,6 +161,7 @@ struct ConsoleData: Sendable {
                     type: try row.decode(column: "type", as: String.self),
                     status: try row.decode(column: "status", as: String.self),
                     attempts: try row.decode(column: "attempts", as: Int.self),
+                    reports: try row.decode(column: "reports", as: Int.self),
                     lastError: try row.decode(column: "last_error", as: String?.self),
                     updatedAt: try row.decode(column: "updated_at", as: Date.self))
             }

@@ -401,7 +401,7 @@ enum ConsolePages {
                             el("tr") {
                                 el("td") { timestamp(event.updatedAt) }
                                 el("td") { event.endpoint }
-                                el("td") { event.type }
+                                el("td") { event.reports > 1 ? "\(event.reports) × \(event.type)" : event.type }
                                 el("td") { el("span", .class("state state-\(event.status)")) { event.status } }
                                 el("td") { "\(event.attempts)" }
                                 el("td", .class("error-text")) { event.lastError ?? "" }
