@@ -171,7 +171,7 @@ public final class Preferences {
             try state.shown.apply(change)
         } catch {
             // Refused here, as the server would: no request is made.
-            let refused = BelfryClientError(code: .init(rawValue: error.code), message: error.message)
+            let refused = BelfryClientError(code: .init(error.code), message: error.message)
             emitter.emit(.preferencesError(refused))
             return .failure(refused)
         }

@@ -10,6 +10,8 @@ public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvert
         /// The code as the server or the SDK writes it.
         public var rawValue: String
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// The code of a server's answer, as the server spells it.
+        public init(_ code: ErrorCode) { self.rawValue = code.rawValue }
         public var description: String { rawValue }
 
         /// The request never got an answer (offline, timed out, connection lost).
@@ -17,19 +19,19 @@ public struct BelfryClientError: Error, Sendable, Equatable, CustomStringConvert
         /// The answer was not what the API describes.
         public static let invalidResponse = Code(rawValue: "invalid_response")
         /// No token was available, or the server refused it even after a refresh.
-        public static let unauthorized = Code(rawValue: "unauthorized")
+        public static let unauthorized = Code(ErrorCode.unauthorized)
         /// The user token expired; the SDK asks the provider for a new one once.
-        public static let tokenExpired = Code(rawValue: "token_expired")
+        public static let tokenExpired = Code(ErrorCode.tokenExpired)
         /// The server does not accept the user token.
-        public static let invalidToken = Code(rawValue: "invalid_token")
+        public static let invalidToken = Code(ErrorCode.invalidToken)
         /// The item cannot be changed by users (refused locally, without a request).
-        public static let notEditable = Code(rawValue: "not_editable")
+        public static let notEditable = Code(ErrorCode.notEditable)
         /// Someone else changed the preferences first (HTTP 412).
-        public static let preconditionFailed = Code(rawValue: "precondition_failed")
+        public static let preconditionFailed = Code(ErrorCode.preconditionFailed)
         /// The thing asked for does not exist (or belongs to another user).
-        public static let notFound = Code(rawValue: "not_found")
+        public static let notFound = Code(ErrorCode.notFound)
         /// A value was refused, or the SDK was used out of order; the message says which.
-        public static let invalidRequest = Code(rawValue: "invalid_request")
+        public static let invalidRequest = Code(ErrorCode.invalidRequest)
         /// The OS gave no device token for push, though permission was granted.
         public static let pushTokenUnavailable = Code(rawValue: "push_token_unavailable")
     }

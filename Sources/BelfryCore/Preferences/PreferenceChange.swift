@@ -54,17 +54,25 @@ extension PreferenceChange: Codable {
 
 /// Why a preference change was refused.
 public struct PreferenceChangeError: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Kind: String, Hashable, Sendable {
-        case unknownCategory = "category_not_found"
-        case unknownChannel = "channel_not_found"
-        case channelNotInCategory = "channel_not_in_category"
-        case notEditable = "not_editable"
+    public enum Kind: Hashable, Sendable {
+        case unknownCategory
+        case unknownChannel
+        case channelNotInCategory
+        case notEditable
     }
 
     public var kind: Kind
     public var message: String
 
-    public var code: String { kind.rawValue }
+    /// The code the server answers this with, and the SDK reports.
+    public var code: ErrorCode {
+        switch kind {
+        case .unknownCategory: .categoryNotFound
+        case .unknownChannel: .channelNotFound
+        case .channelNotInCategory: .channelNotInCategory
+        case .notEditable: .notEditable
+        }
+    }
     public var description: String { message }
 }
 

@@ -15,7 +15,7 @@ extension Request {
         guard let bearer = headers.bearerAuthorization?.token else {
             throw BelfryError(
                 .unauthorized, "send an API key or a user token as \"Authorization: Bearer <token>\"",
-                headers: ["WWW-Authenticate": "Bearer"])
+                .challenge("Bearer"))
         }
         return try await principal(for: bearer)
     }
@@ -64,11 +64,11 @@ extension Request {
         } catch .expired {
             throw BelfryError(
                 .tokenExpired, "the user token has expired; mint a new one",
-                headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+                .challenge("Bearer error=\"invalid_token\""))
         } catch {
             throw BelfryError(
                 .invalidToken, "the token is neither an API key nor a valid user token",
-                headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+                .challenge("Bearer error=\"invalid_token\""))
         }
     }
 
@@ -168,7 +168,7 @@ extension Request {
     /// A page token from before the user signed out everywhere.
     static let signedOut = BelfryError(
         .invalidToken, "this page's session has ended; open the page from your app or email again",
-        headers: ["WWW-Authenticate": "Bearer error=\"invalid_token\""])
+        .challenge("Bearer error=\"invalid_token\""))
 
     /// A valid token whose user was erased.
     static let userGone = BelfryError(.invalidToken, "the user of this token no longer exists")

@@ -19,15 +19,14 @@ enum DatabaseFailure {
             return BelfryError(
                 .storageUnavailable,
                 "the server cannot write to its database (the disk is full or read-only); nothing was saved, "
-                    + "send the request again later",
-                headers: ["Retry-After": "\(retryAfterSeconds * 5)"])
+                    + "send the request again later", .retryAfter(seconds: retryAfterSeconds * 5))
         }
         guard isUnavailable(error) else { return nil }
         return BelfryError(
             .databaseUnavailable,
             "the database is not answering and the request was not completed; send it again shortly "
                 + "(an event with the same Idempotency-Key, so that it is stored once)",
-            headers: ["Retry-After": "\(retryAfterSeconds)"])
+            .retryAfter(seconds: retryAfterSeconds))
     }
 
     /// PostgreSQL, or the way to it, is not answering.

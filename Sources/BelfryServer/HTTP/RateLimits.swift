@@ -142,13 +142,11 @@ extension RateLimiter.Decision {
 
     /// The 429 for a refused request, with `Retry-After` and the RateLimit fields.
     var refusal: BelfryError {
-        var fields = HTTPHeaders(headers)
-        fields.replaceOrAdd(name: .retryAfter, value: "\(max(reset, 1))")
         let per = rule.window == 1 ? "second" : rule.window == 60 ? "minute" : "\(rule.window) seconds"
         return BelfryError(
             .rateLimited,
             "too many requests: the \(kind.rawValue) limit is \(rule.quota) a \(per); try again in \(max(reset, 1)) s",
-            headers: fields)
+            .rateLimited(retryAfter: max(reset, 1), fields: headers.map { (name: $0.0, value: $0.1) }))
     }
 }
 

@@ -139,7 +139,7 @@ extension InboxController {
             throw BelfryError(
                 .rateLimited,
                 "a user may hold \(limit) streams open at once (BELFRY_MAX_STREAMS_PER_USER); close one first",
-                headers: ["Retry-After": "15"])
+                .retryAfter(seconds: 15))
         }
         let first: String
         do {

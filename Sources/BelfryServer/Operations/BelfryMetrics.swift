@@ -186,7 +186,7 @@ struct MetricsMiddleware: Middleware {
             let status =
                 switch result {
                 case .success(let response): response.status.code
-                case .failure(let error): (error as? any AbortError)?.status.code ?? 500
+                case .failure(let error): BelfryErrorMiddleware.classify(error).status.code
                 }
             metrics.answered(
                 route: route, method: request.method.rawValue, status: Int(status), after: ContinuousClock.now - started

@@ -51,8 +51,7 @@ struct OperationsController: RouteCollection {
                 SHA256.hash(data: Data(given.utf8)) == SHA256.hash(data: Data(token.utf8))
             else {
                 throw BelfryError(
-                    .unauthorized, "send the metrics token as \"Authorization: Bearer <token>\"",
-                    headers: ["WWW-Authenticate": "Bearer"])
+                    .unauthorized, "send the metrics token as \"Authorization: Bearer <token>\"", .challenge("Bearer"))
             }
         }
         let text = try await context.metrics.exposition(

@@ -78,7 +78,7 @@ struct PreferenceStore: Sendable {
             throw BelfryError(
                 .preconditionFailed,
                 "the preferences for \(scope) have changed since you read them (current ETag \(current)); read them again and retry",
-                headers: ["ETag": current])
+                .current(version: current))
         }
         let now = now()
         for scope in locked where scopes.contains(scope) {

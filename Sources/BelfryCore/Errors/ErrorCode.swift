@@ -1,9 +1,7 @@
-import Vapor
-
-/// Every code Belfry's errors carry, each spelled once, with the HTTP status it answers with.
-/// Stores and services throw `BelfryError`s with a code; only the edge (the error middleware
-/// and the web pages) turns the code into a status.
-enum ErrorCode: String, Sendable, CaseIterable {
+/// Every code Belfry's errors carry, each spelled once: the server answers with them (the
+/// `code` of ``ErrorBody``), and the SDK's `BelfryClientError` codes for the server's answers
+/// are these. Which HTTP status each answers with is the server's edge's business.
+public enum ErrorCode: String, Sendable, CaseIterable {
     case badRequest = "bad_request"
     case unauthorized
     case invalidToken = "invalid_token"
@@ -40,25 +38,4 @@ enum ErrorCode: String, Sendable, CaseIterable {
     case notReady = "not_ready"
     case databaseUnavailable = "database_unavailable"
     case storageUnavailable = "storage_unavailable"
-
-    var status: HTTPResponseStatus {
-        switch self {
-        case .badRequest: .badRequest
-        case .unauthorized, .invalidToken, .tokenExpired, .notSignedIn, .invalidLink, .linkExpired: .unauthorized
-        case .forbidden, .csrfFailed, .topicNotFollowable: .forbidden
-        case .notFound, .tenantNotFound, .categoryNotFound, .channelNotFound, .channelNotInCategory, .eventNotFound,
-            .userNotFound, .deviceNotFound, .notificationNotFound, .actionNotFound, .quietHoursNotSet, .webPushOff:
-            .notFound
-        case .methodNotAllowed: .methodNotAllowed
-        case .notEditable: .conflict
-        case .preconditionFailed: .preconditionFailed
-        case .payloadTooLarge: .payloadTooLarge
-        case .requestTimeout: .requestTimeout
-        case .unsupportedMediaType: .unsupportedMediaType
-        case .invalidRequest, .idempotencyKeyReused, .deviceLimitReached: .unprocessableEntity
-        case .rateLimited: .tooManyRequests
-        case .internalError: .internalServerError
-        case .notReady, .databaseUnavailable, .storageUnavailable: .serviceUnavailable
-        }
-    }
 }
