@@ -108,6 +108,11 @@ public struct PushRegistrationOptions: Sendable {
 ///                                              ▼
 ///                                            failed ──retry──▶ …
 /// ```
+///
+/// Every decision is made by a pure transition function, `PushRegistrationMachine`: given the
+/// state and what happened (an operation, the OS settings, a prompt's answer, a token, the
+/// server's answer), the next state and what to do. This class only does it (reads the
+/// settings, prompts, waits for a token, calls the server, saves the record) and reports back.
 @MainActor
 @Observable
 public final class PushRegistration {
@@ -131,21 +136,21 @@ public final class PushRegistration {
     }
 
     /// Where the subscription stands.
-    public private(set) var phase: Phase = .loggedOut
+    public var phase: Phase { machine.state.phase }
     /// The confirmed subscription, as persisted.
-    public private(set) var record: PushSubscriptionRecord?
+    public var record: PushSubscriptionRecord? { machine.state.record }
     /// The OS's notification settings, as last read.
-    public private(set) var systemSettings: NotificationSettings?
+    public var systemSettings: NotificationSettings? { machine.state.systemSettings }
     /// The signed-in user.
-    public private(set) var user: String?
+    public var user: String? { machine.state.user }
     /// The user's sites.
-    public private(set) var tenants: [String] = []
+    public var tenants: [String] { machine.state.tenants }
 
     /// Whether a request is under way (the primary toggle is disabled meanwhile).
     public var isBusy: Bool {
         switch phase {
         case .requestingPermission, .waitingForToken, .registering: true
-        default: operation != nil
+        default: running
         }
     }
 
@@ -157,23 +162,25 @@ public final class PushRegistration {
         }
     }
 
+    /// The decisions; this class performs what they say and reports what came of it.
+    private var machine: PushRegistrationMachine
+    /// Whether an operation runs (the toggle shows busy).
+    private var running = false
     @ObservationIgnored private let api: BelfryAPI
     @ObservationIgnored private let store: any KeyValueStore
     @ObservationIgnored private let authorizer: any NotificationAuthorizing
     @ObservationIgnored private let tokenSource: any DeviceTokenSource
     @ObservationIgnored private let options: PushRegistrationOptions
     /// The newest token the OS gave, hex.
-    @ObservationIgnored private(set) var latestToken: String?
-    @ObservationIgnored private var tokenWaiter:
-        (continuation: CheckedContinuation<String?, Never>, timeout: Task<Void, Never>)?
+    var latestToken: String? { machine.state.latestToken }
     @ObservationIgnored private var tokens: Task<Void, Never>?
-    @ObservationIgnored private var operation: Task<Void, Never>?
+    /// Operations waiting for the one that runs, in order.
+    @ObservationIgnored private var queued: [CheckedContinuation<Void, Never>] = []
+    /// The running operation's caller, told when the machine says it is finished.
+    @ObservationIgnored private var finishing: CheckedContinuation<BelfryClientError?, Never>?
+    @ObservationIgnored private var tokenTimer: Task<Void, Never>?
     /// The wait before asking the OS for a token again; logout cuts it short.
-    @ObservationIgnored private var retryPause: Task<Void, any Error>?
-    /// Whether the user wants push on and it is not there yet (a late token then completes it).
-    @ObservationIgnored private var wantsOn = false
-    /// Bumped on login and logout: work started for an earlier session stops at its next step.
-    @ObservationIgnored private var session = 0
+    @ObservationIgnored private var retryPause: Task<Void, Never>?
     /// The signed-out session's API, for a subscribe that finishes after logout.
     @ObservationIgnored private var farewell: BelfryAPI?
     /// Removals under way in the background (logout), for tests and the simulator to await.
@@ -189,6 +196,12 @@ public final class PushRegistration {
         self.authorizer = authorizer
         self.tokenSource = tokenSource
         self.options = options
+        machine = PushRegistrationMachine(
+            configuration: .init(
+                topic: options.topic, environment: options.environment,
+                authorizationOptions: options.authorizationOptions, tokenRetryDelays: options.tokenRetryDelays,
+                followsSystemPermission: options.followsSystemPermission,
+                requestsProvisionalAtLaunch: options.requestsProvisionalAtLaunch))
         let stream = tokenSource.tokens()
         tokens = Task { [weak self] in
             for await token in stream {
@@ -201,7 +214,7 @@ public final class PushRegistration {
     isolated deinit {
         tokens?.cancel()
         retryPause?.cancel()
-        tokenWaiter?.timeout.cancel()
+        tokenTimer?.cancel()
     }
 
     // MARK: What the app and the settings screen call
@@ -210,47 +223,30 @@ public final class PushRegistration {
     /// loads the record, migrates an earlier version's flag, requests provisional authorization
     /// when the options ask for it, and reads the OS settings.
     public func login(user: String, tenants: [String]) async {
-        session += 1
-        self.user = user
-        self.tenants = tenants
-        record = loadRecord()
-        if let record, record.user != user {
-            // Registered for someone else: this user's registration will move the device.
-            self.record = nil
-            saveRecord()
-        }
-        phase = .off
-        if record == nil, let legacy = options.legacyFlag, legacy.read() {
-            wantsOn = true
-        }
-        await run {
-            if self.options.requestsProvisionalAtLaunch, self.record == nil { await self.requestProvisional() }
-            await self.reconcile()
-        }
+        feed(
+            .login(
+                user: user, tenants: tenants, stored: loadRecord(), legacyFlag: options.legacyFlag?.read() ?? false))
+        await run(.launch)
     }
 
     /// The user's sites changed; the record keeps them.
     public func setTenants(_ tenants: [String]) {
-        self.tenants = tenants
-        if record != nil {
-            record?.tenants = tenants
-            saveRecord()
-        }
+        feed(.setTenants(tenants))
     }
 
     /// Seed 000 steps 5 and 6: when the screen appears and whenever the app comes to the
     /// foreground, read the OS settings again; they may have changed in Settings.
     public func recheck() async {
         guard user != nil else { return }
-        await run { await self.reconcile() }
+        await run(.recheck)
     }
 
     /// The primary toggle turned on (seed 000 step 2): asks permission in context, waits for the
     /// device token and registers the device.
     public func enable() async {
         guard user != nil else { return }
-        wantsOn = true
-        await run { await self.subscribe(asking: true) }
+        feed(.want(true))
+        await run(.subscribe(asking: true))
     }
 
     /// Seed 003: notifications delivered quietly (provisional authorization) become prominent
@@ -258,11 +254,7 @@ public final class PushRegistration {
     /// the server the answer; nothing happens unless the authorization is provisional.
     public func requestProminentDelivery() async {
         guard user != nil else { return }
-        await run {
-            guard await self.authorizer.notificationSettings().authorizationStatus == .provisional else { return }
-            await self.requestFullAuthorization()
-            await self.reconcile()
-        }
+        await run(.prominent)
     }
 
     /// After a failure: the same as turning the toggle on again.
@@ -274,21 +266,8 @@ public final class PushRegistration {
     /// - Throws: when the server cannot be reached; the subscription stays, the toggle flips back.
     public func disable() async throws(BelfryClientError) {
         guard user != nil else { return }
-        wantsOn = false
-        var failure: BelfryClientError?
-        await run {
-            do throws(BelfryClientError) {
-                if let record = self.record {
-                    try await self.remove(record.deviceID, using: self.api)
-                    self.record = nil
-                    self.saveRecord()
-                }
-                self.phase = Self.phase(unsubscribedWith: self.systemSettings?.authorizationStatus)
-            } catch {
-                failure = error
-            }
-        }
-        if let failure { throw failure }
+        feed(.want(false))
+        if let failure = await run(.disable) { throw failure }
     }
 
     /// Seed 000 step 9: on sign-out, the device is removed behind the scenes. Call it before
@@ -297,28 +276,15 @@ public final class PushRegistration {
     public func logout() async {
         guard user != nil else { return }
         let token = try? await api.tokenProvider.token(refresh: false)
-        session += 1
-        let ending = record
-        let farewell = token.map { api.with(token: $0) }
-        user = nil
-        tenants = []
-        record = nil
-        wantsOn = false
-        saveRecord()
-        phase = .loggedOut
-        // A subscribe under way stops at its next step; one whose registration already
-        // reached the server removes the device itself (see `register`).
-        self.farewell = farewell
-        retryPause?.cancel()
-        resolveTokenWaiter(nil)
-        if let ending, let farewell {
-            removals.append(Task { try? await self.remove(ending.deviceID, using: farewell) })
-        }
+        // A subscribe under way stops at its next step; one whose registration already reached
+        // the server removes the device itself.
+        farewell = token.map { api.with(token: $0) }
+        feed(.logout(farewell: farewell != nil))
     }
 
     /// Waits for work under way, including background removals (tests, the simulator).
     public func settled() async {
-        while let operation { await operation.value }
+        await run(.settle)
         while !removals.isEmpty {
             let pending = removals
             removals.removeAll()
@@ -326,144 +292,93 @@ public final class PushRegistration {
         }
     }
 
-    // MARK: The steps
+    // MARK: Driving the machine
 
-    /// Runs one operation at a time, in order.
-    private func run(_ body: @escaping @MainActor () async -> Void) async {
-        while let operation { await operation.value }
-        let task = Task { @MainActor in
-            await body()
-            self.operation = nil
+    /// Runs one operation at a time, in order, until the machine says it is finished.
+    @discardableResult
+    private func run(_ operation: PushRegistrationMachine.Input) async -> BelfryClientError? {
+        if running { await withCheckedContinuation { queued.append($0) } }
+        running = true
+        let failure = await withCheckedContinuation { continuation in
+            finishing = continuation
+            feed(operation)
         }
-        operation = task
-        await task.value
+        // The next operation takes over the turn, or nothing runs.
+        if queued.isEmpty { running = false } else { queued.removeFirst().resume() }
+        return failure
     }
 
-    private func reconcile() async {
-        let settings = await authorizer.notificationSettings()
-        systemSettings = settings
-        let status = settings.authorizationStatus
-        if let record {
-            if !status.allowsDelivery, options.followsSystemPermission {
-                // Revoked in Settings: remove the device.
-                if (try? await remove(record.deviceID, using: api)) != nil {
-                    self.record = nil
-                    saveRecord()
+    /// Hands the machine an input and performs what it says.
+    private func feed(_ input: PushRegistrationMachine.Input) {
+        for effect in machine.handle(input) { perform(effect) }
+    }
+
+    private func perform(_ effect: PushRegistrationMachine.Effect) {
+        switch effect {
+        case .readSettings:
+            Task { feed(.settings(await authorizer.notificationSettings())) }
+        case .requestAuthorization(let options):
+            Task { feed(.prompted(granted: (try? await authorizer.requestAuthorization(options: options)) == true)) }
+        case .askForToken:
+            Task {
+                await tokenSource.register()
+                feed(.tokenAsked)
+            }
+        case .waitForToken(let attempt):
+            tokenTimer?.cancel()
+            tokenTimer = Task { [clock = api.clock, timeout = options.tokenTimeout] in
+                await tokenSource.register()
+                guard (try? await clock.sleep(for: timeout)) != nil else { return }
+                feed(.tokenTimedOut(attempt: attempt))
+            }
+        case .stopWaitingForToken:
+            tokenTimer?.cancel()
+            tokenTimer = nil
+        case .pause(let attempt, let seconds):
+            retryPause?.cancel()
+            retryPause = Task { [clock = api.clock] in
+                guard (try? await clock.sleep(for: seconds)) != nil else { return }
+                feed(.paused(attempt: attempt))
+            }
+        case .stopPausing:
+            retryPause?.cancel()
+            retryPause = nil
+        case .register(let token, let settings):
+            let apns = options.platform == .apns
+            let registration = DeviceRegistration(
+                platform: options.platform, token: token, environment: apns ? options.environment : nil,
+                topic: apns ? options.topic : nil, authorization: settings.authorizationStatus,
+                settings: settings.pushSettings, locale: options.locale, appVersion: options.appVersion,
+                app: options.app)
+            Task {
+                do throws(BelfryClientError) {
+                    let device = try await api.send("POST", "v1/me/devices", body: registration, idempotent: true)
+                        .decode(DeviceRecord.self)
+                    feed(.registered(deviceID: device.id, at: api.clock.now()))
+                } catch {
+                    feed(.registrationFailed(error))
                 }
-                phase = .denied
-                return
             }
-            if record.authorization != status || record.settings != settings.pushSettings {
-                // The server learns every change, so it sends nothing, quietly, or in full.
-                await register(token: latestToken ?? record.token, settings: settings)
+        case .remove(let device):
+            Task {
+                do throws(BelfryClientError) {
+                    try await remove(device, using: api)
+                    feed(.removed(nil))
+                } catch {
+                    feed(.removed(error))
+                }
             }
-            if self.record != nil {
-                phase = Self.phase(subscribedWith: status)
-                // At each launch and foreground, ask the OS for the token again: it may have
-                // changed (a restore, a reinstall), and a new one replaces the old on the server
-                // when it arrives (`tokenArrived`).
-                if status.allowsDelivery { await tokenSource.register() }
-            }
-            return
-        }
-        if status == .denied {
-            // Nothing to migrate: the permission an earlier version's flag stood for is gone.
+        case .removeInBackground(let device):
+            guard let farewell else { return }
+            removals.append(Task { try? await self.remove(device, using: farewell) })
+        case .save(let record):
+            store.set(record.flatMap { try? BelfryAPI.encoder.encode($0) }, forKey: Self.storeKey)
+        case .clearLegacyFlag:
             options.legacyFlag?.clear()
-            wantsOn = false
-            phase = .denied
-            return
-        }
-        if wantsOn || (options.followsSystemPermission && status.allowsDelivery) {
-            // Asked for earlier (a failed attempt, an earlier version's flag), or permission
-            // granted in Settings: subscribe without asking.
-            await subscribe(asking: false)
-            return
-        }
-        if case .failed = phase { return }
-        phase = .off
-    }
-
-    private func subscribe(asking: Bool) async {
-        let session = self.session
-        var settings = await authorizer.notificationSettings()
-        if asking, settings.authorizationStatus == .notDetermined {
-            phase = .requestingPermission
-            _ = try? await authorizer.requestAuthorization(options: options.authorizationOptions)
-            guard session == self.session else { return }
-            settings = await authorizer.notificationSettings()
-        } else if asking, settings.authorizationStatus == .provisional {
-            // Seed 003: turning push on is the moment to ask for more than quiet delivery. If the
-            // user lets the prompt pass, the provisional authorization still delivers quietly.
-            await requestFullAuthorization()
-            guard session == self.session else { return }
-            if record != nil {
-                // Already registered quietly: the server learns the answer, whatever it is.
-                await reconcile()
-                return
-            }
-            settings = await authorizer.notificationSettings()
-        }
-        systemSettings = settings
-        guard settings.authorizationStatus.allowsDelivery else {
-            wantsOn = false
-            options.legacyFlag?.clear()
-            phase = Self.phase(unsubscribedWith: settings.authorizationStatus)
-            return
-        }
-        guard let token = await waitForToken(session: session) else {
-            guard session == self.session else { return }
-            phase = .failed(
-                BelfryClientError(
-                    code: .pushTokenUnavailable,
-                    message: "the system gave no device token; check the network connection and try again"))
-            return
-        }
-        await register(token: token, settings: settings)
-    }
-
-    /// Registers (or updates) the device, and saves the record once the server confirmed it.
-    private func register(token: String, settings: NotificationSettings) async {
-        guard let user else { return }
-        let session = self.session
-        let replaced = record
-        phase = .registering
-        let apns = options.platform == .apns
-        let registration = DeviceRegistration(
-            platform: options.platform, token: token, environment: apns ? options.environment : nil,
-            topic: apns ? options.topic : nil, authorization: settings.authorizationStatus,
-            settings: settings.pushSettings, locale: options.locale, appVersion: options.appVersion, app: options.app)
-        let device: DeviceRecord
-        do throws(BelfryClientError) {
-            device = try await api.send("POST", "v1/me/devices", body: registration, idempotent: true)
-                .decode(DeviceRecord.self)
-        } catch {
-            guard session == self.session else { return }
-            if let replaced {
-                // An update that failed: the subscription stands; the next recheck tries again.
-                phase = Self.phase(subscribedWith: replaced.authorization)
-            } else {
-                phase = .failed(error)
-            }
-            return
-        }
-        guard session == self.session else {
-            // Signed out meanwhile: the device must not stay registered for the old user.
-            if let farewell {
-                removals.append(Task { try? await self.remove(device.id, using: farewell) })
-            }
-            return
-        }
-        record = PushSubscriptionRecord(
-            token: token, deviceID: device.id, user: user, topic: options.topic, environment: options.environment,
-            tenants: tenants, authorization: settings.authorizationStatus, settings: settings.pushSettings,
-            confirmedAt: api.clock.now())
-        saveRecord()
-        options.legacyFlag?.clear()
-        wantsOn = false
-        phase = Self.phase(subscribedWith: settings.authorizationStatus)
-        if let replaced, replaced.deviceID != device.id {
-            // A new token is a new device: the old one would only collect failures.
-            try? await remove(replaced.deviceID, using: api)
+        case .finished(let failure):
+            let caller = finishing
+            finishing = nil
+            caller?.resume(returning: failure)
         }
     }
 
@@ -472,106 +387,18 @@ public final class PushRegistration {
             "DELETE", "v1/me/devices/\(device.uuidString)", idempotent: true, accepting: [404])
     }
 
-    // MARK: The device token
-
+    /// A token from the OS: a subscribe waiting for one takes it at once; then, in turn, a
+    /// changed token replaces the device's, and a late one completes a subscribe that gave up.
     private func tokenArrived(_ token: String) async {
-        latestToken = token
-        // A subscribe waiting for a token takes it here.
-        resolveTokenWaiter(token)
+        feed(.tokenArrived(token))
         guard user != nil else { return }
-        await run {
-            guard self.user != nil, self.latestToken == token else { return }
-            if let record = self.record, record.token != token {
-                // Seed 000: resubscribe when the OS changes the token.
-                await self.register(token: token, settings: self.systemSettings ?? Self.knownSettings(record))
-            } else if self.record == nil, self.wantsOn, case .failed = self.phase {
-                // The token came late, after subscribing gave up: finish what the user asked for.
-                await self.subscribe(asking: false)
-            }
-        }
+        await run(.tokenFollowUp(token))
     }
-
-    /// Provisional authorization: granted without a prompt, so it can be asked for at launch.
-    private func requestProvisional() async {
-        guard await authorizer.notificationSettings().authorizationStatus == .notDetermined else { return }
-        let options = options.authorizationOptions.union(.provisional)
-        if (try? await authorizer.requestAuthorization(options: options)) == true {
-            // The trial needs the device at the server, or nothing can arrive quietly.
-            wantsOn = true
-        }
-    }
-
-    /// Asks for the options without `provisional`: the OS prompts for alerts, sounds and badges.
-    private func requestFullAuthorization() async {
-        phase = .requestingPermission
-        _ = try? await authorizer.requestAuthorization(options: options.authorizationOptions.subtracting(.provisional))
-    }
-
-    /// Asks the OS for a token and waits, again after each retry delay, until one comes.
-    private func waitForToken(session: Int) async -> String? {
-        for attempt in 0...options.tokenRetryDelays.count {
-            if attempt > 0 {
-                let pause = Task { [clock = api.clock, delay = options.tokenRetryDelays[attempt - 1]] in
-                    try await clock.sleep(for: delay)
-                }
-                retryPause = pause
-                guard (try? await pause.value) != nil else { return nil }
-            }
-            guard session == self.session else { return nil }
-            if let latestToken { return latestToken }
-            phase = .waitingForToken(attempt: attempt + 1)
-            await tokenSource.register()
-            if let token = await nextToken(within: options.tokenTimeout) { return token }
-            guard session == self.session else { return nil }
-        }
-        return nil
-    }
-
-    private func nextToken(within timeout: TimeInterval) async -> String? {
-        if let latestToken { return latestToken }
-        return await withCheckedContinuation { continuation in
-            let clock = api.clock
-            let timeout = Task { [weak self] in
-                guard (try? await clock.sleep(for: timeout)) != nil else { return }
-                self?.resolveTokenWaiter(nil)
-            }
-            tokenWaiter = (continuation, timeout)
-        }
-    }
-
-    private func resolveTokenWaiter(_ token: String?) {
-        guard let waiter = tokenWaiter else { return }
-        tokenWaiter = nil
-        waiter.timeout.cancel()
-        waiter.continuation.resume(returning: token)
-    }
-
-    /// Where a device the server has stands, given the OS permission.
-    private static func phase(subscribedWith status: PushAuthorization) -> Phase {
-        status.allowsDelivery ? .on : phase(unsubscribedWith: status)
-    }
-
-    /// Where the toggle rests without a subscription: denied needs the system's Settings.
-    private static func phase(unsubscribedWith status: PushAuthorization?) -> Phase {
-        status == .denied ? .denied : .off
-    }
-
-    private static func knownSettings(_ record: PushSubscriptionRecord) -> NotificationSettings {
-        NotificationSettings(
-            authorizationStatus: record.authorization, alertSetting: record.settings.alert,
-            soundSetting: record.settings.sound, badgeSetting: record.settings.badge)
-    }
-
-    // MARK: The persisted record
 
     private func loadRecord() -> PushSubscriptionRecord? {
         store.data(forKey: Self.storeKey).flatMap {
             try? BelfryAPI.decoder.decode(PushSubscriptionRecord.self, from: $0)
         }
-    }
-
-    private func saveRecord() {
-        store.set(record.flatMap { try? BelfryAPI.encoder.encode($0) }, forKey: Self.storeKey)
     }
 }
 
