@@ -7,8 +7,8 @@ import Vapor
 
 /// The server's configuration and the few things its parts share (the database, the clock,
 /// the streams' hub, the wake signals), built once by `configure` and kept on the application.
-/// Stores and services do not hold it: each takes what it uses in its `init`, and the
-/// extensions named after them (`inboxStore`, `fanout`, `eventIntake`, …) build them from it.
+/// Stores and services do not hold it: each takes what it uses in its `init`, and
+/// ``BelfryServices``, the composition root, builds each of them once from it.
 struct BelfryContext: Sendable {
     let settings: ServerConfiguration
     let database: BelfryDatabase

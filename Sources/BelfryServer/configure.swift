@@ -37,6 +37,9 @@ public struct ConfigureOptions: Sendable {
     public var runWorkers: Bool
     /// Looks up push services' host names (the system's resolver; a table in tests).
     var resolver: HostResolver = .system
+    /// How the background services wait: real sleeps, or a test's clock, so that workers run in
+    /// process and a test moves their time.
+    package var clock: any ServiceClock = ServerClock()
     /// Make (and report) a development API key when none is configured or stored: `belfry
     /// serve` does; the other commands never make a credential.
     public var createsDevelopmentKey = true
@@ -156,6 +159,8 @@ public func configure(
     }
     let db: @Sendable () -> any Database = { [unowned app] in app.db }
     let context = app.belfry
+    let services = BelfryServices(context)
+    app.belfryServices = services
     let monitor = databaseMonitor(app, database: database)
     app.databaseMonitor = monitor
     let queue = DeliveryQueue(
@@ -165,7 +170,7 @@ public func configure(
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
         signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
         onStorageFailure: monitor.noteFailure,
-        statusEvents: settings.statusEndpoints.isEmpty ? nil : context.statusEvents)
+        statusEvents: settings.statusEndpoints.isEmpty ? nil : services.statusEvents, devices: services.devices)
     app.deliveryQueue = queue
     if !settings.statusEndpoints.isEmpty {
         app.statusEventSender = StatusEventSender(
@@ -176,12 +181,12 @@ public func configure(
     }
     let statusSender = app.statusEventSender
     if options.runWorkers {
-        let clock = ServerClock()
-        let fanout = context.fanout
-        let retention = context.inboxRetention
-        let audit = context.auditLog
+        let clock = options.clock
+        let fanout = services.fanout
+        let retention = services.inboxRetention
+        let audit = services.auditLog
         let retentionDays = settings.retentionDays
-        let consoleData = context.consoleData
+        let consoleData = services.consoleData
         let logger = app.logger
         // On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
         // server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
@@ -261,18 +266,28 @@ public func configure(
     app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
     app.middleware.use(QueryCheckMiddleware())
     app.middleware.use(RateLimitMiddleware())
-    try app.register(collection: OperationsController())
-    try app.register(collection: UsersController())
-    try app.register(collection: PreferencesController())
-    try app.register(collection: EventsController())
-    try app.register(collection: MessagesController())
-    try app.register(collection: TopicsController())
+    try app.register(collection: OperationsController(auditLog: services.auditLog))
+    try app.register(collection: UsersController(auditLog: services.auditLog))
+    try app.register(
+        collection: PreferencesController(
+            preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
+    try app.register(
+        collection: EventsController(eventIntake: services.eventIntake, eventStatuses: services.eventStatuses))
+    try app.register(collection: MessagesController(messageLog: services.messageLog))
+    try app.register(collection: TopicsController(topics: services.topics))
     try app.register(collection: QuietHoursController())
-    try app.register(collection: InboxController())
-    try app.register(collection: DevicesController())
-    try app.register(collection: WebController())
-    try app.register(collection: UnsubscribeController())
-    try app.register(collection: ConsoleController())
+    try app.register(collection: InboxController(inboxChanges: services.inboxChanges, inboxStore: services.inboxStore))
+    try app.register(collection: DevicesController(auditLog: services.auditLog, devices: services.devices))
+    try app.register(
+        collection: WebController(
+            inboxChanges: services.inboxChanges, inboxStore: services.inboxStore,
+            preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
+    try app.register(collection: UnsubscribeController(preferenceChanges: services.preferenceChanges))
+    try app.register(
+        collection: ConsoleController(
+            auditLog: services.auditLog, consoleData: services.consoleData, deadLetters: services.deadLetters,
+            devices: services.devices, eventIntake: services.eventIntake, eventStatuses: services.eventStatuses,
+            preferenceStore: services.preferenceStore))
 
     return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
@@ -283,11 +298,12 @@ private func deliveryProviders(
     database: @escaping @Sendable () -> any Database
 ) throws -> [ChannelKind: any DeliveryProvider] {
     let context = app.belfry
+    let services = app.belfryServices
     var providers: [ChannelKind: any DeliveryProvider] = [
         .inbox: InboxProvider { event, user in
             // The item is stored already: telling the streams is worth a few seconds, no more.
             _ = try? await withDeadline(5, "telling the streams") {
-                await context.inboxEvents.becameAvailable(event: event, user: user, on: database())
+                await services.inboxEvents.becameAvailable(event: event, user: user, on: database())
             }
         }
     ]

@@ -63,7 +63,7 @@ struct APNsChannelTests {
             let probing = DeliveryQueue(
                 database: worker.database, storage: worker.storage, workspace: worker.workspace,
                 providers: [.apns: probe], metrics: worker.metrics, now: worker.now, jitter: worker.jitter,
-                logger: worker.logger)
+                logger: worker.logger, devices: app.belfryServices.devices)
             _ = try await InboxAPITests.notify(app, ["ada"], title: "On the loop", category: "reverted")
             while try await probing.runOnce() > 0 {}
             #expect(server.received.map(\.status) == [200])
@@ -104,7 +104,7 @@ struct APNsChannelTests {
                 data: ["revision": .number(42)], ttlSeconds: 3600)
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let worker = try #require(app.deliveryQueue)
             while try await worker.runOnce() > 0 {}
 
@@ -160,7 +160,7 @@ struct APNsChannelTests {
             _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
             // The same category without the event's flag: an alert, as before.
             _ = try await InboxAPITests.notify(app, ["ada"], title: "Another revert", category: "reverted")
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             while try await app.deliveryQueue!.runOnce() > 0 {}
             #expect(server.received.count == 2)
             let background = try #require(server.received.first { $0.headers["apns-push-type"] == "background" })
@@ -362,7 +362,7 @@ extension APNsChannelTests {
             let event = EventRequest(
                 category: "reverted", recipients: users, content: .init(title: "Edit reverted", body: "Undone"))
             _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             // Only the pushes are due, so that the count is theirs.
             try await app.db.sql.raw("UPDATE deliveries SET status = 'sent' WHERE channel <> 'ios_push'").run()
 

@@ -52,7 +52,7 @@ struct BatchesTests {
         let clock = TestClock()
         try await withBelfry(database, workspace: Self.workspace, clock: clock, webhook: receiver.webhook) { app in
             let ada = try await app.userToken("ada")
-            let fanout = app.belfry.fanout
+            let fanout = app.belfryServices.fanout
             var events: [UUID] = []
             for (index, page) in ["Bell", "Bell", "Tower", "Bell"].enumerated() {
                 events.append(
@@ -155,9 +155,9 @@ struct BatchesTests {
                     _ = try await Self.send(app, "thanks", to: ["olga", "ada"], title: "Спасибо", page: page)
                 }
             }
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             clock.advance(by: 600)
-            while try await app.belfry.fanout.closeDueBatches(on: app.db) {}
+            while try await app.belfryServices.fanout.closeDueBatches(on: app.db) {}
             let olga = try await InboxAPITests.page(app, try await app.userToken("olga")).notifications
             #expect(
                 Set(olga.map(\.title)) == ["1 благодарность", "5 благодарностей", "21 благодарность"],
@@ -186,9 +186,9 @@ struct BatchesTests {
                     data: ["page": .string("Колокол"), "actor": .string(actor)])
                 #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
             }
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             clock.advance(by: 600)
-            while try await app.belfry.fanout.closeDueBatches(on: app.db) {}
+            while try await app.belfryServices.fanout.closeDueBatches(on: app.db) {}
             let olga = try #require(
                 try await InboxAPITests.page(app, try await app.userToken("olga")).notifications.first?.batch)
             #expect(olga.items.map(\.title) == Array(repeating: "Спасибо за правку на странице Колокол", count: 2))
@@ -208,12 +208,12 @@ struct BatchesTests {
             _ = try await app.putUser("bob", UserUpsert(timeZone: "America/New_York"))
             for title in ["Bell tower edited", "Bell rope edited", "Nave edited"] {
                 _ = try await Self.send(app, "digest", to: ["ada", "bob"], title: title)
-                while try await app.belfry.fanout.processBatch(on: app.db) {}
+                while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             }
             clock.advance(by: 2 * 3600 - 1)  // 08:59:59 in Berlin
-            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db) == false)
+            #expect(try await app.belfryServices.fanout.closeDueBatches(on: app.db) == false)
             clock.advance(by: 1)
-            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            #expect(try await app.belfryServices.fanout.closeDueBatches(on: app.db))
             let ada = try await app.userToken("ada")
             let bob = try await app.userToken("bob")
             let adaDigest = try #require(try await InboxAPITests.page(app, ada).notifications.first)
@@ -221,7 +221,7 @@ struct BatchesTests {
             #expect(adaDigest.body == "Bell tower edited and 2 more")
             #expect(try await InboxAPITests.page(app, bob).notifications.isEmpty, "01:00 in New York")
             clock.advance(by: 6 * 3600)  // 09:00 in New York
-            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            #expect(try await app.belfryServices.fanout.closeDueBatches(on: app.db))
             #expect(
                 try await InboxAPITests.page(app, try await app.userToken("bob")).notifications.first?.batch?.count == 3
             )
@@ -235,7 +235,7 @@ struct BatchesTests {
             for index in 0..<24 {
                 _ = try await Self.send(app, "thanks", to: ["ada"], title: "Thanks \(index)", page: "Bell")
             }
-            let fanout = app.belfry.fanout
+            let fanout = app.belfryServices.fanout
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
                     group.addTask { while try await fanout.processBatch(on: app.db) {} }

@@ -27,7 +27,7 @@ struct ConsoleTests {
         let clock = TestClock()
         try await withBelfry(database, clock: clock, jitter: 0.5, webhook: receiver.webhook) { app in
             let worker = try #require(app.deliveryQueue)
-            let console = app.belfry.consoleData
+            let console = app.belfryServices.consoleData
             let event = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
             try await console.sampleQueueDepth(on: app.db)
             let queued = try await console.overview(on: app.db)
@@ -65,7 +65,7 @@ struct ConsoleTests {
             // The overview reads its events' statuses together; each is what the event's own
             // status says, and an unknown id is left out.
             let second = try await DeliveryQueueTests.trigger(app, to: ["carol"])
-            let intake = app.belfry.eventStatuses
+            let intake = app.belfryServices.eventStatuses
             let together = try await intake.statuses(of: [event, second, UUID()], on: app.db)
             #expect(Set(together.keys) == [event, second])
             #expect(together[event] == (try await intake.status(of: event, on: app.db)))
@@ -160,7 +160,7 @@ struct ConsoleTests {
             // No webhook provider here: the webhook deliveries fail for good at their first attempt.
             let event = try await DeliveryQueueTests.trigger(app, to: ["ada", "bob"])
             try await #require(app.deliveryQueue).runOnce()
-            let webhooks = try await app.belfry.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
+            let webhooks = try await app.belfryServices.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
             #expect(webhooks.map(\.status) == [.failed, .failed])
             let (first, second) = (webhooks[0], webhooks[1])
             try await app.db.sql.update("deliveries").set("last_error", to: "no_authorized_device")
@@ -184,7 +184,7 @@ struct ConsoleTests {
             #expect(retried.status == .seeOther)
             #expect(
                 retried.headers.first(name: .location) == "/admin/events/\(event.uuidString.lowercased())?retried=1")
-            let after = try await app.belfry.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
+            let after = try await app.belfryServices.deadLetters.list(channel: "webhook", limit: 10, on: app.db)
             #expect(after.map(\.id) == [second.id], "the other row is untouched")
             #expect(
                 try await app.send(.POST, path, rawBody: "_csrf=\(csrf)", headers: Self.form(session)).status
@@ -214,7 +214,7 @@ struct ConsoleTests {
             for number in 0..<60 {
                 ids.insert(try await InboxAPITests.notify(app, ["ada"], title: "T\(number)", category: "reverted"))
             }
-            let query = app.belfry.eventStatuses
+            let query = app.belfryServices.eventStatuses
             var seen: [UUID] = []
             var before: UUID?
             repeat {
@@ -232,8 +232,9 @@ struct ConsoleTests {
             var older: UUID?
             repeat {
                 let detail = try #require(
-                    try await app.belfry.consoleData.user(
-                        "ada", before: older, preferences: app.belfry.preferenceStore, devices: app.belfry.deviceStore,
+                    try await app.belfryServices.consoleData.user(
+                        "ada", before: older, preferences: app.belfryServices.preferenceStore,
+                        devices: app.belfryServices.devices,
                         on: app.db))
                 messages += detail.messages.map(\.id)
                 older = detail.older

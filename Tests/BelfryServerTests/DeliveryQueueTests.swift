@@ -64,7 +64,7 @@ struct DeliveryQueueTests {
             data: ["ip": .string("192.0.2.1")])
         let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
             .eventID
-        while try await app.belfry.fanout.processBatch(on: app.db) {}
+        while try await app.belfryServices.fanout.processBatch(on: app.db) {}
         return id
     }
 
@@ -261,13 +261,43 @@ struct DeliveryQueueTests {
             let survivor = DeliveryQueue(
                 database: { app.db }, storage: crashed.storage, workspace: crashed.workspace,
                 providers: crashed.providers, metrics: crashed.metrics, now: crashed.now, jitter: crashed.jitter,
-                logger: app.logger)
+                logger: app.logger, devices: app.belfryServices.devices)
             #expect(try await survivor.runOnce() == 0, "the lease still holds")
             clock.advance(by: 121)
             #expect(try await survivor.runOnce() == 2)
             let entries = try receiver.entries()
             #expect(entries.count == 1)
             if case .object(let body) = entries.first?.body { #expect(body["attempt"] == .number(2)) }
+        }
+    }
+
+    @Test("the workers run in process on the test's clock: an event now arrives, one due later waits for the clock")
+    func workersOnTheTestClock() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        let clock = TestClock()
+        try await withBelfry(.sqlite, clock: clock, webhook: receiver.webhook, runWorkers: true) { app in
+            try await app.asyncBoot()
+            // Woken by their signals: fan-out, then the queue, with no clock moved.
+            _ = try await Self.trigger(app)
+            func arrived(_ count: Int) async throws -> Bool {
+                for _ in 0..<200 {
+                    if try receiver.entries().count >= count { return true }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                return false
+            }
+            #expect(try await arrived(1), "the first event's webhook")
+
+            let later = EventRequest(
+                category: "login-fail", recipients: ["ada"], content: .init(title: "Later", body: "In ten minutes"),
+                schedule: .init(delaySeconds: 600))
+            #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: later).status == .accepted)
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(try receiver.entries().count == 1, "not due on the test's clock")
+            clock.advance(by: 601)
+            #expect(try await arrived(2), "the later event's webhook, once the clock moved")
+            #expect(try receiver.entries().count == 2)
         }
     }
 

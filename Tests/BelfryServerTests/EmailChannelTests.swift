@@ -124,7 +124,7 @@ struct EmailChannelTests {
             data: ["page": .string("Glocke")])
         let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
             .eventID
-        while try await app.belfry.fanout.processBatch(on: app.db) {}
+        while try await app.belfryServices.fanout.processBatch(on: app.db) {}
         let queue = try #require(app.deliveryQueue)
         while try await queue.runOnce() > 0 {}
         return id
@@ -207,7 +207,7 @@ struct EmailChannelTests {
                 category: "reply", recipients: ["amal", "ada"], tenant: "dewiki",
                 data: ["actor": .string("Linus"), "page": .string("Glocke")])
             #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let queue = try #require(app.deliveryQueue)
             while try await queue.runOnce() > 0 {}
             let mails = Dictionary(uniqueKeysWithValues: try server.received().map { ($0.rcpt_tos[0], $0) })

@@ -23,7 +23,7 @@ struct EventsAPITests {
 
     /// Runs fan-out batches until none is due.
     static func fanOut(_ app: Application) async throws {
-        while try await app.belfry.fanout.processBatch(on: app.db) {}
+        while try await app.belfryServices.fanout.processBatch(on: app.db) {}
     }
 
     static func status(_ app: Application, _ id: UUID) async throws -> EventStatus {
@@ -204,7 +204,7 @@ struct EventsAPITests {
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: recipients))
                 .decode(EventAccepted.self).eventID
             var batches = 0
-            while try await app.belfry.fanout.processBatch(on: app.db) { batches += 1 }
+            while try await app.belfryServices.fanout.processBatch(on: app.db) { batches += 1 }
             #expect(batches == 3)
             let status = try await Self.status(app, id)
             #expect(status.notifications == 1_234)

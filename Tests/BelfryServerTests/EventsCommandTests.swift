@@ -24,7 +24,7 @@ struct EventsCommandTests {
         ) { app, _ in
             let worker = try #require(app.deliveryQueue)
             let dead = try await DeliveryQueueTests.trigger(app)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             for _ in 0..<12 {
                 try await worker.runOnce()
                 clock.advance(by: 3600)
@@ -35,7 +35,7 @@ struct EventsCommandTests {
                 .POST, "/v1/events", bearer: testAPIKey,
                 json: EventRequest(category: "mention", recipients: ["bob"], content: .init(title: "M", body: "b"))
             ).decode(EventAccepted.self).eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             return (dead, fine)
         }
         failing.stop()

@@ -71,7 +71,7 @@ struct FCMChannelTests {
                 data: ["revision": .number(42)], ttlSeconds: 3600)
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             try await Self.deliver(app)
 
             let received = server.received
@@ -321,7 +321,7 @@ struct FCMChannelTests {
                 category: "reverted", recipients: ["ada"], content: .init(title: "Edit reverted", body: "b"),
                 push: .init(contentAvailable: true))
             _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             try await Self.deliver(app)
             let message = try #require(server.received.first?.message)
             #expect(message["notification"] == nil)

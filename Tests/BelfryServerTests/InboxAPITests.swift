@@ -20,7 +20,7 @@ struct InboxAPITests {
             data: ["n": .string(title)], schedule: schedule)
         let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
             .eventID
-        while try await app.belfry.fanout.processBatch(on: app.db) {}
+        while try await app.belfryServices.fanout.processBatch(on: app.db) {}
         return id
     }
 
@@ -144,7 +144,7 @@ struct InboxAPITests {
             #expect(try await Self.page(app, ada, "?category=edit-thank").notifications.map(\.title) == ["thanks"])
             #expect(try await Self.page(app, ada, "?tenant=commons").notifications.map(\.title) == ["thanks"])
             clock.advance(by: 600)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             #expect(try await Self.page(app, ada).notifications.map(\.title).first == "later", "due now")
 
             for query in ["?limit=0", "?limit=101", "?limit=ten", "?status=new", "?cursor=nonsense"] {
@@ -216,9 +216,9 @@ struct InboxAPITests {
                     try await app.send(.POST, "/v1/me/notifications/\(item.id)/\(action)", bearer: ada).status == .ok)
             }
             clock.advance(by: 89 * 86_400)
-            #expect(try await app.belfry.inboxRetention.purge(on: app.db) == 0, "not old enough yet")
+            #expect(try await app.belfryServices.inboxRetention.purge(on: app.db) == 0, "not old enough yet")
             clock.advance(by: 2 * 86_400)
-            #expect(try await app.belfry.inboxRetention.purge(on: app.db) == 2)
+            #expect(try await app.belfryServices.inboxRetention.purge(on: app.db) == 2)
             let later = try await app.userToken("ada")
             #expect(try await Self.page(app, later, "?status=all").notifications.map(\.title) == ["unread"])
             #expect(try await Self.page(app, later, "?status=archived").notifications.isEmpty)

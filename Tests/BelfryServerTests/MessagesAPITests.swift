@@ -26,7 +26,7 @@ struct MessagesAPITests {
                     content: .init(title: "T\(index)", body: "b"))
                 #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
             }
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let worker = try #require(app.deliveryQueue)
             while try await worker.runOnce() > 0 {}
 

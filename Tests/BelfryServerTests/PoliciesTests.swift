@@ -31,7 +31,7 @@ struct PoliciesTests {
             .POST, "/v1/events", bearer: testAPIKey,
             json: EventRequest(category: category, recipients: users, content: .init(title: "T", body: "B"))
         ).decode(EventAccepted.self).eventID
-        while try await app.belfry.fanout.processBatch(on: app.db) {}
+        while try await app.belfryServices.fanout.processBatch(on: app.db) {}
         return id
     }
 
@@ -75,7 +75,7 @@ struct PoliciesTests {
                 events.append(id)
             }
             // Four workers, each with its own connections, as four instances would be.
-            let fanout = app.belfry.fanout
+            let fanout = app.belfryServices.fanout
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
                     group.addTask { while try await fanout.processBatch(on: app.db) {} }

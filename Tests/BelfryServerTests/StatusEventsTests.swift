@@ -211,7 +211,7 @@ struct StatusEventsTests {
             // The digest: two events, then its window ends.
             for _ in 0..<2 { _ = try await PoliciesTests.send(app, "digest", to: ["ada"]) }
             clock.advance(by: 61)
-            #expect(try await app.belfry.fanout.closeDueBatches(on: app.db))
+            #expect(try await app.belfryServices.fanout.closeDueBatches(on: app.db))
             // The link in an email: edit-user-talk's emails off on enwiki.
             let userID = try #require(try await UserModel.query(on: app.db).filter(\.$externalID == "ada").first()?.id)
             let link = try app.belfry.webSigner.sign(
@@ -340,7 +340,7 @@ struct StatusEventsTests {
                 category: "edit-thank", recipients: ["ada"], content: .init(title: "Thanks", body: "For the edit"),
                 schedule: .init(calendar: CalendarRule(hour: (hour + 1) % 24, minute: 0)))
             #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let queue = try #require(app.deliveryQueue)
             while try await queue.runOnce() > 0 {}
             #expect(try await Self.rows(app).filter { $0.type == "message.sent" && $0.status == "queued" }.count == 0)

@@ -235,7 +235,7 @@ struct TemplatesTests {
             let accepted = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event)
             #expect(accepted.status == .accepted, "\(accepted.body.string)")
             let id = try accepted.decode(EventAccepted.self).eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let queue = try #require(app.deliveryQueue)
             while try await queue.runOnce() > 0 {}
 
@@ -322,7 +322,7 @@ struct TemplatesTests {
                 content: .init(title: "Eigener Titel"),
                 data: ["reviewer": .string("Ada"), "page": .string("Glocke"), "count": .number(1)])
             #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).status == .accepted)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let item = try #require(
                 try await InboxAPITests.page(app, try await app.userToken("jonas")).notifications.first)
             #expect(item.title == "Eigener Titel", "the event's own title stands for every language")

@@ -146,7 +146,7 @@ struct TopicsTests {
                 content: .init(title: "Bell tower edited", body: "by watcher-4242"))
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let status = try await APNsChannelTests.status(app, id)
             #expect(status.state == .done)
             #expect(status.notifications == 19_998)
@@ -169,7 +169,7 @@ struct TopicsTests {
                 content: .init(title: "T", body: "B"))
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let status = try await APNsChannelTests.status(app, id)
             #expect(status.recipients == 2)
             #expect(status.notifications == 2)

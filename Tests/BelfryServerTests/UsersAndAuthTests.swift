@@ -128,7 +128,7 @@ struct UsersAndAuthTests {
                 json: EventRequest(
                     category: "new-activity-digest", recipients: ["ada", "bob"],
                     content: .init(title: "Bell", body: "b")))
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
 
             // Both follow a topic.
             #expect(
@@ -178,7 +178,7 @@ struct UsersAndAuthTests {
 
             // The pending event reaches bob alone, and does not bring ada back.
             clock.advance(by: 3601)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             let status = try await app.send(.GET, "/v1/events/\(pending)", bearer: testAPIKey).decode(EventStatus.self)
             #expect(status.state == .done)
             #expect(status.notifications == 1)

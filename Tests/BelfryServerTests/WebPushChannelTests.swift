@@ -73,7 +73,7 @@ struct WebPushChannelTests {
                 data: ["revision": .number(42)], ttlSeconds: 600)
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
                 .eventID
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             try await #require(app.deliveryQueue).runOnce()
 
             let received = try #require(endpoint.received.first)
@@ -108,7 +108,7 @@ struct WebPushChannelTests {
                 category: "reverted", recipients: ["ada"], content: .init(title: "Edit reverted", body: "b"),
                 push: .init(contentAvailable: true))
             _ = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: event).decode(EventAccepted.self)
-            while try await app.belfry.fanout.processBatch(on: app.db) {}
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {}
             try await #require(app.deliveryQueue).runOnce()
             let received = try #require(endpoint.received.first)
             #expect(received.status == 201)

@@ -254,7 +254,7 @@ struct ServeCommand: AsyncParsableCommand {
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port
             let fingerprint = settings.fingerprint(workspace: app.belfry.workspaceFingerprint)
-            try await app.belfry.auditLog.record(
+            try await app.belfryServices.auditLog.record(
                 .serverStarted, by: "server", subject: "\(settings.hostname):\(port)",
                 detail: "configuration \(fingerprint), workspace \(app.belfry.workspaceFingerprint)"
                     + ", workers \(noWorkers ? "off" : "on")", on: app.db)

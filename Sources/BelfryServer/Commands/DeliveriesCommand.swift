@@ -44,7 +44,7 @@ struct DeliveriesCommand: AsyncParsableCommand {
             let (channel, limit, window) = (channel, limit, since.flatMap(LinkCommand.seconds))
             let ended = try await withStorage(storage, failures: []) { app in
                 let since = window.map { app.belfry.now().addingTimeInterval(-TimeInterval($0)) }
-                return try await app.belfry.deadLetters.list(
+                return try await app.belfryServices.deadLetters.list(
                     statuses: statuses, channel: channel, since: since, limit: limit, on: app.db)
             }
             output.say(
@@ -84,7 +84,7 @@ struct DeliveriesCommand: AsyncParsableCommand {
         func run() async throws {
             let (ids, channel) = (ids.compactMap(UUID.init(uuidString:)), channel)
             let (queued, unknown) = try await withStorage(storage, failures: []) { app -> (Int, [UUID]) in
-                let letters = app.belfry.deadLetters
+                let letters = app.belfryServices.deadLetters
                 var queued = 0
                 var unknown: [UUID] = []
                 if let channel {
@@ -95,7 +95,7 @@ struct DeliveriesCommand: AsyncParsableCommand {
                     }
                 }
                 if queued > 0 {
-                    try await app.belfry.auditLog.record(
+                    try await app.belfryServices.auditLog.record(
                         .deliveriesRetried, by: "cli", subject: channel.map { "channel:\($0)" },
                         detail: "\(queued) queued", on: app.db)
                 }

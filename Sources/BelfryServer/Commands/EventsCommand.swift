@@ -34,7 +34,7 @@ struct EventsCommand: AsyncParsableCommand {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let wanted = state.flatMap(EventStatus.FanoutState.init(rawValue:))
             let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await app.belfry.eventStatuses.recent(state: wanted, limit: limit, on: app.db)
+                try await app.belfryServices.eventStatuses.recent(state: wanted, limit: limit, on: app.db)
             }
             output.say(
                 events.map { event in
@@ -62,7 +62,7 @@ struct EventsCommand: AsyncParsableCommand {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let event = UUID(uuidString: id)!  // checked in validate()
             return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                guard try await app.belfry.eventStatuses.exists(event, on: app.db) else {
+                guard try await app.belfryServices.eventStatuses.exists(event, on: app.db) else {
                     throw CommandFailure("no event \(id)")
                 }
                 return try await body(app, event)
@@ -79,7 +79,7 @@ struct EventsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let status = try await target.run { app, event in
-                try await app.belfry.eventStatuses.status(of: event, on: app.db)
+                try await app.belfryServices.eventStatuses.status(of: event, on: app.db)
             }
             try sayJSON(status, compact: output.json)
         }
@@ -93,8 +93,8 @@ struct EventsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let queued = try await target.run { app, event in
-                let queued = try await app.belfry.deadLetters.retry(event: event, on: app.db)
-                try await app.belfry.auditLog.record(
+                let queued = try await app.belfryServices.deadLetters.retry(event: event, on: app.db)
+                try await app.belfryServices.auditLog.record(
                     .deliveriesRetried, by: "cli", subject: event.uuidString.lowercased(), detail: "\(queued) queued",
                     on: app.db)
                 return queued

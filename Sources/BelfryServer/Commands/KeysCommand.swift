@@ -36,7 +36,7 @@ struct KeysCommand: AsyncParsableCommand {
             let (name, scope) = (name, KeyScope(rawValue: scope) ?? .read)
             let created = try await withKeys(storage) { app in
                 let created = try await app.belfry.keyStore.create(name: name, scope: scope, on: app.db)
-                try await app.belfry.auditLog.record(
+                try await app.belfryServices.auditLog.record(
                     .keyCreated, by: "cli", subject: name,
                     detail: "scope \(scope.rawValue), fingerprint \(created.record.fingerprint)", on: app.db)
                 return created
@@ -81,7 +81,9 @@ struct KeysCommand: AsyncParsableCommand {
             let name = name
             let revoked = try await withKeys(storage) { app in
                 let revoked = try await app.belfry.keyStore.revoke(name: name, on: app.db)
-                if revoked { try await app.belfry.auditLog.record(.keyRevoked, by: "cli", subject: name, on: app.db) }
+                if revoked {
+                    try await app.belfryServices.auditLog.record(.keyRevoked, by: "cli", subject: name, on: app.db)
+                }
                 return revoked
             }
             guard revoked else { throw CommandFailure("there is no active key named \"\(name)\"") }
@@ -109,7 +111,7 @@ struct AuditCommand: AsyncParsableCommand {
     func run() async throws {
         let limit = limit
         let page = try await withKeys(storage) { app in
-            try await app.belfry.auditLog.entries(limit: limit, before: nil, on: app.db)
+            try await app.belfryServices.auditLog.entries(limit: limit, before: nil, on: app.db)
         }
         output.say(
             page.entries.map { entry in

@@ -59,7 +59,7 @@ struct MessagesCommand: AsyncParsableCommand {
             let messages = try await withStorage(storage, failures: [.userNotFound]) { app in
                 if let user { filter.user = try await UserModel.find(externalID: user, on: app.db).requireID() }
                 filter.since = window.map { app.belfry.now().addingTimeInterval(-TimeInterval($0)) }
-                return try await app.belfry.messageLog.page(filter, after: after, limit: limit, on: app.db)
+                return try await app.belfryServices.messageLog.page(filter, after: after, limit: limit, on: app.db)
             }
             // The next page: the same filters, after the last message shown.
             let next =
@@ -100,7 +100,7 @@ struct MessagesCommand: AsyncParsableCommand {
         func run() async throws {
             let id = UUID(uuidString: id) ?? UUID()
             let message = try await withStorage(storage, failures: [.notFound]) { app in
-                guard let message = try await app.belfry.messageLog.message(id, on: app.db) else {
+                guard let message = try await app.belfryServices.messageLog.message(id, on: app.db) else {
                     throw BelfryError(.notFound, "no message \(id.uuidString.lowercased())")
                 }
                 return message

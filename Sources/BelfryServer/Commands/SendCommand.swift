@@ -57,7 +57,7 @@ struct SendCommand: AsyncParsableCommand {
         }
         let batches = users.chunked(EventIntake.maxRecipients)
         let (ids, replayed) = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-            let intake = app.belfry.eventIntake
+            let intake = app.belfryServices.eventIntake
             let progress = Progress(total: users.count)
             var ids: [UUID] = []
             var replayed = 0

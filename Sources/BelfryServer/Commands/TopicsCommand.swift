@@ -22,7 +22,7 @@ struct TopicsCommand: AsyncParsableCommand {
         func run() async throws {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let topics = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                let store = app.belfry.topicStore
+                let store = app.belfryServices.topics
                 if let topic {
                     return [TopicSummary(topic: topic, subscribers: try await store.subscribers(of: topic, on: app.db))]
                 }
@@ -49,7 +49,7 @@ struct TopicsCommand: AsyncParsableCommand {
             try check(topic: topic, users: users)
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await body(app.belfry.topicStore, app.db)
+                try await body(app.belfryServices.topics, app.db)
             }
         }
     }

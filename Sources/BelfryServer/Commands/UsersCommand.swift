@@ -96,7 +96,7 @@ struct UsersCommand: AsyncParsableCommand {
             }
             try await target.run { app in
                 try await UserErasure.erase(user, storage: app.belfry.database, on: app.db)
-                try await app.belfry.auditLog.record(.userErased, by: "cli", subject: user, on: app.db)
+                try await app.belfryServices.auditLog.record(.userErased, by: "cli", subject: user, on: app.db)
             }
             say("erased \(user)")
         }
@@ -125,7 +125,7 @@ struct DevicesCommand: AsyncParsableCommand {
             let user = user
             let devices = try await withUsers(storage) { app in
                 let model = try await UserModel.find(externalID: user, on: app.db)
-                return try await app.belfry.deviceStore.devices(of: try model.requireID(), on: app.db)
+                return try await app.belfryServices.devices.devices(of: try model.requireID(), on: app.db)
             }
             let rows = devices.map { device in
                 // Enough of the address to tell devices apart, not the credential itself: a token's

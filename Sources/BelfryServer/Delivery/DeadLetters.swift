@@ -95,7 +95,3 @@ struct DeadLetters: Sendable {
         }
     }
 }
-
-extension BelfryContext {
-    var deadLetters: DeadLetters { DeadLetters(storage: database, now: now) }
-}

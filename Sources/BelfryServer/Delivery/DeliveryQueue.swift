@@ -35,6 +35,8 @@ final class DeliveryQueue: Sendable {
     /// Reports each delivery's end (sent, failed, dead, skipped) and retired devices to the
     /// workspace's `webhooks`, in the transaction that records them.
     let statusEvents: StatusEvents?
+    /// Where a device a provider refused is retired.
+    let devices: DeviceStore
     /// The most deliveries of one kind a claim takes, and results a transaction records.
     static let claimBatch = 256
     static let recordBatch = 512
@@ -64,8 +66,10 @@ final class DeliveryQueue: Sendable {
         providers: [ChannelKind: any DeliveryProvider], metrics: BelfryMetrics, now: @escaping @Sendable () -> Date,
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
         signal: WorkSignal = WorkSignal(), backoff: Backoff = Backoff(),
-        onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }, statusEvents: StatusEvents? = nil
+        onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }, statusEvents: StatusEvents? = nil,
+        devices: DeviceStore
     ) {
+        self.devices = devices
         self.statusEvents = statusEvents
         self.backoff = backoff
         self.onStorageFailure = onStorageFailure
@@ -643,7 +647,7 @@ final class DeliveryQueue: Sendable {
             for attempt in results {
                 switch attempt.result {
                 case .retire(let device, let reason, _):
-                    try await DeviceStore.retire(device, reason: reason, now: now, on: db.sql)
+                    try await self.devices.retire(device, reason: reason, now: now, on: db.sql)
                 case .skipped(let reason) where recorded.contains(attempt.delivery.id):
                     skips[attempt.delivery.eventID, default: [:]][attempt.delivery.channel.id, default: [:]][
                         reason, default: 0] += 1

@@ -159,7 +159,7 @@ extension Fanout {
             externalIDs[recipient.id] = externalID
         }
         var closed: [StatusEvent] = []
-        let devices = try await DeviceStore.deliverableDevices(of: userIDs, on: sql)
+        let devices = try await devices.deliverableDevices(of: userIDs, on: sql)
         var preferences: [String: [UUID: [PreferenceScope: PreferenceSelections]]] = [:]
         for tenant in Set(batches.map(\.tenant)) {
             preferences[tenant] = try await preferenceSets(

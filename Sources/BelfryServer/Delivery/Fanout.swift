@@ -23,6 +23,8 @@ struct Fanout: Sendable {
     /// Wakes the delivery queue once a batch queued deliveries.
     let wakeDeliveries: @Sendable () -> Void
     let metrics: BelfryMetrics
+    /// The users' devices that can take a push.
+    let devices: DeviceStore
     /// Reports each recipient's channels the rule or the throttle left out (`message.skipped`).
     var statusEvents: StatusEvents? = nil
     static let batchSize = 500
@@ -211,7 +213,7 @@ struct Fanout: Sendable {
             }
             let known = users.values.filter { !$0.isNew }.map(\.id)
             let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
-            let devices = try await DeviceStore.deliverableDevices(of: known, on: sql)
+            let devices = try await devices.deliverableDevices(of: known, on: sql)
             var skips: [String: [SkipReason: Int]] = [:]
             // Each recipient's skips, when an endpoint wants to hear of them.
             let reportsSkips = statusEvents?.wants(.messageSkipped) == true
@@ -513,14 +515,5 @@ struct Fanout: Sendable {
                 try row.decode(column: "selections", as: String.self))
         }
         return sets
-    }
-}
-
-extension BelfryContext {
-    var fanout: Fanout {
-        Fanout(
-            storage: database, workspace: workspace, now: now, events: inboxEvents, isFollowed: inboxHub.isFollowed,
-            wakeDeliveries: deliveryWake, metrics: metrics,
-            statusEvents: settings.statusEndpoints.isEmpty ? nil : statusEvents)
     }
 }

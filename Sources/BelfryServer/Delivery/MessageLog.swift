@@ -123,7 +123,3 @@ struct MessageLog: Sendable {
         return log
     }
 }
-
-extension BelfryContext {
-    var messageLog: MessageLog { MessageLog() }
-}

@@ -6,6 +6,8 @@ import Vapor
 /// `GET /v1/messages` and `GET /v1/messages/{message_id}`: the message log, for the backend's
 /// support and analytics (an API key with the `read` scope, or `admin`).
 struct MessagesController: RouteCollection {
+    let messageLog: MessageLog
+
     static let defaultLimit = 50
     static let maxLimit = 100
 
@@ -56,7 +58,7 @@ struct MessagesController: RouteCollection {
             }
             cursor = id
         }
-        let messages = try await req.belfry.messageLog.page(filter, after: cursor, limit: limit, on: req.db)
+        let messages = try await self.messageLog.page(filter, after: cursor, limit: limit, on: req.db)
         let next = messages.count == limit ? messages.last.map { $0.id.uuidString.lowercased() } : nil
         return try Response.json(MessagePage(messages: messages, nextCursor: next))
     }
@@ -64,7 +66,7 @@ struct MessagesController: RouteCollection {
     @Sendable func show(req: Request) async throws -> Response {
         try await req.requireServer(.read)
         let text = req.parameters.get("message_id") ?? ""
-        guard let id = UUID(uuidString: text), let message = try await req.belfry.messageLog.message(id, on: req.db)
+        guard let id = UUID(uuidString: text), let message = try await self.messageLog.message(id, on: req.db)
         else {
             throw BelfryError(.notFound, "no message \"\(text.prefix(40))\"")
         }

@@ -159,7 +159,7 @@ struct DeviceStore: Sendable {
     }
 
     /// The devices that may be notified, of many users at once (for a fan-out batch).
-    static func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
+    func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
         guard !users.isEmpty else { return [:] }
         let rows = try await sql.select().columns(Self.columns).from("devices")
             .where("user_id", .in, users).where("retired_at", .is, SQLLiteral.null)
@@ -181,7 +181,7 @@ struct DeviceStore: Sendable {
 
     /// Marks a device gone, as the push service said, in the caller's transaction; it gets
     /// nothing more until registered again.
-    static func retire(_ id: UUID, reason: String, now: Date, on sql: any SQLDatabase) async throws {
+    func retire(_ id: UUID, reason: String, now: Date, on sql: any SQLDatabase) async throws {
         try await sql.update("devices")
             .set("retired_at", to: now).set("retired_reason", to: reason).set("updated_at", to: now)
             .where("id", .equal, id).where("retired_at", .is, SQLLiteral.null)
@@ -248,8 +248,4 @@ extension DevicePlatform {
         case .webPush: .webPush
         }
     }
-}
-
-extension BelfryContext {
-    var deviceStore: DeviceStore { DeviceStore(storage: database, now: now) }
 }

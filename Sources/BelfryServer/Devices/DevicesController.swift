@@ -6,6 +6,9 @@ import Vapor
 
 /// The signed-in user's push devices: `POST`, `GET /v1/me/devices`, `DELETE /v1/me/devices/{id}`.
 struct DevicesController: RouteCollection {
+    let auditLog: AuditLog
+    let devices: DeviceStore
+
     func boot(routes: any RoutesBuilder) throws {
         let devices = routes.grouped("v1", "me", "devices")
         devices.post(use: register)
@@ -64,7 +67,7 @@ struct DevicesController: RouteCollection {
         var registration = try Self.validate(body, allowingLoopback: settings.webPushAllowsLoopback)
         registration.app = app?.id
         try Self.checkTenants(allow: app?.id, user: try await user.tenantIDs(on: req.db), workspace: settings.workspace)
-        let registered = try await req.belfry.deviceStore.register(
+        let registered = try await self.devices.register(
             registration, userID: try user.requireID(), limit: req.belfry.settings.maxDevicesPerUser, on: req.db)
         let device = registered.device
         req.logger.info(
@@ -82,7 +85,7 @@ struct DevicesController: RouteCollection {
                     "belfry.user": "\(user.externalID)", "belfry.device": "\(device.id)",
                     "belfry.previous_user": "\(previousID)",
                 ])
-            try await req.belfry.auditLog.record(
+            try await self.auditLog.record(
                 .deviceMoved, by: "user:\(user.externalID)", subject: device.id.uuidString.lowercased(),
                 detail: "\(device.platform.rawValue) device moved from \(previousID) to \(user.externalID)", on: req.db)
         }
@@ -91,7 +94,7 @@ struct DevicesController: RouteCollection {
 
     @Sendable func list(req: Request) async throws -> Response {
         let user = try await req.requireUser()
-        let devices = try await req.belfry.deviceStore.devices(of: try user.requireID(), on: req.db)
+        let devices = try await self.devices.devices(of: try user.requireID(), on: req.db)
         return try Response.json(DeviceList(devices: devices.map(\.record)))
     }
 
@@ -100,7 +103,7 @@ struct DevicesController: RouteCollection {
         let text = req.parameters.get("device_id") ?? ""
         // Another user's device answers exactly like one that does not exist.
         guard let id = UUID(uuidString: text),
-            try await req.belfry.deviceStore.delete(id, userID: try user.requireID(), on: req.db)
+            try await self.devices.delete(id, userID: try user.requireID(), on: req.db)
         else {
             throw BelfryError(.deviceNotFound, "you have no device \"\(text)\"")
         }

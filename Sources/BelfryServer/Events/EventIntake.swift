@@ -29,6 +29,8 @@ struct EventIntake: Sendable {
     /// Tells this process's fan-out that an event is waiting.
     let wake: @Sendable () -> Void
     let metrics: BelfryMetrics
+    /// Who follows an event's topic.
+    let topics: TopicStore
 
     /// What became of an accepted event.
     struct Accepted: Sendable {
@@ -118,7 +120,7 @@ struct EventIntake: Sendable {
         // A topic's audience is read at fan-out; until then its size is the subscribers' now.
         var recipients = event.recipients.count
         if let topic = event.topic {
-            recipients = try await TopicStore(storage: storage, now: self.now).subscribers(of: topic, on: db)
+            recipients = try await topics.subscribers(of: topic, on: db)
         }
         try await sql.insert(into: "events")
             .columns(
@@ -170,11 +172,5 @@ struct EventIntake: Sendable {
         if let background = event.contentAvailable { text += ["content_available:\(background)"] }
         let data = Data(text.joined(separator: "\u{0}").utf8)
         return SHA256.hash(data: data).hexEncoded
-    }
-}
-
-extension BelfryContext {
-    var eventIntake: EventIntake {
-        EventIntake(storage: database, workspace: workspace, now: now, wake: fanoutWake, metrics: metrics)
     }
 }

@@ -167,7 +167,3 @@ struct EventSummary: Sendable {
     var recipients: Int
     var processed: Int
 }
-
-extension BelfryContext {
-    var eventStatuses: EventStatusQuery { EventStatusQuery(workspace: workspace) }
-}

@@ -7,6 +7,9 @@ import Vapor
 /// `POST /v1/events` (trigger) and `GET /v1/events/{event_id}` (fan-out and delivery status), API key:
 /// decodes and authenticates; `EventIntake` checks and stores.
 struct EventsController: RouteCollection {
+    let eventIntake: EventIntake
+    let eventStatuses: EventStatusQuery
+
     func boot(routes: any RoutesBuilder) throws {
         // 10 000 recipients of up to 128 characters need more than the default body limit.
         routes.on(.POST, "v1", "events", bodyLimit: "2mb", use: trigger)
@@ -32,7 +35,7 @@ struct EventsController: RouteCollection {
             }
             event.idempotencyKey = header
         }
-        let accepted = try await req.belfry.eventIntake.accept(event, on: req.db)
+        let accepted = try await self.eventIntake.accept(event, on: req.db)
         req.logger.info(
             "event accepted",
             metadata: [
@@ -49,7 +52,7 @@ struct EventsController: RouteCollection {
         guard let id = req.parameters.get("event_id").flatMap(UUID.init(uuidString:)) else {
             throw BelfryError(.eventNotFound, "no event \"\(req.parameters.get("event_id") ?? "")\"")
         }
-        guard let status = try await req.belfry.eventStatuses.status(of: id, on: req.db) else {
+        guard let status = try await self.eventStatuses.status(of: id, on: req.db) else {
             throw BelfryError(.eventNotFound, "no event \"\(id)\"")
         }
         return try Response.json(status)

@@ -38,7 +38,3 @@ struct InboxChanges: Sendable {
         return updated
     }
 }
-
-extension BelfryContext {
-    var inboxChanges: InboxChanges { InboxChanges(store: self.inboxStore, events: inboxEvents) }
-}

@@ -5,6 +5,9 @@ import Vapor
 
 /// The inbox API, `/v1/me/notifications` (user token): the bell's source of truth.
 struct InboxController: RouteCollection {
+    let inboxChanges: InboxChanges
+    let inboxStore: InboxStore
+
     func boot(routes: any RoutesBuilder) throws {
         let inbox = routes.grouped("v1", "me", "notifications")
         inbox.get(use: list)
@@ -19,7 +22,7 @@ struct InboxController: RouteCollection {
     }
 
     private func store(_ req: Request) -> InboxStore {
-        req.belfry.inboxStore
+        self.inboxStore
     }
 
     @Sendable func list(req: Request) async throws -> Response {
@@ -63,7 +66,7 @@ struct InboxController: RouteCollection {
         // Another user's notification answers exactly like one that does not exist.
         let userID = try user.requireID()
         guard let id = UUID(uuidString: text),
-            let item = try await req.belfry.inboxChanges.mark(id, mark, userID: userID, on: req.db)
+            let item = try await self.inboxChanges.mark(id, mark, userID: userID, on: req.db)
         else {
             throw BelfryError(.notificationNotFound, "no notification \"\(text)\" in your inbox")
         }
@@ -77,7 +80,7 @@ struct InboxController: RouteCollection {
         let actionID = req.parameters.get("action_id") ?? ""
         let outcome: InboxStore.ActionOutcome =
             if let id = UUID(uuidString: text) {
-                try await req.belfry.inboxChanges.respond(
+                try await self.inboxChanges.respond(
                     to: id, action: actionID, userID: try user.requireID(), on: req.db)
             } else { .notFound }
         switch outcome {
@@ -100,7 +103,7 @@ struct InboxController: RouteCollection {
         let user = try await req.requireUser(page: .inbox)
         let userID = try user.requireID()
         let tenant = try req.tenantFilter()
-        let updated = try await req.belfry.inboxChanges.markAll(
+        let updated = try await self.inboxChanges.markAll(
             mark, userID: userID, tenant: tenant, category: req.query[String.self, at: "category"], on: req.db)
         struct Answer: Encodable {
             var updated: Int
@@ -144,7 +147,7 @@ extension InboxController {
         let first: String
         do {
             guard
-                let counts = try await context.inboxStore.countsIfUserExists(
+                let counts = try await self.inboxStore.countsIfUserExists(
                     userID: userID, epoch: subject.epoch, on: req.db)
             else {
                 throw Request.userGone

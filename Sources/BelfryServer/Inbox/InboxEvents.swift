@@ -153,10 +153,3 @@ struct InboxEvents: Sendable {
         publish(to: user, .counts, counts)
     }
 }
-
-extension BelfryContext {
-    var inboxEvents: InboxEvents {
-        InboxEvents(
-            hub: inboxHub, store: inboxStore, relays: database.kind == .postgres, instance: instance, logger: logger)
-    }
-}

@@ -24,11 +24,15 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
 
     func didBootAsync(_ application: Application) async throws {
         let context = application.belfry
+        let services = application.belfryServices
         let database: @Sendable () -> any Database = { [unowned application] in application.db }
         let eventLoop = application.eventLoopGroup.any()
         let logger = application.logger
         task.withLockedValue { task in
-            task = Task { await self.run(context: context, database: database, eventLoop: eventLoop, logger: logger) }
+            task = Task {
+                await self.run(
+                    context: context, services: services, database: database, eventLoop: eventLoop, logger: logger)
+            }
         }
     }
 
@@ -39,7 +43,8 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
     }
 
     private func run(
-        context: BelfryContext, database: @escaping @Sendable () -> any Database, eventLoop: any EventLoop,
+        context: BelfryContext, services: BelfryServices, database: @escaping @Sendable () -> any Database,
+        eventLoop: any EventLoop,
         logger: Logger
     ) async {
         var delay: TimeInterval = 0.5
@@ -54,7 +59,7 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
                         isListening.withLockedValue { $0 = true }
                         delay = 0.5
                         logger.info("listening for other instances' inbox changes")
-                        if connectedBefore { await resync(context: context, on: database()) }
+                        if connectedBefore { await resync(context: context, services: services, on: database()) }
                         connectedBefore = true
                         for try await notification in notifications {
                             guard
@@ -62,7 +67,7 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
                                     InboxEvents.Message.self, from: Data(notification.payload.utf8)),
                                 message.origin != context.instance
                             else { continue }
-                            await context.inboxEvents.apply(message.signal, on: database())
+                            await services.inboxEvents.apply(message.signal, on: database())
                         }
                     }
                 } catch {
@@ -84,12 +89,12 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
     }
 
     /// Fresh counts for every followed user, after a gap in which signals may have been lost.
-    private func resync(context: BelfryContext, on db: any Database) async {
+    private func resync(context: BelfryContext, services: BelfryServices, on db: any Database) async {
         let users = context.inboxHub.followedUsers()
-        guard !users.isEmpty, let counts = try? await context.inboxStore.counts(of: users, on: db) else {
+        guard !users.isEmpty, let counts = try? await services.inboxStore.counts(of: users, on: db) else {
             return
         }
-        let events = context.inboxEvents
+        let events = services.inboxEvents
         for (user, counts) in counts { events.publish(to: user, .counts, counts) }
     }
 }

@@ -34,9 +34,3 @@ struct InboxRetention: Sendable {
         }
     }
 }
-
-extension BelfryContext {
-    var inboxRetention: InboxRetention {
-        InboxRetention(storage: database, now: now, days: settings.retentionDays)
-    }
-}

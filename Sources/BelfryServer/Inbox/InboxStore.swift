@@ -342,13 +342,6 @@ struct InboxStore: Sendable {
     }
 }
 
-extension BelfryContext {
-    var inboxStore: InboxStore {
-        InboxStore(
-            storage: database, workspace: workspace, now: now, wakeDeliveries: deliveryWake, statusEvents: statusEvents)
-    }
-}
-
 extension SQLPredicateBuilder {
     /// Rows meant for the inbox and due by `now`: what its reads and marks see. The stream's
     /// first counts (``InboxStore/countsIfUserExists(userID:epoch:on:)``) say the same in SQL.

@@ -69,7 +69,3 @@ struct AuditLog: Sendable {
         }
     }
 }
-
-extension BelfryContext {
-    var auditLog: AuditLog { AuditLog(storage: database, now: now) }
-}

@@ -6,6 +6,8 @@ import Vapor
 
 /// `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml` and `GET /v1/config`.
 struct OperationsController: RouteCollection {
+    let auditLog: AuditLog
+
     func boot(routes: any RoutesBuilder) throws {
         routes.get("healthz", use: health)
         routes.get("readyz", use: ready)
@@ -82,7 +84,7 @@ struct OperationsController: RouteCollection {
             }
             before = id
         }
-        let page = try await req.belfry.auditLog.entries(limit: limit, before: before, on: req.db)
+        let page = try await self.auditLog.entries(limit: limit, before: before, on: req.db)
         return try Response.json(page)
     }
 

@@ -25,9 +25,3 @@ struct PreferenceChanges: Sendable {
         return views
     }
 }
-
-extension BelfryContext {
-    var preferenceChanges: PreferenceChanges {
-        PreferenceChanges(store: self.preferenceStore, events: inboxEvents)
-    }
-}

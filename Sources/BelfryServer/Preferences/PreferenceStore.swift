@@ -227,11 +227,3 @@ struct PreferenceStore: Sendable {
         }
     }
 }
-
-extension BelfryContext {
-    var preferenceStore: PreferenceStore {
-        PreferenceStore(
-            storage: database, workspace: workspace, workspaceFingerprint: workspaceFingerprint, now: now,
-            statusEvents: statusEvents)
-    }
-}

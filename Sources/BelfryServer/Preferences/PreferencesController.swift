@@ -6,6 +6,9 @@ import Vapor
 /// Preference routes: the client's own (`/v1/me/preferences`, user token) and the
 /// server's view of any user (`/v1/users/{user_id}/preferences`, API key or that user's token).
 struct PreferencesController: RouteCollection {
+    let preferenceChanges: PreferenceChanges
+    let preferenceStore: PreferenceStore
+
     func boot(routes: any RoutesBuilder) throws {
         let me = routes.grouped("v1", "me", "preferences")
         me.get(use: { req in try await show(req, user: try await req.requireUser(page: .preferences)) })
@@ -57,7 +60,7 @@ struct PreferencesController: RouteCollection {
     }
 
     private func store(_ req: Request) -> PreferenceStore {
-        req.belfry.preferenceStore
+        self.preferenceStore
     }
 
     func show(_ req: Request, user: UserModel) async throws -> Response {
@@ -74,7 +77,7 @@ struct PreferencesController: RouteCollection {
     func patch(_ req: Request, user: UserModel, change: PreferenceChange) async throws -> Response {
         let scope = try req.preferenceScope()
         let expected = req.headers.first(name: .ifMatch).map { [scope: $0] } ?? [:]
-        let views = try await req.belfry.preferenceChanges.change(
+        let views = try await self.preferenceChanges.change(
             userID: try user.requireID(), scopes: [scope], changes: [change], expected: expected, on: req.db)
         log(req, user: user, scopes: [scope], count: 1)
         return try Response.json(views[0].data, headers: ["ETag": views[0].etag])
@@ -107,7 +110,7 @@ struct PreferencesController: RouteCollection {
             }
             expected[scope] = etag
         }
-        let views = try await req.belfry.preferenceChanges.change(
+        let views = try await self.preferenceChanges.change(
             userID: try user.requireID(), scopes: scopes, changes: body.changes, expected: expected, on: req.db)
         log(req, user: user, scopes: scopes, count: body.changes.count)
         let results = views.map { view in

@@ -9,8 +9,10 @@ package protocol ServiceClock: Sendable {
 }
 
 /// Real sleeps.
-struct ServerClock: ServiceClock {
-    func sleep(for seconds: TimeInterval) async throws {
+package struct ServerClock: ServiceClock {
+    package init() {}
+
+    package func sleep(for seconds: TimeInterval) async throws {
         try await Task.sleep(for: .seconds(seconds))
     }
 }

@@ -128,11 +128,3 @@ struct StatusEvents: Sendable {
         wake()
     }
 }
-
-extension BelfryContext {
-    var statusEvents: StatusEvents {
-        StatusEvents(
-            endpoints: settings.statusEndpoints, storage: database, now: now,
-            wake: { [statusSignal] in statusSignal.wake() })
-    }
-}

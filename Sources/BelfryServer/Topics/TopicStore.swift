@@ -118,7 +118,3 @@ enum TopicName {
 
     static func isValid(_ name: String) -> Bool { UserID.isValid(name) }
 }
-
-extension BelfryContext {
-    var topicStore: TopicStore { TopicStore(storage: database, now: now) }
-}

@@ -8,6 +8,8 @@ import Vapor
 /// `GET /v1/topics/{topic}`. User side (user token): `GET /v1/me/topics`, and `PUT` and
 /// `DELETE /v1/me/topics/{topic}`.
 struct TopicsController: RouteCollection {
+    let topics: TopicStore
+
     func boot(routes: any RoutesBuilder) throws {
         // 10 000 user ids of up to 128 characters need more than the default body limit.
         routes.on(.PUT, "v1", "topics", ":topic", "subscribers", bodyLimit: "2mb", use: addSubscribers)
@@ -22,7 +24,7 @@ struct TopicsController: RouteCollection {
         try await req.requireServer(.publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
-        let added = try await req.belfry.topicStore.subscribe(users, to: topic, on: req.db)
+        let added = try await self.topics.subscribe(users, to: topic, on: req.db)
         req.logger.info(
             "topic subscribers added",
             metadata: ["belfry.topic": "\(topic)", "belfry.users": "\(users.count)", "belfry.new": "\(added)"])
@@ -33,7 +35,7 @@ struct TopicsController: RouteCollection {
         try await req.requireServer(.publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
-        let removed = try await req.belfry.topicStore.unsubscribe(users, from: topic, on: req.db)
+        let removed = try await self.topics.unsubscribe(users, from: topic, on: req.db)
         req.logger.info(
             "topic subscribers removed",
             metadata: ["belfry.topic": "\(topic)", "belfry.users": "\(users.count)", "belfry.removed": "\(removed)"])
@@ -48,7 +50,7 @@ struct TopicsController: RouteCollection {
     @Sendable func mine(req: Request) async throws -> Response {
         let user = try await req.requireUser()
         return try Response.json(
-            UserTopics(topics: try await req.belfry.topicStore.topics(of: try user.requireID(), on: req.db)))
+            UserTopics(topics: try await self.topics.topics(of: try user.requireID(), on: req.db)))
     }
 
     /// Only the topics the workspace lets users follow: the rest (a project's members, a private
@@ -62,20 +64,20 @@ struct TopicsController: RouteCollection {
                 "users may not follow \"\(topic)\" themselves: the workspace's followable_topics "
                     + "does not list it, so only the backend adds its subscribers")
         }
-        try await req.belfry.topicStore.subscribe(userID: try user.requireID(), to: topic, on: req.db)
+        try await self.topics.subscribe(userID: try user.requireID(), to: topic, on: req.db)
         return try await mine(req: req)
     }
 
     @Sendable func unfollow(req: Request) async throws -> Response {
         let user = try await req.requireUser()
         let topic = try req.topicParameter()
-        try await req.belfry.topicStore.unsubscribe(userID: try user.requireID(), from: topic, on: req.db)
+        try await self.topics.unsubscribe(userID: try user.requireID(), from: topic, on: req.db)
         return try await mine(req: req)
     }
 
     private func summary(_ req: Request, _ topic: String) async throws -> Response {
         try Response.json(
-            TopicSummary(topic: topic, subscribers: try await req.belfry.topicStore.subscribers(of: topic, on: req.db)))
+            TopicSummary(topic: topic, subscribers: try await self.topics.subscribers(of: topic, on: req.db)))
     }
 
     /// The body's `users`: 1 to 10 000 valid external ids.

@@ -7,6 +7,8 @@ import Vapor
 
 /// Server-side user management: `/v1/users/{user_id}` (API key).
 struct UsersController: RouteCollection {
+    let auditLog: AuditLog
+
     func boot(routes: any RoutesBuilder) throws {
         let users = routes.grouped("v1", "users", ":user_id")
         users.put(use: upsert)
@@ -86,7 +88,7 @@ struct UsersController: RouteCollection {
         let externalID = try req.userIDParameter()
         try await UserErasure.erase(externalID, storage: req.belfry.database, on: req.db)
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
-        try await req.belfry.auditLog.record(.userErased, by: grant.actor, subject: externalID, on: req.db)
+        try await self.auditLog.record(.userErased, by: grant.actor, subject: externalID, on: req.db)
         return .noContent
     }
 
@@ -107,7 +109,7 @@ struct UsersController: RouteCollection {
             ).run()
         }
         req.logger.info("signed out everywhere", metadata: ["belfry.user": "\(user.externalID)"])
-        try await req.belfry.auditLog.record(.userSignedOut, by: actor, subject: user.externalID, on: req.db)
+        try await self.auditLog.record(.userSignedOut, by: actor, subject: user.externalID, on: req.db)
         return .noContent
     }
 

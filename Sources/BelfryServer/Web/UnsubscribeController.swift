@@ -9,6 +9,8 @@ import Vapor
 /// A `GET` only shows a page with a button: mail scanners follow links, and must never
 /// unsubscribe anyone.
 struct UnsubscribeController: RouteCollection {
+    let preferenceChanges: PreferenceChanges
+
     func boot(routes: any RoutesBuilder) throws {
         let pages = routes.grouped(WebErrorMiddleware(), RateLimitMiddleware(byAddress: .public))
         pages.get("unsubscribe", ":token", use: confirm)
@@ -77,7 +79,7 @@ struct UnsubscribeController: RouteCollection {
                 "user": .string(target.user.externalID), "category": .string(target.category.id),
                 "tenant": .string(target.link.tenant), "channel": .string(target.link.channel),
             ])
-        _ = try await req.belfry.preferenceChanges.change(
+        _ = try await self.preferenceChanges.change(
             userID: userID, scopes: [.tenant(target.link.tenant)], changes: [change], expected: [:],
             also: [unsubscribed], on: req.db)
         req.logger.info(

@@ -8,6 +8,11 @@ import Vapor
 /// The pages' scripts call the JSON API with a short-lived page token that reaches only the
 /// routes of the page that handed it out.
 struct WebController: RouteCollection {
+    let inboxChanges: InboxChanges
+    let inboxStore: InboxStore
+    let preferenceChanges: PreferenceChanges
+    let preferenceStore: PreferenceStore
+
     func boot(routes: any RoutesBuilder) throws {
         let pages = routes.grouped(WebErrorMiddleware())
         pages.get("preferences", use: preferences)
@@ -195,7 +200,7 @@ struct WebController: RouteCollection {
     private func layout(
         _ req: Request, page: WebLayout.Page, title: String, session: WebSession, user: UserModel, scripts: [String]
     ) async throws -> WebLayout {
-        let counts = try await req.belfry.inboxStore.counts(userID: try user.requireID(), tenant: nil, on: req.db)
+        let counts = try await self.inboxStore.counts(userID: try user.requireID(), tenant: nil, on: req.db)
         let token = try await pageToken(req, page: page, session: session, user: user)
         return WebLayout(
             page: page, title: title, userName: user.externalID, unread: counts.unread,
@@ -253,7 +258,7 @@ struct WebController: RouteCollection {
         _ req: Request, session: WebSession, user: UserModel, tenant: String, flash: PreferenceCenterPage.Flash?,
         status: HTTPStatus = .ok
     ) async throws -> Response {
-        let view = try await req.belfry.preferenceStore.view(
+        let view = try await self.preferenceStore.view(
             userID: try user.requireID(), scope: .tenant(tenant), on: req.db)
         let page = PreferenceCenterPage(
             workspace: req.belfry.workspace, data: view.data.showing(req.belfry.settings.channelsShownToUsers),
@@ -273,7 +278,7 @@ struct WebController: RouteCollection {
         let (session, user) = try await requireSessionForChange(req, page: .preferences, form: form)
         let tenant = try req.webTenant(form["tenant"])
         let userID = try user.requireID()
-        let store = req.belfry.preferenceStore
+        let store = self.preferenceStore
         let current = try await store.view(userID: userID, scope: .tenant(tenant), on: req.db)
         let everywhere = form["apply"] == "all"
         // The page showed only some channels: the others are not in the form, and stay as they are.
@@ -287,7 +292,7 @@ struct WebController: RouteCollection {
         if !changes.isEmpty {
             let expected = form["etag"].map { [PreferenceScope.tenant(tenant): $0] } ?? [:]
             do {
-                _ = try await req.belfry.preferenceChanges.change(
+                _ = try await self.preferenceChanges.change(
                     userID: userID, scopes: scopes, changes: changes, expected: expected, on: req.db)
             } catch let error as BelfryError where error.code == .preconditionFailed {
                 return try await renderPreferences(
@@ -359,7 +364,7 @@ struct WebController: RouteCollection {
             case .archived: .archived
             }
         let cursor = req.query[String.self, at: "cursor"].flatMap(InboxStore.parseCursor)
-        let page = try await req.belfry.inboxStore.page(
+        let page = try await self.inboxStore.page(
             userID: try user.requireID(), filter: storeFilter, limit: 20, after: cursor, on: req.db)
         let layout = try await layout(
             req, page: .inbox, title: "Inbox", session: session, user: user, scripts: ["inbox.js"])
@@ -374,7 +379,7 @@ struct WebController: RouteCollection {
         let form = try WebForm.parse(req)
         let (_, user) = try await requireSessionForChange(req, page: .inbox, form: form)
         let userID = try user.requireID()
-        let changes = req.belfry.inboxChanges
+        let changes = self.inboxChanges
         let op = form["op"] ?? ""
         if op == "read-all" {
             _ = try await changes.markAll(.read, userID: userID, tenant: nil, category: nil, on: req.db)

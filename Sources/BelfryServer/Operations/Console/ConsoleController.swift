@@ -30,6 +30,14 @@ struct ConsoleSession: Codable, Sendable {
 /// deliveries with every attempt, dead deliveries with a retry button, the last hour's queue
 /// depth and throughput as charts, and a live feed that keeps the overview current.
 struct ConsoleController: RouteCollection {
+    let auditLog: AuditLog
+    let consoleData: ConsoleData
+    let deadLetters: DeadLetters
+    let devices: DeviceStore
+    let eventIntake: EventIntake
+    let eventStatuses: EventStatusQuery
+    let preferenceStore: PreferenceStore
+
     func boot(routes: any RoutesBuilder) throws {
         let console = routes.grouped("admin").grouped(WebErrorMiddleware())
         console.get(use: overview)
@@ -66,7 +74,7 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         guard let key = form["api_key"], !key.isEmpty, let grant = try await adminGrant(key, req) else {
             req.logger.warning("console sign-in refused")
-            try await req.belfry.auditLog.record(
+            try await self.auditLog.record(
                 .consoleSignInFailed, by: "address:\(req.clientAddress)", detail: "not an admin API key", on: req.db)
             return WebResponse.html(
                 ConsolePages.signIn(message: "That is not one of this server's admin API keys."), status: .unauthorized)
@@ -83,7 +91,7 @@ struct ConsoleController: RouteCollection {
             string: try req.webSigner.sign(session), maxAge: ConsoleSession.lifetime, path: "/admin",
             isSecure: true, isHTTPOnly: true, sameSite: .strict)
         req.logger.info("console session started")
-        try await req.belfry.auditLog.record(
+        try await self.auditLog.record(
             .consoleSignIn, by: session.actor, detail: "key fingerprint \(fingerprint)", on: req.db)
         return response
     }
@@ -94,7 +102,7 @@ struct ConsoleController: RouteCollection {
         let credential = CredentialEpochs.console(session.key)
         try await req.belfry.database.write(req.db) { db in try await CredentialEpochs.raise(credential, on: db) }
         req.logger.info("console signed out")
-        try await req.belfry.auditLog.record(.consoleSignOut, by: session.actor, on: req.db)
+        try await self.auditLog.record(.consoleSignOut, by: session.actor, on: req.db)
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
@@ -143,7 +151,7 @@ struct ConsoleController: RouteCollection {
             return WebResponse.html(ConsolePages.signIn(message: nil))
         }
         let context = req.belfry
-        let data = try await context.consoleData.overview(on: req.db)
+        let data = try await self.consoleData.overview(on: req.db)
         let flash = req.query[Int.self, at: "retried"].map(Self.retried)
         return WebResponse.html(
             ConsolePages.overview(
@@ -155,7 +163,7 @@ struct ConsoleController: RouteCollection {
     @Sendable func event(req: Request) async throws -> Response {
         let session = try await requireSession(req)
         let id = try Self.eventID(req)
-        guard let detail = try await req.belfry.consoleData.event(id, on: req.db) else {
+        guard let detail = try await self.consoleData.event(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
         }
         let flash = req.query[Int.self, at: "retried"].map(Self.retried)
@@ -169,12 +177,12 @@ struct ConsoleController: RouteCollection {
         let session = try await requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
         let context = req.belfry
-        guard try await context.eventStatuses.exists(id, on: req.db) else {
+        guard try await self.eventStatuses.exists(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
         }
-        let queued = try await context.deadLetters.retry(event: id, on: req.db)
+        let queued = try await self.deadLetters.retry(event: id, on: req.db)
         if queued > 0 { context.deliveryWake() }
-        try await context.auditLog.record(
+        try await self.auditLog.record(
             .deliveriesRetried, by: session.actor, subject: id.uuidString.lowercased(), detail: "\(queued) queued",
             on: req.db)
         req.logger.info(
@@ -195,12 +203,12 @@ struct ConsoleController: RouteCollection {
         guard let id = UUID(uuidString: text),
             let ended = try await req.db.sql.select().column("event_id").from("deliveries").where("id", .equal, id)
                 .first().map({ try $0.decode(column: "event_id", as: UUID.self) }),
-            try await context.deadLetters.retry(delivery: id, on: req.db)
+            try await self.deadLetters.retry(delivery: id, on: req.db)
         else {
             throw BelfryError(.notFound, "There is no failed or dead delivery \"\(text.prefix(40))\".")
         }
         context.deliveryWake()
-        try await context.auditLog.record(
+        try await self.auditLog.record(
             .deliveriesRetried, by: session.actor, subject: id.uuidString.lowercased(), detail: "1 delivery queued",
             on: req.db)
         let back = form["return"] == "event" ? "/admin/events/\(ended.uuidString.lowercased())" : "/admin"
@@ -237,7 +245,7 @@ struct ConsoleController: RouteCollection {
             throw BelfryError(.notFound, "There is no failed or dead status event \(only!.uuidString.lowercased()).")
         }
         context.statusSignal.wake()
-        try await context.auditLog.record(
+        try await self.auditLog.record(
             .deliveriesRetried, by: session.actor, subject: only?.uuidString.lowercased() ?? "status events",
             detail: "\(queued) status events queued", on: req.db)
         let response = req.redirect(to: "/admin?retried=\(queued)", redirectType: .normal)
@@ -253,7 +261,7 @@ struct ConsoleController: RouteCollection {
         let context = req.belfry
         var filters = ConsolePages.EventFilters()
         if let text = req.query[String.self, at: "id"]?.trimmingCharacters(in: .whitespaces), !text.isEmpty {
-            if let id = UUID(uuidString: text), try await context.eventStatuses.exists(id, on: req.db) {
+            if let id = UUID(uuidString: text), try await self.eventStatuses.exists(id, on: req.db) {
                 let response = req.redirect(to: "/admin/events/\(id.uuidString.lowercased())", redirectType: .normal)
                 WebResponse.secure(response)
                 return response
@@ -271,11 +279,11 @@ struct ConsoleController: RouteCollection {
             case "7d": 7 * 86_400
             default: nil
             }
-        let ids = try await context.eventStatuses.search(
+        let ids = try await self.eventStatuses.search(
             category: filters.category, since: span.map { context.now().addingTimeInterval(-$0) },
             before: req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:)), limit: Self.eventsPerPage,
             on: req.db)
-        let statuses = try await context.eventStatuses.statuses(of: ids, on: req.db)
+        let statuses = try await self.eventStatuses.statuses(of: ids, on: req.db)
         let events = ids.compactMap { statuses[$0] }
         let older = events.count == Self.eventsPerPage ? events.last.map { $0.id.uuidString.lowercased() } : nil
         return WebResponse.html(
@@ -308,9 +316,9 @@ struct ConsoleController: RouteCollection {
         let id = req.parameters.get("user_id") ?? ""
         let context = req.belfry
         guard
-            let detail = try await context.consoleData.user(
+            let detail = try await self.consoleData.user(
                 id, before: req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:)),
-                preferences: context.preferenceStore, devices: context.deviceStore, on: req.db)
+                preferences: self.preferenceStore, devices: self.devices, on: req.db)
         else {
             throw BelfryError(.userNotFound, "There is no user \"\(id.prefix(64))\".")
         }
@@ -330,9 +338,9 @@ struct ConsoleController: RouteCollection {
         let request = EventRequest(
             category: form["category"] ?? "", recipients: [user],
             content: .init(title: form["title"] ?? "", body: form["body"] ?? ""))
-        let accepted = try await req.belfry.eventIntake.accept(request, on: req.db)
+        let accepted = try await self.eventIntake.accept(request, on: req.db)
         let id = accepted.id.uuidString.lowercased()
-        try await req.belfry.auditLog.record(
+        try await self.auditLog.record(
             .testNotificationSent, by: session.actor, subject: id, detail: "to \(user), \(request.category)",
             on: req.db)
         let response = req.redirect(to: "/admin/events/\(id)", redirectType: .normal)
@@ -358,7 +366,7 @@ struct ConsoleController: RouteCollection {
         guard try await req.belfry.keyStore.revoke(name: name, on: req.db) else {
             throw BelfryError(.notFound, "There is no active key named \"\(name.prefix(64))\".")
         }
-        try await req.belfry.auditLog.record(.keyRevoked, by: session.actor, subject: name, on: req.db)
+        try await self.auditLog.record(.keyRevoked, by: session.actor, subject: name, on: req.db)
         let encoded = name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
         let response = req.redirect(to: "/admin/keys?revoked=\(encoded)", redirectType: .normal)
         WebResponse.secure(response)
@@ -368,7 +376,7 @@ struct ConsoleController: RouteCollection {
     @Sendable func audit(req: Request) async throws -> Response {
         let session = try await requireSession(req)
         let before = req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:))
-        let page = try await req.belfry.auditLog.entries(limit: 100, before: before, on: req.db)
+        let page = try await self.auditLog.entries(limit: 100, before: before, on: req.db)
         return WebResponse.html(
             ConsolePages.audit(page, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
@@ -438,7 +446,7 @@ struct ConsoleController: RouteCollection {
                 session.exp > Int(context.now().timeIntervalSince1970)
             {
                 do {
-                    let data = try await context.consoleData.overview(on: db)
+                    let data = try await self.consoleData.overview(on: db)
                     var changed: [String: String] = [:]
                     for (id, html) in ConsolePages.sections(data, csrf: csrf, openStreams: context.inboxHub.openStreams)
                     {

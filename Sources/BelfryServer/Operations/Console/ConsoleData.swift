@@ -236,7 +236,3 @@ struct ConsoleData: Sendable {
         }
     }
 }
-
-extension BelfryContext {
-    var consoleData: ConsoleData { ConsoleData(storage: database, events: eventStatuses, now: now) }
-}
