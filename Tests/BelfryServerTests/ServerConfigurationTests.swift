@@ -1,10 +1,11 @@
 import BelfryCore
 import BelfryMail
-import BelfryServer
 import BelfryTestServers
 import Crypto
 import Foundation
 import Testing
+
+@testable import BelfryServer
 
 @Suite("Server configuration: flags > environment > file > defaults")
 struct ServerConfigurationTests {
@@ -39,6 +40,16 @@ struct ServerConfigurationTests {
         #expect(settings.tokenSecret == nil)
         #expect(settings.tokenLifetime == 3600)
         #expect(settings.logLevel == .info)
+    }
+
+    @Test("each default is written once: nothing given reads as the plain configuration's defaults")
+    func defaultsWrittenOnce() throws {
+        let resolved = try Self.resolve()
+        // The public initializer's defaults come from the same settings the reader parses.
+        let plain = ServerConfiguration(workspace: .demo)
+        // The fingerprint covers every setting.
+        #expect(resolved.fingerprint(workspace: "demo") == plain.fingerprint(workspace: "demo"))
+        #expect(plain.hostname == "127.0.0.1" && plain.logLevel == .info && plain.logFormat == .text)
     }
 
     @Test("each value comes from the flag, else the environment, else the file")

@@ -123,25 +123,25 @@ public struct ServerConfiguration: Sendable {
     }
 
     public init(
-        hostname: String = "127.0.0.1",
-        port: Int = 8080,
-        database: DatabaseLocation = .sqlite(path: "belfry.sqlite"),
+        hostname: String = ServerSetting.hostname.defaultText!,
+        port: Int = ServerSetting.port.defaultNumber,
+        database: DatabaseLocation = .sqlite(path: ServerSetting.database.defaultText!),
         workspace: WorkspaceConfig,
         workspaceSource: String = "built-in demo",
         apiKeys: [String] = [],
         tokenSecret: String? = nil,
-        tokenLifetime: Int = 3600,
-        logLevel: Logger.Level = .info,
-        logFormat: LogFormat = .text,
-        maxBodySize: Int = 256 * 1024,
-        requestTimeout: Int = 30,
-        idleTimeout: Int = 60,
-        deliveryLease: Int = 120,
-        retryBase: Int = 5,
-        retentionDays: Int = 90,
-        maxDevicesPerUser: Int = 20,
+        tokenLifetime: Int = ServerSetting.tokenLifetime.defaultNumber,
+        logLevel: Logger.Level = Logger.Level(rawValue: ServerSetting.logLevel.defaultText!)!,
+        logFormat: LogFormat = LogFormat(rawValue: ServerSetting.logFormat.defaultText!)!,
+        maxBodySize: Int = ServerSetting.maxBodySize.defaultNumber,
+        requestTimeout: Int = ServerSetting.requestTimeout.defaultNumber,
+        idleTimeout: Int = ServerSetting.idleTimeout.defaultNumber,
+        deliveryLease: Int = ServerSetting.deliveryLease.defaultNumber,
+        retryBase: Int = ServerSetting.retryBase.defaultNumber,
+        retentionDays: Int = ServerSetting.retentionDays.defaultNumber,
+        maxDevicesPerUser: Int = ServerSetting.maxDevicesPerUser.defaultNumber,
         rateLimits: RateLimits = .defaults,
-        maxStreamsPerUser: Int = 10,
+        maxStreamsPerUser: Int = ServerSetting.maxStreamsPerUser.defaultNumber,
         webhook: Webhook? = nil,
         apns: APNs? = nil,
         fcm: FCM? = nil,
@@ -273,6 +273,17 @@ public struct ServerConfiguration: Sendable {
             return env[name] != nil ? fromEnvironment : fromFile
         }
 
+        /// A setting with a default text: the value given, else the default read by the same parser.
+        func pickOrDefault<Value>(
+            _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
+        ) -> Value {
+            if let value = pick(setting, flag: flag, parse: parse) { return value }
+            guard let text = setting.defaultText, case .success(let value) = parse(text) else {
+                preconditionFailure("\(setting.environment)'s default does not read")
+            }
+            return value
+        }
+
         /// A whole-number setting, read against its range, else its default.
         func pickNumber(_ setting: ServerSetting, flag: String? = nil) -> Int {
             guard let rule = setting.number else {
@@ -281,16 +292,11 @@ public struct ServerConfiguration: Sendable {
             return pick(setting, flag: flag) { parseInt($0, in: rule.range) } ?? rule.defaultValue
         }
 
-        let hostname =
-            pick(.hostname, flag: flags.hostname) { text in
-                text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
-            } ?? "127.0.0.1"
+        let hostname = pickOrDefault(.hostname, flag: flags.hostname) { text in
+            text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
+        }
         let port = pickNumber(.port, flag: flags.port.map(String.init))
-        let database =
-            pick(
-                .database, flag: flags.database,
-                parse: DatabaseLocation.parse)
-            ?? .sqlite(path: "belfry.sqlite")
+        let database = pickOrDefault(.database, flag: flags.database, parse: DatabaseLocation.parse)
         let apiKeys =
             pick(.apiKeys) { text in
                 checkSecrets(text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, "each API key")
@@ -300,18 +306,17 @@ public struct ServerConfiguration: Sendable {
         }
         let tokenLifetime = pickNumber(.tokenLifetime)
         let logLevel =
-            pick(.logLevel) { text in
+            pickOrDefault(.logLevel) { text in
                 Logger.Level(rawValue: text.lowercased()).map { .success($0) }
                     ?? .failure(
                         .init(
                             "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
                         ))
-            } ?? .info
-        let logFormat =
-            pick(.logFormat) { text in
-                LogFormat(rawValue: text.lowercased()).map { .success($0) }
-                    ?? .failure(.init("expected text or json, got \"\(text)\""))
-            } ?? .text
+            }
+        let logFormat = pickOrDefault(.logFormat) { text in
+            LogFormat(rawValue: text.lowercased()).map { .success($0) }
+                ?? .failure(.init("expected text or json, got \"\(text)\""))
+        }
         let maxBodySize = pickNumber(.maxBodySize)
         let requestTimeout = pickNumber(.requestTimeout)
         let idleTimeout = pickNumber(.idleTimeout)

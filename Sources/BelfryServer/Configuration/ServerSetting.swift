@@ -17,6 +17,28 @@ public struct ServerSetting: Sendable {
     /// For a whole-number setting: its default and the values it takes, written once here for
     /// the reader and the guide alike.
     var number: WholeNumber?
+    /// A default the reader reads with the setting's own parser, as if it were given (the guide
+    /// shows it as code): written once, here.
+    public var defaultText: String?
+
+    init(
+        summary: String, flag: String? = nil, environment: String, file: String?, defaultValue: String,
+        number: WholeNumber? = nil, defaultText: String? = nil
+    ) {
+        self.summary = summary
+        self.flag = flag
+        self.environment = environment
+        self.file = file
+        self.defaultValue = defaultValue
+        self.number = number
+        self.defaultText = defaultText
+    }
+
+    /// The default of a whole-number setting.
+    public var defaultNumber: Int {
+        guard let number else { preconditionFailure("\(environment) is not a whole-number setting") }
+        return number.defaultValue
+    }
 
     struct WholeNumber: Sendable {
         var defaultValue: Int
@@ -31,6 +53,15 @@ public struct ServerSetting: Sendable {
         Self(
             summary: summary, flag: flag, environment: environment, file: file, defaultValue: "`\(value)`",
             number: WholeNumber(defaultValue: value, range: range))
+    }
+
+    /// A setting whose default is read like a given value: the guide shows `text`.
+    static func withDefault(
+        summary: String, flag: String? = nil, environment: String, file: String?, default text: String
+    ) -> Self {
+        Self(
+            summary: summary, flag: flag, environment: environment, file: file, defaultValue: "`\(text)`",
+            defaultText: text)
     }
 
     /// Whether the environment or the file's `server` object gives this setting at all (a bad
@@ -61,54 +92,54 @@ public struct ServerSetting: Sendable {
     static let config = Self(
         summary: "config file", flag: "--config FILE", environment: "BELFRY_CONFIG", file: nil,
         defaultValue: "the built-in demo workspace")
-    static let hostname = Self(
+    public static let hostname = withDefault(
         summary: "listen address", flag: "--hostname H", environment: "BELFRY_HOSTNAME", file: "hostname",
-        defaultValue: "`127.0.0.1`")
-    static let port = wholeNumber(
+        default: "127.0.0.1")
+    public static let port = wholeNumber(
         summary: "port (0 picks a free one)", flag: "--port P", environment: "BELFRY_PORT", file: "port",
         default: 8080, in: 0...65_535)
-    static let database = Self(
+    public static let database = withDefault(
         summary: "database: file path, `sqlite://PATH` or `postgres://user:pass@host:port/db`", flag: "--database",
-        environment: "DATABASE_URL", file: "database", defaultValue: "`belfry.sqlite`")
+        environment: "DATABASE_URL", file: "database", default: "belfry.sqlite")
     static let apiKeys = Self(
         summary: "API keys (comma-separated in the environment; 16+ characters each)", environment: "BELFRY_API_KEY",
         file: "api_keys", defaultValue: "a development key, created and printed once")
     static let tokenSecret = Self(
         summary: "user-token signing secret (16+ characters)", environment: "BELFRY_TOKEN_SECRET", file: "token_secret",
         defaultValue: "created once and kept in the database")
-    static let tokenLifetime = wholeNumber(
+    public static let tokenLifetime = wholeNumber(
         summary: "user-token lifetime, seconds (60 to 2592000)", environment: "BELFRY_TOKEN_TTL",
         file: "token_ttl_seconds", default: 3600, in: 60...2_592_000)
-    static let logLevel = Self(
+    public static let logLevel = withDefault(
         summary: "log level (`trace` … `critical`)", environment: "BELFRY_LOG_LEVEL", file: "log_level",
-        defaultValue: "`info`")
-    static let logFormat = Self(
+        default: "info")
+    public static let logFormat = withDefault(
         summary:
             "log format: `text` lines, or `json` (one object a line: time, level, label, message, request id, metadata)",
-        environment: "BELFRY_LOG_FORMAT", file: "log_format", defaultValue: "`text`")
-    static let maxBodySize = wholeNumber(
+        environment: "BELFRY_LOG_FORMAT", file: "log_format", default: "text")
+    public static let maxBodySize = wholeNumber(
         summary: "largest request body, bytes (`POST /v1/events` takes up to 2 MB)",
         environment: "BELFRY_MAX_BODY_BYTES",
         file: "max_body_bytes", default: 262144, in: 1024...16 * 1024 * 1024)
-    static let requestTimeout = wholeNumber(
+    public static let requestTimeout = wholeNumber(
         summary: "seconds for a request to arrive and be answered, else 408 (1 to 3600)",
         environment: "BELFRY_REQUEST_TIMEOUT", file: "request_timeout_seconds", default: 30, in: 1...3600)
-    static let idleTimeout = wholeNumber(
+    public static let idleTimeout = wholeNumber(
         summary: "seconds a connection may stay silent before it is closed (20 to 86400)",
         environment: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds", default: 60, in: 20...86_400)
-    static let deliveryLease = wholeNumber(
+    public static let deliveryLease = wholeNumber(
         summary:
             "seconds a worker holds claimed deliveries; a dead worker's are claimed again after it (2 to 3600)",
         environment: "BELFRY_DELIVERY_LEASE", file: "delivery_lease_seconds", default: 120, in: 2...3600)
-    static let retryBase = wholeNumber(
+    public static let retryBase = wholeNumber(
         summary:
             "seconds before a failed delivery's first retry, doubling for each later one up to an hour, "
             + "jittered; a provider's shorter `Retry-After` waits as long (1 to 3600)",
         environment: "BELFRY_RETRY_BASE", file: "retry_base_seconds", default: 5, in: 1...3600)
-    static let retentionDays = wholeNumber(
+    public static let retentionDays = wholeNumber(
         summary: "days after which read or archived inbox notifications are purged (1 to 3650)",
         environment: "BELFRY_RETENTION_DAYS", file: "retention_days", default: 90, in: 1...3650)
-    static let maxDevicesPerUser = wholeNumber(
+    public static let maxDevicesPerUser = wholeNumber(
         summary: "devices (apps and browsers) one user may register; more get 422 (1 to 1000)",
         environment: "BELFRY_MAX_DEVICES_PER_USER", file: "max_devices_per_user", default: 20, in: 1...1000)
     static let rateLimits = Self(
@@ -117,7 +148,7 @@ public struct ServerSetting: Sendable {
             + "(`CLASS=N/s`, `N/min` or `N/h`, or `CLASS=off`, comma-separated; the classes given replace the defaults)",
         environment: "BELFRY_RATE_LIMITS", file: "rate_limits",
         defaultValue: "`api=10000/s,user=600/min,signin=10/min,public=120/min`")
-    static let maxStreamsPerUser = wholeNumber(
+    public static let maxStreamsPerUser = wholeNumber(
         summary: "inbox streams one user may hold open on one instance; more get 429 (1 to 1000)",
         environment: "BELFRY_MAX_STREAMS_PER_USER", file: "max_streams_per_user", default: 10, in: 1...1000)
     static let webhookURL = Self(
