@@ -242,239 +242,32 @@ public struct ServerConfiguration: Sendable {
             }
         }
 
-        /// A setting's value: the flag, else the environment variable, else the file. The file's
-        /// value is checked even when overridden, so that every bad value is reported.
-        func pick<Value>(
-            _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
-        ) -> Value? {
-            let name = setting.environment
-            var fromFile: Value?
-            if let key = setting.file, let text = Self.text(of: server[key]) {
-                switch parse(text) {
-                case .success(let value): fromFile = value
-                case .failure(let problem): server[key].fail(problem.message)
-                }
-            }
-            var fromEnvironment: Value?
-            if let text = env[name] {
-                switch parse(text) {
-                case .success(let value): fromEnvironment = value
-                case .failure(let problem): issues.add(name, problem.message)
-                }
-            }
-            if let text = flag {
-                switch parse(text) {
-                case .success(let value): return value
-                case .failure(let problem):
-                    issues.add(setting.flagName ?? name, problem.message)
-                    return nil
-                }
-            }
-            return env[name] != nil ? fromEnvironment : fromFile
-        }
-
-        /// A setting with a default text: the value given, else the default read by the same parser.
-        func pickOrDefault<Value>(
-            _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
-        ) -> Value {
-            if let value = pick(setting, flag: flag, parse: parse) { return value }
-            guard let text = setting.defaultText, case .success(let value) = parse(text) else {
-                preconditionFailure("\(setting.environment)'s default does not read")
-            }
-            return value
-        }
-
-        /// A whole-number setting, read against its range, else its default.
-        func pickNumber(_ setting: ServerSetting, flag: String? = nil) -> Int {
-            guard let rule = setting.number else {
-                preconditionFailure("\(setting.environment) is not a whole-number setting")
-            }
-            return pick(setting, flag: flag) { parseInt($0, in: rule.range) } ?? rule.defaultValue
-        }
-
-        let hostname = pickOrDefault(.hostname, flag: flags.hostname) { text in
-            text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
-        }
-        let port = pickNumber(.port, flag: flags.port.map(String.init))
-        let database = pickOrDefault(.database, flag: flags.database, parse: DatabaseLocation.parse)
-        let apiKeys =
-            pick(.apiKeys) { text in
-                checkSecrets(text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, "each API key")
-            } ?? []
-        let tokenSecret = pick(.tokenSecret) { text in
-            checkSecrets([text], "the token secret").map { $0[0] }
-        }
-        let tokenLifetime = pickNumber(.tokenLifetime)
-        let logLevel =
-            pickOrDefault(.logLevel) { text in
-                Logger.Level(rawValue: text.lowercased()).map { .success($0) }
-                    ?? .failure(
-                        .init(
-                            "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
-                        ))
-            }
-        let logFormat = pickOrDefault(.logFormat) { text in
-            LogFormat(rawValue: text.lowercased()).map { .success($0) }
-                ?? .failure(.init("expected text or json, got \"\(text)\""))
-        }
-        let maxBodySize = pickNumber(.maxBodySize)
-        let requestTimeout = pickNumber(.requestTimeout)
-        let idleTimeout = pickNumber(.idleTimeout)
-        let deliveryLease = pickNumber(.deliveryLease)
-
-        let retryBase = pickNumber(.retryBase)
-        let retentionDays = pickNumber(.retentionDays)
-        let maxDevicesPerUser = pickNumber(.maxDevicesPerUser)
-        let rateLimits = pick(.rateLimits) { RateLimits.parse($0) } ?? .defaults
-        let maxStreamsPerUser = pickNumber(.maxStreamsPerUser)
-        let webhookURL = pick(.webhookURL) {
-            text -> Result<String, ConfigurationProblem> in
-            guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
-                return .failure(.init("expected an http or https URL, got \"\(text)\""))
-            }
-            return .success(text)
-        }
-        let webhookSecret = pick(.webhookSecret) { text in
-            checkSecrets([text], "the webhook secret").map { $0[0] }
-        }
-        var webhook: Webhook?
-        switch (webhookURL, webhookSecret) {
-        case (let url?, let secret?): webhook = Webhook(url: url, secret: secret)
-        case (.some, nil):
-            issues.add(ServerSetting.webhookSecret.environment, "a webhook URL needs a secret to sign its requests")
-        case (nil, .some):
-            issues.add(ServerSetting.webhookURL.environment, "a webhook secret is set but no webhook URL")
-        case (nil, nil): break
-        }
-
-        let apnsKey = pick(.apnsKey) { readAPNsKey($0, readFile: readFile) }
-        let apnsKeyID = pick(.apnsKeyID) { identifier($0, length: 10) }
-        let apnsTeamID = pick(.apnsTeamID) { identifier($0, length: 10) }
-        let apnsTopic = pick(.apnsTopic) {
-            text -> Result<String, ConfigurationProblem> in
-            text.isEmpty || text.count > 255
-                ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
-        }
-        let apnsURL = pick(.apnsURL, parse: pushServiceURL)
-        var apns: APNs?
-        switch (apnsKey, apnsKeyID, apnsTeamID) {
-        case (let key?, let keyID?, let teamID?):
-            apns = APNs(keyPEM: key, keyID: keyID, teamID: teamID, topic: apnsTopic, url: apnsURL)
-        case (nil, nil, nil):
-            if apnsTopic != nil || apnsURL != nil {
-                issues.add(
-                    ServerSetting.apnsKey.environment, "APNs settings are given but no signing key, key id and team id")
-            }
-        default:
-            // A value given but bad is reported where it was read; only the missing ones here.
-            for (present, setting) in [
-                (apnsKey != nil, ServerSetting.apnsKey), (apnsKeyID != nil, .apnsKeyID),
-                (apnsTeamID != nil, .apnsTeamID),
-            ]
-            where !present && !setting.isGiven(environment: env, file: server) {
-                issues.add(setting.environment, "APNs needs a signing key, its key id and the team id together")
-            }
-        }
-        let fcmServiceAccount = pick(.fcmServiceAccount) { readServiceAccount($0, readFile: readFile) }
-        let fcmURL = pick(.fcmURL, parse: pushServiceURL)
-        var fcm: FCM?
-        if let fcmServiceAccount {
-            fcm = FCM(serviceAccountJSON: fcmServiceAccount, url: fcmURL ?? FCM.googleURL)
-        } else if fcmURL != nil && !ServerSetting.fcmServiceAccount.isGiven(environment: env, file: server) {
-            issues.add(ServerSetting.fcmServiceAccount.environment, "an FCM URL is set but no service account")
-        }
-        let apps = file.map { PushApp.read($0["apps"], readFile: readFile, apnsURL: apnsURL, fcmURL: fcmURL) } ?? []
-        if let file { PushApp.checkTenants(file["tenants"], apps: apps) }
-        let statusEndpoints = file.map { StatusEndpoint.read($0["webhooks"], readFile: readFile) } ?? []
-        let extraCertificates = pick(.extraCertificates) { path in
-            readPEM(path, readFile: readFile) { pem in
-                guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
-                    throw ConfigurationProblem("it holds no certificate")
-                }
-            }.mapError { .init("expected PEM certificates, but \($0.message)") }
-        }
-
-        let vapidSubject = pick(.vapidSubject) {
-            text -> Result<String, ConfigurationProblem> in
-            VAPIDKey.isValidSubject(text)
-                ? .success(text)
-                : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
-        }
-        let vapidKey = pick(.vapidKey) { readVAPIDKey($0, readFile: readFile) }
-        let allowLoopbackHTTP =
-            pick(.webPushLoopbackHTTP) {
-                text -> Result<Bool, ConfigurationProblem> in
-                switch text.lowercased() {
-                case "true", "1", "yes": .success(true)
-                case "false", "0", "no": .success(false)
-                default: .failure(.init("expected true or false, got \"\(text)\""))
-                }
-            } ?? false
-
-        let smtp = pick(.smtpURL, parse: SMTPLocation.parse)
-        let emailFrom = pick(.emailFrom) {
-            text -> Result<String, ConfigurationProblem> in
-            do {
-                _ = try MailAddress(parsing: text)
-                return .success(text)
-            } catch {
-                return .failure(.init("expected a sender such as \"Belfry <notify@example.org>\": \(error)"))
-            }
-        }
-        let publicURL = pick(.publicURL) {
-            text -> Result<String, ConfigurationProblem> in
-            guard let url = URLComponents(string: text), ["http", "https"].contains(url.scheme ?? ""),
-                let host = url.host, !host.isEmpty, url.query == nil, url.fragment == nil,
-                // The host names this server in EHLO too: letters, digits, dots, hyphens, or an IP.
-                host.unicodeScalars.allSatisfy({
-                    $0.isASCII
-                        && ($0.properties.isAlphabetic || $0.properties.numericType != nil
-                            || ".-:[]".unicodeScalars.contains($0))
-                })
-            else {
-                return .failure(.init("expected the http or https address users reach Belfry at, got \"\(text)\""))
-            }
-            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
-        }
-        var email: Email?
-        switch (smtp, emailFrom) {
-        case (let smtp?, let from?):
-            email = Email(smtp: smtp, from: from)
-            if publicURL == nil && !SMTPLocation.isLoopback(hostname) {
-                issues.add(
-                    ServerSetting.publicURL.environment,
-                    "email needs the address users reach Belfry at, for its links (unsubscribe, preferences)")
-            }
-        // A value given but bad is reported above already; only a missing one is reported here.
-        case (.some, nil) where !ServerSetting.emailFrom.isGiven(environment: env, file: server):
-            issues.add(ServerSetting.emailFrom.environment, "email needs a sender address")
-        case (nil, .some) where !ServerSetting.smtpURL.isGiven(environment: env, file: server):
-            issues.add(ServerSetting.smtpURL.environment, "a sender address is set but no SMTP server")
-        default: break
-        }
-        let metricsToken = pick(.metricsToken) { text in
-            checkSecrets([text], "the metrics token").map { $0[0] }
-        }
+        let read = SettingReader(environment: env, server: server, issues: issues)
+        var config = ServerConfiguration(workspace: workspace, workspaceSource: source)
+        config.readListening(read, flags: flags)
+        config.readCredentials(read)
+        config.readLogging(read)
+        config.readHTTP(read)
+        config.readDelivery(read)
+        config.readLimits(read)
+        config.readWebhook(read)
+        config.readPush(read, file: file, readFile: readFile)
+        config.readStatusEndpoints(read, file: file, readFile: readFile)
+        config.readCertificates(read, readFile: readFile)
+        config.readWebPush(read, readFile: readFile)
+        config.readEmail(read)
+        config.readMetrics(read)
         for (index, category) in workspace.categories.enumerated() {
             for problem in EmailTemplates.problems(in: category) {
-                issues.add("categories[\(index)].email.\(problem.path)", problem.message)
+                read.issues.add("categories[\(index)].email.\(problem.path)", problem.message)
             }
             for problem in ContentRendering.problems(in: category) {
-                issues.add("categories[\(index)].\(problem.path)", problem.message)
+                read.issues.add("categories[\(index)].\(problem.path)", problem.message)
             }
         }
 
         guard issues.issues.isEmpty else { throw ConfigError(issues: issues.issues) }
-        return ServerConfiguration(
-            hostname: hostname, port: port, database: database, workspace: workspace,
-            workspaceSource: source, apiKeys: apiKeys, tokenSecret: tokenSecret,
-            tokenLifetime: tokenLifetime, logLevel: logLevel, logFormat: logFormat, maxBodySize: maxBodySize,
-            requestTimeout: requestTimeout, idleTimeout: idleTimeout, deliveryLease: deliveryLease,
-            retryBase: retryBase, retentionDays: retentionDays, maxDevicesPerUser: maxDevicesPerUser,
-            rateLimits: rateLimits, maxStreamsPerUser: maxStreamsPerUser, webhook: webhook,
-            apns: apns, fcm: fcm, apps: apps, statusEndpoints: statusEndpoints, extraCertificatesPEM: extraCertificates,
-            vapidSubject: vapidSubject, vapidKeyPEM: vapidKey, webPushAllowsLoopback: allowLoopbackHTTP,
-            email: email, publicURL: publicURL, metricsToken: metricsToken)
+        return config
     }
 
     /// A push service's host instead of the provider's own (a stand-in, a proxy): an https URL
@@ -549,7 +342,7 @@ public struct ServerConfiguration: Sendable {
 
     /// A file value as the text an environment variable would hold: strings as they are,
     /// booleans as true or false, whole numbers in decimal, lists of strings joined with commas.
-    private static func text(of node: ConfigNode) -> String? {
+    fileprivate static func text(of node: ConfigNode) -> String? {
         switch node.value {
         case .none, .some(.null): return nil
         case .some(.string(let text)): return text
@@ -570,7 +363,7 @@ public struct ServerConfiguration: Sendable {
         }
     }
 
-    private static func parseInt(_ text: String, in range: ClosedRange<Int>) -> Result<Int, ConfigurationProblem> {
+    fileprivate static func parseInt(_ text: String, in range: ClosedRange<Int>) -> Result<Int, ConfigurationProblem> {
         guard let value = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(value) else {
             return .failure(
                 .init("expected a whole number from \(range.lowerBound) to \(range.upperBound), got \"\(text)\""))
@@ -628,5 +421,315 @@ extension ServerConfiguration {
             "public_url=\(publicURL ?? "-")", "metrics_token=\(secret(metricsToken))",
         ]
         return APIKeys.fingerprint(lines.joined(separator: "\n"))
+    }
+}
+
+extension ServerConfiguration {
+    /// Reads the listen address, the port and the database.
+    fileprivate mutating func readListening(_ read: SettingReader, flags: Flags) {
+        let hostname = read.valueOrDefault(.hostname, flag: flags.hostname) { text in
+            text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
+        }
+        let port = read.number(.port, flag: flags.port.map(String.init))
+        let database = read.valueOrDefault(.database, flag: flags.database, parse: DatabaseLocation.parse)
+        self.hostname = hostname
+        self.port = port
+        self.database = database
+    }
+
+    /// Reads the API keys, the user tokens' secret and lifetime.
+    fileprivate mutating func readCredentials(_ read: SettingReader) {
+        let apiKeys =
+            read.value(.apiKeys) { text in
+                Self.checkSecrets(
+                    text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }, "each API key")
+            } ?? []
+        let tokenSecret = read.value(.tokenSecret) { text in
+            Self.checkSecrets([text], "the token secret").map { $0[0] }
+        }
+        let tokenLifetime = read.number(.tokenLifetime)
+        self.apiKeys = apiKeys
+        self.tokenSecret = tokenSecret
+        self.tokenLifetime = tokenLifetime
+    }
+
+    /// Reads the log level and format.
+    fileprivate mutating func readLogging(_ read: SettingReader) {
+        let logLevel =
+            read.valueOrDefault(.logLevel) { text in
+                Logger.Level(rawValue: text.lowercased()).map { .success($0) }
+                    ?? .failure(
+                        .init(
+                            "expected one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\""
+                        ))
+            }
+        let logFormat = read.valueOrDefault(.logFormat) { text in
+            LogFormat(rawValue: text.lowercased()).map { .success($0) }
+                ?? .failure(.init("expected text or json, got \"\(text)\""))
+        }
+        self.logLevel = logLevel
+        self.logFormat = logFormat
+    }
+
+    /// Reads the HTTP limits: body size, request and idle timeouts.
+    fileprivate mutating func readHTTP(_ read: SettingReader) {
+        let maxBodySize = read.number(.maxBodySize)
+        let requestTimeout = read.number(.requestTimeout)
+        let idleTimeout = read.number(.idleTimeout)
+        self.maxBodySize = maxBodySize
+        self.requestTimeout = requestTimeout
+        self.idleTimeout = idleTimeout
+    }
+
+    /// Reads the delivery lease, the retry backoff's base and the inbox retention.
+    fileprivate mutating func readDelivery(_ read: SettingReader) {
+        let deliveryLease = read.number(.deliveryLease)
+
+        let retryBase = read.number(.retryBase)
+        let retentionDays = read.number(.retentionDays)
+        self.deliveryLease = deliveryLease
+        self.retryBase = retryBase
+        self.retentionDays = retentionDays
+    }
+
+    /// Reads the per-user caps and the rate limits.
+    fileprivate mutating func readLimits(_ read: SettingReader) {
+        let maxDevicesPerUser = read.number(.maxDevicesPerUser)
+        let rateLimits = read.value(.rateLimits) { RateLimits.parse($0) } ?? .defaults
+        let maxStreamsPerUser = read.number(.maxStreamsPerUser)
+        self.maxDevicesPerUser = maxDevicesPerUser
+        self.rateLimits = rateLimits
+        self.maxStreamsPerUser = maxStreamsPerUser
+    }
+
+    /// Reads the app webhook channel.
+    fileprivate mutating func readWebhook(_ read: SettingReader) {
+        let webhookURL = read.value(.webhookURL) {
+            text -> Result<String, ConfigurationProblem> in
+            guard let url = URL(string: text), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                return .failure(.init("expected an http or https URL, got \"\(text)\""))
+            }
+            return .success(text)
+        }
+        let webhookSecret = read.value(.webhookSecret) { text in
+            Self.checkSecrets([text], "the webhook secret").map { $0[0] }
+        }
+        var webhook: Webhook?
+        switch (webhookURL, webhookSecret) {
+        case (let url?, let secret?): webhook = Webhook(url: url, secret: secret)
+        case (.some, nil):
+            read.issues.add(
+                ServerSetting.webhookSecret.environment, "a webhook URL needs a secret to sign its requests")
+        case (nil, .some):
+            read.issues.add(ServerSetting.webhookURL.environment, "a webhook secret is set but no webhook URL")
+        case (nil, nil): break
+        }
+
+        self.webhook = webhook
+    }
+
+    /// Reads APNs, FCM and the apps.
+    fileprivate mutating func readPush(_ read: SettingReader, file: ConfigNode?, readFile: (String) throws -> Data) {
+        let apnsKey = read.value(.apnsKey) { Self.readAPNsKey($0, readFile: readFile) }
+        let apnsKeyID = read.value(.apnsKeyID) { Self.identifier($0, length: 10) }
+        let apnsTeamID = read.value(.apnsTeamID) { Self.identifier($0, length: 10) }
+        let apnsTopic = read.value(.apnsTopic) {
+            text -> Result<String, ConfigurationProblem> in
+            text.isEmpty || text.count > 255
+                ? .failure(.init("expected a bundle id such as org.example.app")) : .success(text)
+        }
+        let apnsURL = read.value(.apnsURL, parse: Self.pushServiceURL)
+        var apns: APNs?
+        switch (apnsKey, apnsKeyID, apnsTeamID) {
+        case (let key?, let keyID?, let teamID?):
+            apns = APNs(keyPEM: key, keyID: keyID, teamID: teamID, topic: apnsTopic, url: apnsURL)
+        case (nil, nil, nil):
+            if apnsTopic != nil || apnsURL != nil {
+                read.issues.add(
+                    ServerSetting.apnsKey.environment, "APNs settings are given but no signing key, key id and team id")
+            }
+        default:
+            // A value given but bad is reported where it was read; only the missing ones here.
+            for (present, setting) in [
+                (apnsKey != nil, ServerSetting.apnsKey), (apnsKeyID != nil, .apnsKeyID),
+                (apnsTeamID != nil, .apnsTeamID),
+            ]
+            where !present && !setting.isGiven(environment: read.environment, file: read.server) {
+                read.issues.add(setting.environment, "APNs needs a signing key, its key id and the team id together")
+            }
+        }
+        let fcmServiceAccount = read.value(.fcmServiceAccount) { Self.readServiceAccount($0, readFile: readFile) }
+        let fcmURL = read.value(.fcmURL, parse: Self.pushServiceURL)
+        var fcm: FCM?
+        if let fcmServiceAccount {
+            fcm = FCM(serviceAccountJSON: fcmServiceAccount, url: fcmURL ?? FCM.googleURL)
+        } else if fcmURL != nil
+            && !ServerSetting.fcmServiceAccount.isGiven(environment: read.environment, file: read.server)
+        {
+            read.issues.add(ServerSetting.fcmServiceAccount.environment, "an FCM URL is set but no service account")
+        }
+        let apps = file.map { PushApp.read($0["apps"], readFile: readFile, apnsURL: apnsURL, fcmURL: fcmURL) } ?? []
+        if let file { PushApp.checkTenants(file["tenants"], apps: apps) }
+        self.apns = apns
+        self.fcm = fcm
+        self.apps = apps
+    }
+
+    /// Reads the status events' endpoints.
+    fileprivate mutating func readStatusEndpoints(
+        _ read: SettingReader, file: ConfigNode?, readFile: (String) throws -> Data
+    ) {
+        let statusEndpoints = file.map { StatusEndpoint.read($0["webhooks"], readFile: readFile) } ?? []
+        self.statusEndpoints = statusEndpoints
+    }
+
+    /// Reads extra certificate authorities for outbound TLS.
+    fileprivate mutating func readCertificates(_ read: SettingReader, readFile: (String) throws -> Data) {
+        let extraCertificates = read.value(.extraCertificates) { path in
+            Self.readPEM(path, readFile: readFile) { pem in
+                guard !(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8))).isEmpty else {
+                    throw ConfigurationProblem("it holds no certificate")
+                }
+            }.mapError { .init("expected PEM certificates, but \($0.message)") }
+        }
+
+        self.extraCertificatesPEM = extraCertificates
+    }
+
+    /// Reads Web Push: the VAPID subject and key, loopback endpoints.
+    fileprivate mutating func readWebPush(_ read: SettingReader, readFile: (String) throws -> Data) {
+        let vapidSubject = read.value(.vapidSubject) {
+            text -> Result<String, ConfigurationProblem> in
+            VAPIDKey.isValidSubject(text)
+                ? .success(text)
+                : .failure(.init("expected a mailto: address or an https: URL to reach the operator, got \"\(text)\""))
+        }
+        let vapidKey = read.value(.vapidKey) { Self.readVAPIDKey($0, readFile: readFile) }
+        let allowLoopbackHTTP =
+            read.value(.webPushLoopbackHTTP) {
+                text -> Result<Bool, ConfigurationProblem> in
+                switch text.lowercased() {
+                case "true", "1", "yes": .success(true)
+                case "false", "0", "no": .success(false)
+                default: .failure(.init("expected true or false, got \"\(text)\""))
+                }
+            } ?? false
+
+        self.vapidSubject = vapidSubject
+        self.vapidKeyPEM = vapidKey
+        self.webPushAllowsLoopback = allowLoopbackHTTP
+    }
+
+    /// Reads email: the SMTP server, the sender and the public address.
+    fileprivate mutating func readEmail(_ read: SettingReader) {
+        let smtp = read.value(.smtpURL, parse: SMTPLocation.parse)
+        let emailFrom = read.value(.emailFrom) {
+            text -> Result<String, ConfigurationProblem> in
+            do {
+                _ = try MailAddress(parsing: text)
+                return .success(text)
+            } catch {
+                return .failure(.init("expected a sender such as \"Belfry <notify@example.org>\": \(error)"))
+            }
+        }
+        let publicURL = read.value(.publicURL) {
+            text -> Result<String, ConfigurationProblem> in
+            guard let url = URLComponents(string: text), ["http", "https"].contains(url.scheme ?? ""),
+                let host = url.host, !host.isEmpty, url.query == nil, url.fragment == nil,
+                // The host names this server in EHLO too: letters, digits, dots, hyphens, or an IP.
+                host.unicodeScalars.allSatisfy({
+                    $0.isASCII
+                        && ($0.properties.isAlphabetic || $0.properties.numericType != nil
+                            || ".-:[]".unicodeScalars.contains($0))
+                })
+            else {
+                return .failure(.init("expected the http or https address users reach Belfry at, got \"\(text)\""))
+            }
+            return .success(text.hasSuffix("/") ? String(text.dropLast()) : text)
+        }
+        var email: Email?
+        switch (smtp, emailFrom) {
+        case (let smtp?, let from?):
+            email = Email(smtp: smtp, from: from)
+            if publicURL == nil && !SMTPLocation.isLoopback(self.hostname) {
+                read.issues.add(
+                    ServerSetting.publicURL.environment,
+                    "email needs the address users reach Belfry at, for its links (unsubscribe, preferences)")
+            }
+        // A value given but bad is reported above already; only a missing one is reported here.
+        case (.some, nil) where !ServerSetting.emailFrom.isGiven(environment: read.environment, file: read.server):
+            read.issues.add(ServerSetting.emailFrom.environment, "email needs a sender address")
+        case (nil, .some) where !ServerSetting.smtpURL.isGiven(environment: read.environment, file: read.server):
+            read.issues.add(ServerSetting.smtpURL.environment, "a sender address is set but no SMTP server")
+        default: break
+        }
+        self.email = email
+        self.publicURL = publicURL
+    }
+
+    /// Reads the metrics token.
+    fileprivate mutating func readMetrics(_ read: SettingReader) {
+        let metricsToken = read.value(.metricsToken) { text in
+            Self.checkSecrets([text], "the metrics token").map { $0[0] }
+        }
+        self.metricsToken = metricsToken
+    }
+}
+
+/// Reads server settings: the flag, else the environment variable, else the config file's
+/// `server` object, each given value checked (a bad one is reported where it was given).
+fileprivate struct SettingReader {
+    let environment: [String: String]
+    let server: ConfigNode
+    let issues: ConfigIssueCollector
+
+    /// A setting's value: the flag, else the environment variable, else the file. The file's
+    /// value is checked even when overridden, so that every bad value is reported.
+    func value<Value>(
+        _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
+    ) -> Value? {
+        let name = setting.environment
+        var fromFile: Value?
+        if let key = setting.file, let text = ServerConfiguration.text(of: server[key]) {
+            switch parse(text) {
+            case .success(let value): fromFile = value
+            case .failure(let problem): server[key].fail(problem.message)
+            }
+        }
+        var fromEnvironment: Value?
+        if let text = environment[name] {
+            switch parse(text) {
+            case .success(let value): fromEnvironment = value
+            case .failure(let problem): issues.add(name, problem.message)
+            }
+        }
+        if let text = flag {
+            switch parse(text) {
+            case .success(let value): return value
+            case .failure(let problem):
+                issues.add(setting.flagName ?? name, problem.message)
+                return nil
+            }
+        }
+        return environment[name] != nil ? fromEnvironment : fromFile
+    }
+
+    /// A setting with a default text: the value given, else the default read by the same parser.
+    func valueOrDefault<Value>(
+        _ setting: ServerSetting, flag: String? = nil, parse: (String) -> Result<Value, ConfigurationProblem>
+    ) -> Value {
+        if let value = value(setting, flag: flag, parse: parse) { return value }
+        guard let text = setting.defaultText, case .success(let value) = parse(text) else {
+            preconditionFailure("\(setting.environment)'s default does not read")
+        }
+        return value
+    }
+
+    /// A whole-number setting, read against its range, else its default.
+    func number(_ setting: ServerSetting, flag: String? = nil) -> Int {
+        guard let rule = setting.number else {
+            preconditionFailure("\(setting.environment) is not a whole-number setting")
+        }
+        return value(setting, flag: flag) { ServerConfiguration.parseInt($0, in: rule.range) } ?? rule.defaultValue
     }
 }
