@@ -430,11 +430,9 @@ extension ServerConfiguration {
         let hostname = read.valueOrDefault(.hostname, flag: flags.hostname) { text in
             text.isEmpty ? .failure(.init("must not be empty")) : .success(text)
         }
-        let port = read.number(.port, flag: flags.port.map(String.init))
-        let database = read.valueOrDefault(.database, flag: flags.database, parse: DatabaseLocation.parse)
+        self.port = read.number(.port, flag: flags.port.map(String.init))
+        self.database = read.valueOrDefault(.database, flag: flags.database, parse: DatabaseLocation.parse)
         self.hostname = hostname
-        self.port = port
-        self.database = database
     }
 
     /// Reads the API keys, the user tokens' secret and lifetime.
@@ -447,10 +445,9 @@ extension ServerConfiguration {
         let tokenSecret = read.value(.tokenSecret) { text in
             Self.checkSecrets([text], "the token secret").map { $0[0] }
         }
-        let tokenLifetime = read.number(.tokenLifetime)
+        self.tokenLifetime = read.number(.tokenLifetime)
         self.apiKeys = apiKeys
         self.tokenSecret = tokenSecret
-        self.tokenLifetime = tokenLifetime
     }
 
     /// Reads the log level and format.
@@ -473,33 +470,24 @@ extension ServerConfiguration {
 
     /// Reads the HTTP limits: body size, request and idle timeouts.
     fileprivate mutating func readHTTP(_ read: SettingReader) {
-        let maxBodySize = read.number(.maxBodySize)
-        let requestTimeout = read.number(.requestTimeout)
-        let idleTimeout = read.number(.idleTimeout)
-        self.maxBodySize = maxBodySize
-        self.requestTimeout = requestTimeout
-        self.idleTimeout = idleTimeout
+        self.maxBodySize = read.number(.maxBodySize)
+        self.requestTimeout = read.number(.requestTimeout)
+        self.idleTimeout = read.number(.idleTimeout)
     }
 
     /// Reads the delivery lease, the retry backoff's base and the inbox retention.
     fileprivate mutating func readDelivery(_ read: SettingReader) {
-        let deliveryLease = read.number(.deliveryLease)
-
-        let retryBase = read.number(.retryBase)
-        let retentionDays = read.number(.retentionDays)
-        self.deliveryLease = deliveryLease
-        self.retryBase = retryBase
-        self.retentionDays = retentionDays
+        self.deliveryLease = read.number(.deliveryLease)
+        self.retryBase = read.number(.retryBase)
+        self.retentionDays = read.number(.retentionDays)
     }
 
     /// Reads the per-user caps and the rate limits.
     fileprivate mutating func readLimits(_ read: SettingReader) {
-        let maxDevicesPerUser = read.number(.maxDevicesPerUser)
+        self.maxDevicesPerUser = read.number(.maxDevicesPerUser)
         let rateLimits = read.value(.rateLimits) { RateLimits.parse($0) } ?? .defaults
-        let maxStreamsPerUser = read.number(.maxStreamsPerUser)
-        self.maxDevicesPerUser = maxDevicesPerUser
+        self.maxStreamsPerUser = read.number(.maxStreamsPerUser)
         self.rateLimits = rateLimits
-        self.maxStreamsPerUser = maxStreamsPerUser
     }
 
     /// Reads the app webhook channel.
