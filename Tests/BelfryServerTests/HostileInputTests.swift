@@ -29,6 +29,27 @@ struct HostileInputTests {
         return ["k": value]
     }
 
+    @Test("the fields a body may have come from its type's coding keys, nested objects by path")
+    func fieldsFromTypes() {
+        #expect(
+            EventRequest.fields == [
+                "category", "recipients", "topic", "exclude", "tenant", "content", "data", "idempotency_key",
+                "schedule", "ttl_seconds", "push",
+            ])
+        #expect(
+            EventRequest.nestedFields == [
+                "push": ["content_available"], "content": ["title", "body", "url", "image_url"],
+                "schedule": ["send_at", "delay_seconds", "calendar"],
+                "schedule.calendar": ["month", "day", "weekday", "hour", "minute", "repeats"],
+            ])
+        #expect(
+            DeviceRegistration.nestedFields == [
+                "settings": ["alert", "sound", "badge", "notification_center"],
+                "subscription": ["endpoint", "keys", "expirationTime"], "subscription.keys": ["p256dh", "auth"],
+            ])
+        #expect(PreferenceChangesRequest.nestedFields == ["changes": ["category", "channel", "preference"]])
+    }
+
     @Test("data nested deeper than the limit is refused at intake, naming the depth", arguments: TestDatabase.allCases)
     func deepData(database: TestDatabase) async throws {
         try await withBelfry(database) { app in

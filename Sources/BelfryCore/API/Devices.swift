@@ -50,7 +50,7 @@ public struct PushSettings: Codable, Hashable, Sendable {
         self.notificationCenter = notificationCenter
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case alert, sound, badge
         case notificationCenter = "notification_center"
     }
@@ -102,10 +102,18 @@ public struct WebPushSubscription: Codable, Hashable, Sendable {
             self.p256dh = p256dh
             self.auth = auth
         }
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case p256dh, auth
+        }
     }
 
     public var endpoint: String
     public var keys: Keys
+
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case endpoint, keys
+    }
 
     public init(endpoint: String, keys: Keys) {
         self.endpoint = endpoint
@@ -153,7 +161,7 @@ public struct DeviceRegistration: Codable, Hashable, Sendable {
         self.userAgent = userAgent
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case platform, token, environment, topic, authorization, settings, locale, subscription, app
         case appVersion = "app_version"
         case userAgent = "user_agent"
@@ -223,4 +231,26 @@ public struct DeviceList: Codable, Hashable, Sendable {
     public init(devices: [DeviceRecord]) {
         self.devices = devices
     }
+}
+
+extension DeviceRegistration: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+    public static var nestedFields: [String: Set<String>] {
+        PushSettings.fields(at: "settings").merging(WebPushSubscription.fields(at: "subscription")) { $1 }
+    }
+}
+
+extension PushSettings: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+}
+
+extension WebPushSubscription: RequestFields {
+    /// Its keys, and `expirationTime`, which `PushSubscription.toJSON()` writes and Belfry does
+    /// not keep.
+    public static var fields: Set<String> { CodingKeys.names.union(["expirationTime"]) }
+    public static var nestedFields: [String: Set<String>] { ["keys": Keys.fields] }
+}
+
+extension WebPushSubscription.Keys: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

@@ -18,7 +18,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
             self.imageURL = imageURL
         }
 
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case title, body, url
             case imageURL = "image_url"
         }
@@ -37,7 +37,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
             self.calendar = calendar
         }
 
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case calendar
             case sendAt = "send_at"
             case delaySeconds = "delay_seconds"
@@ -75,7 +75,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
             self.contentAvailable = contentAvailable
         }
 
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case contentAvailable = "content_available"
         }
     }
@@ -99,7 +99,7 @@ public struct EventRequest: Codable, Hashable, Sendable {
         self.push = push
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case category, recipients, topic, exclude, tenant, content, data, schedule, push
         case idempotencyKey = "idempotency_key"
         case ttlSeconds = "ttl_seconds"
@@ -213,4 +213,25 @@ public struct EventStatus: Codable, Hashable, Sendable {
         case notBefore = "not_before"
         case lastErrors = "last_errors"
     }
+}
+
+extension EventRequest: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+    public static var nestedFields: [String: Set<String>] {
+        Content.fields(at: "content").merging(Schedule.fields(at: "schedule")) { $1 }
+            .merging(Push.fields(at: "push")) { $1 }
+    }
+}
+
+extension EventRequest.Content: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+}
+
+extension EventRequest.Schedule: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+    public static var nestedFields: [String: Set<String>] { ["calendar": CalendarRule.fields] }
+}
+
+extension EventRequest.Push: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

@@ -18,10 +18,16 @@ public struct PreferenceChangesRequest: Codable, Hashable, Sendable {
         self.ifMatch = ifMatch
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case tenants, defaults, changes
         case ifMatch = "if_match"
     }
+}
+
+extension PreferenceChangesRequest: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
+    /// Each change of the list.
+    public static var nestedFields: [String: Set<String>] { ["changes": PreferenceChange.fields] }
 }
 
 /// The answer to a preference change: the new preferences of each scope changed.

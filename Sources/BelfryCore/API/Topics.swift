@@ -5,6 +5,14 @@ public struct TopicSubscribers: Codable, Hashable, Sendable {
     public init(users: [String]) {
         self.users = users
     }
+
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case users
+    }
+}
+
+extension TopicSubscribers: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }
 
 /// `GET /v1/topics/{topic}`: a topic and how many users follow it.

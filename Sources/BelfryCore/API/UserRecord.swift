@@ -48,7 +48,7 @@ public struct UserUpsert: Codable, Hashable, Sendable {
         self.tenants = tenants
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case email, locale, tenants
         case timeZone = "time_zone"
     }
@@ -68,4 +68,8 @@ public struct TokenGrant: Codable, Hashable, Sendable {
         case token
         case expiresAt = "expires_at"
     }
+}
+
+extension UserUpsert: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

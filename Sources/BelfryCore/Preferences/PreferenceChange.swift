@@ -9,7 +9,7 @@ public enum PreferenceChange: Hashable, Sendable {
 }
 
 extension PreferenceChange: Codable {
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case category, channel, preference
     }
 
@@ -126,4 +126,8 @@ extension PreferenceSelections {
     private static func unknownChannel(_ id: String) -> PreferenceChangeError {
         PreferenceChangeError(kind: .unknownChannel, message: "no channel \"\(id)\" in this workspace")
     }
+}
+
+extension PreferenceChange: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

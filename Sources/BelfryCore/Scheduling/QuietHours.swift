@@ -16,7 +16,7 @@ public struct QuietHours: Codable, Hashable, Sendable {
         self.timeZone = timeZone
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case start, end
         case timeZone = "time_zone"
     }
@@ -76,4 +76,8 @@ public struct QuietHours: Codable, Hashable, Sendable {
         case .passive?, .active?, nil: return true
         }
     }
+}
+
+extension QuietHours: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

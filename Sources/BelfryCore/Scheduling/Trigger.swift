@@ -108,7 +108,7 @@ public struct CalendarRule: Codable, Hashable, Sendable {
             && (weekday == nil || weekday == found.weekday)
     }
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case month, day, weekday, hour, minute, repeats
     }
 
@@ -121,4 +121,8 @@ public struct CalendarRule: Codable, Hashable, Sendable {
         minute = try container.decodeIfPresent(Int.self, forKey: .minute)
         repeats = try container.decodeIfPresent(Bool.self, forKey: .repeats) ?? false
     }
+}
+
+extension CalendarRule: RequestFields {
+    public static var fields: Set<String> { CodingKeys.names }
 }

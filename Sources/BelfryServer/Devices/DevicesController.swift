@@ -46,16 +46,7 @@ struct DevicesController: RouteCollection {
     @Sendable func register(req: Request) async throws -> Response {
         let subject = try await req.requireUserSubject(page: .preferences)
         let user = try await req.user(for: subject)
-        var body = try req.decodeBody(
-            DeviceRegistration.self,
-            keys: [
-                "platform", "token", "environment", "topic", "authorization", "settings", "locale", "app_version",
-                "subscription", "user_agent", "app",
-            ],
-            nested: [
-                "settings": ["alert", "sound", "badge", "notification_center"],
-                "subscription": ["endpoint", "keys", "expirationTime"], "subscription.keys": ["p256dh", "auth"],
-            ])
+        var body = try req.decodeBody(DeviceRegistration.self)
         if subject.page != nil, body.platform != .webPush {
             throw BelfryError(.forbidden, "a page's token registers only its browser's web_push subscription")
         }

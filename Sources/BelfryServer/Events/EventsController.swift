@@ -18,17 +18,7 @@ struct EventsController: RouteCollection {
 
     @Sendable func trigger(req: Request) async throws -> Response {
         try await req.requireServer(.publish)
-        var event = try req.decodeBody(
-            EventRequest.self,
-            keys: [
-                "category", "recipients", "topic", "exclude", "tenant", "content", "data", "idempotency_key",
-                "schedule", "ttl_seconds", "push",
-            ],
-            nested: [
-                "push": ["content_available"],
-                "content": ["title", "body", "url", "image_url"], "schedule": ["send_at", "delay_seconds", "calendar"],
-                "schedule.calendar": ["month", "day", "weekday", "hour", "minute", "repeats"],
-            ])
+        var event = try req.decodeBody(EventRequest.self)
         if let header = req.headers.first(name: "Idempotency-Key") {
             if let key = event.idempotencyKey, key != header {
                 throw BelfryError.invalid("the Idempotency-Key header and \"idempotency_key\" differ; send one")

@@ -29,22 +29,21 @@ extension Request {
 
     /// Decodes a JSON body; a missing or malformed one is a clear 400/422.
     ///
-    /// - Parameters:
-    ///   - keys: the fields the body may have; any other is refused, since a misspelled
-    ///     optional field would otherwise be ignored and change what the request does.
-    ///   - nested: the fields allowed in the objects of a list or object field, by the field's
-    ///     path (`content`, `schedule.calendar`; a list's objects go by the list's name).
-    func decodeBody<Body: Decodable>(
-        _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
-    ) throws -> Body {
-        try decodeBodyAndNulls(type, keys: keys, nested: nested).body
+    /// The body may have the fields its type decodes (``RequestFields``, from its coding keys)
+    /// and no other: a misspelled optional field would otherwise be ignored and change what the
+    /// request does. The objects inside it go by their paths (`content`, `schedule.calendar`;
+    /// a list's objects by the list's name).
+    func decodeBody<Body: Decodable & RequestFields>(_ type: Body.Type = Body.self) throws -> Body {
+        try decodeBodyAndNulls(type).body
     }
 
     /// Like `decodeBody`, with the top-level fields sent as `null` (read in the same pass as the
     /// unknown fields), for a body where `null` clears a field and a field left out keeps it.
-    func decodeBodyAndNulls<Body: Decodable>(
-        _ type: Body.Type = Body.self, keys: Set<String>, nested: [String: Set<String>] = [:]
+    func decodeBodyAndNulls<Body: Decodable & RequestFields>(
+        _ type: Body.Type = Body.self
     ) throws -> (body: Body, nulls: Set<String>) {
+        let keys = Body.fields
+        let nested = Body.nestedFields
         guard let buffer = body.data, buffer.readableBytes > 0 else {
             throw BelfryError.badRequest("this request needs a JSON body")
         }

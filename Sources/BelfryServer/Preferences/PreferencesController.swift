@@ -18,7 +18,7 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.category(
                     try req.pathParameter("category"),
-                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
+                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
                 return try await patch(req, user: user, change: change)
             })
         me.patch(
@@ -27,7 +27,7 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.channelInCategory(
                     channel: try req.pathParameter("channel"), category: try req.pathParameter("category"),
-                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self, keys: ["preference"]).preference)
+                    try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
                 return try await patch(req, user: user, change: change)
             })
         me.patch(
@@ -36,7 +36,7 @@ struct PreferencesController: RouteCollection {
                 let user = try await req.requireUser(page: .preferences)
                 let change = PreferenceChange.overallChannel(
                     try req.pathParameter("channel"),
-                    try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self, keys: ["preference"])
+                    try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self)
                         .preference)
                 return try await patch(req, user: user, change: change)
             })
@@ -55,8 +55,14 @@ struct PreferencesController: RouteCollection {
             })
     }
 
-    struct PreferenceBody<Value: Decodable>: Decodable {
+    struct PreferenceBody<Value: Decodable>: Decodable, RequestFields {
         var preference: Value
+
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case preference
+        }
+
+        static var fields: Set<String> { Set(CodingKeys.allCases.map(\.stringValue)) }
     }
 
     private func store(_ req: Request) -> PreferenceStore {
@@ -84,9 +90,7 @@ struct PreferencesController: RouteCollection {
     }
 
     func changeMany(_ req: Request, user: UserModel) async throws -> Response {
-        let body = try req.decodeBody(
-            PreferenceChangesRequest.self, keys: ["tenants", "defaults", "changes", "if_match"],
-            nested: ["changes": ["category", "channel", "preference"]])
+        let body = try req.decodeBody(PreferenceChangesRequest.self)
         let workspace = req.belfry.workspace
         guard (1...100).contains(body.changes.count) else {
             throw BelfryError.invalid("field \"changes\" must hold 1 to 100 changes, got \(body.changes.count)")

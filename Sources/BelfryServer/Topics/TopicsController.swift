@@ -82,7 +82,7 @@ struct TopicsController: RouteCollection {
 
     /// The body's `users`: 1 to 10 000 valid external ids.
     static func users(_ req: Request) throws -> [String] {
-        let body = try req.decodeBody(TopicSubscribers.self, keys: ["users"])
+        let body = try req.decodeBody(TopicSubscribers.self)
         var problems: [String] = []
         if body.users.isEmpty || body.users.count > TopicStore.maxUsersPerCall {
             problems.append(

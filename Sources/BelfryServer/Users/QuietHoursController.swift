@@ -28,7 +28,7 @@ struct QuietHoursController: RouteCollection {
     }
 
     private func update(_ req: Request, _ user: UserModel) async throws -> Response {
-        let hours = try req.decodeBody(QuietHours.self, keys: ["start", "end", "time_zone"])
+        let hours = try req.decodeBody(QuietHours.self)
         let problems = hours.problems
         guard problems.isEmpty else { throw BelfryError.invalid(problems.joined(separator: "; ")) }
         user.quietStart = hours.start

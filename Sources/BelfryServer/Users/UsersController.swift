@@ -22,8 +22,7 @@ struct UsersController: RouteCollection {
         try await req.requireServer()
         let externalID = try req.userIDParameter()
         // A field left out keeps its value; one sent as null clears it.
-        let (body, cleared) = try req.decodeBodyAndNulls(
-            UserUpsert.self, keys: ["email", "time_zone", "locale", "tenants"])
+        let (body, cleared) = try req.decodeBodyAndNulls(UserUpsert.self)
         try Self.validate(body, workspace: req.belfry.workspace)
         let now = req.belfry.now()
         let (user, created, tenants) = try await Self.upsert(externalID, body, clearing: cleared, now: now, req: req)
@@ -113,19 +112,21 @@ struct UsersController: RouteCollection {
         return .noContent
     }
 
-    struct TokenRequest: Decodable {
+    struct TokenRequest: Decodable, RequestFields {
         var ttlSeconds: Int?
 
-        enum CodingKeys: String, CodingKey {
+        enum CodingKeys: String, CodingKey, CaseIterable {
             case ttlSeconds = "ttl_seconds"
         }
+
+        static var fields: Set<String> { Set(CodingKeys.allCases.map(\.stringValue)) }
     }
 
     @Sendable func mintToken(req: Request) async throws -> Response {
         try await req.requireServer()
         let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
         let hasBody = (req.body.data?.readableBytes ?? 0) > 0
-        let lifetime = hasBody ? try req.decodeBody(TokenRequest.self, keys: ["ttl_seconds"]).ttlSeconds : nil
+        let lifetime = hasBody ? try req.decodeBody(TokenRequest.self).ttlSeconds : nil
         if let lifetime, !(60...req.belfry.settings.tokenLifetime).contains(lifetime) {
             throw BelfryError.invalid(
                 "field \"ttl_seconds\" must be from 60 to \(req.belfry.settings.tokenLifetime), got \(lifetime)")
