@@ -80,7 +80,7 @@ final class KeyStore: Sendable {
         {
             return answer.grant
         }
-        let row = try await db.sql.select().columns("name", "scope", "fingerprint").from("api_keys")
+        let row = try await db.sql.select().columns("name", "scope", "fingerprint").from(Tables.apiKeys)
             .where("digest", .equal, digest).where("revoked_at", .is, SQLLiteral.null).first()
         let grant = try row.flatMap { row -> KeyGrant? in
             guard let scope = KeyScope(rawValue: try row.decode(column: "scope", as: String.self)) else { return nil }
@@ -104,13 +104,13 @@ final class KeyStore: Sendable {
         }
         guard due else { return }
         try await storage.write(db) { tx in
-            try await tx.sql.update("api_keys").set("last_used_at", to: time).where("digest", .equal, digest).run()
+            try await tx.sql.update(Tables.apiKeys).set("last_used_at", to: time).where("digest", .equal, digest).run()
         }
     }
 
     /// Whether the stored key with this fingerprint is still active (a console session's key).
     func isActive(fingerprint: String, on db: any Database) async throws -> Bool {
-        try await db.sql.select().column("name").from("api_keys").where("fingerprint", .equal, fingerprint)
+        try await db.sql.select().column("name").from(Tables.apiKeys).where("fingerprint", .equal, fingerprint)
             .where("revoked_at", .is, SQLLiteral.null).first() != nil
     }
 
@@ -123,10 +123,11 @@ final class KeyStore: Sendable {
         let key = APIKeys.generate()
         let record = KeyRecord(name: name, scope: scope, fingerprint: APIKeys.fingerprint(key), createdAt: now())
         try await storage.write(db) { tx in
-            if try await tx.sql.select().column("name").from("api_keys").where("name", .equal, name).first() != nil {
+            if try await tx.sql.select().column("name").from(Tables.apiKeys).where("name", .equal, name).first() != nil
+            {
                 throw BelfryError.invalid("there is a key named \"\(name)\" already; revoke it or choose another name")
             }
-            try await tx.sql.insert(into: "api_keys")
+            try await tx.sql.insert(into: Tables.apiKeys)
                 .columns("id", "name", "scope", "digest", "fingerprint", "created_at")
                 .values(
                     SQLBind(UUID()), SQLBind(name), SQLBind(scope.rawValue), SQLBind(APIKeys.digest(key).hexEncoded),
@@ -140,7 +141,7 @@ final class KeyStore: Sendable {
     /// Every stored key, active ones first, by name.
     func list(on db: any Database) async throws -> [KeyRecord] {
         try await db.sql.select()
-            .columns("name", "scope", "fingerprint", "created_at", "last_used_at", "revoked_at").from("api_keys")
+            .columns("name", "scope", "fingerprint", "created_at", "last_used_at", "revoked_at").from(Tables.apiKeys)
             .orderBy("name").all()
             .map { row in
                 KeyRecord(

@@ -34,19 +34,25 @@ struct DeadLetters: Sendable {
     ) async throws -> [Ended] {
         let select = db.sql.select()
             .columns(
-                SQLColumn("id", table: "deliveries"), SQLColumn("event_id"), SQLColumn("channel"),
+                SQLColumn("id", table: Tables.deliveries), SQLColumn("event_id"), SQLColumn("channel"),
                 SQLColumn("external_id"), SQLColumn("status"), SQLColumn("attempts"), SQLColumn("last_error"),
-                SQLColumn("updated_at", table: "deliveries")
+                SQLColumn("updated_at", table: Tables.deliveries)
             )
-            .from("deliveries")
-            .join("users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users"))
+            .from(Tables.deliveries)
+            .join(
+                UserModel.schema, on: SQLColumn("user_id", table: Tables.deliveries), .equal,
+                SQLColumn("id", table: UserModel.schema)
+            )
             .where("status", .in, statuses.map(\.rawValue))
         if let channel { select.where("channel", .equal, channel) }
-        if let since { select.where(SQLColumn("updated_at", table: "deliveries"), .greaterThanOrEqual, SQLBind(since)) }
+        if let since {
+            select.where(SQLColumn("updated_at", table: Tables.deliveries), .greaterThanOrEqual, SQLBind(since))
+        }
         return
             try await select
             .orderBy(
-                SQLOrderBy(expression: SQLColumn("updated_at", table: "deliveries"), direction: SQLDirection.descending)
+                SQLOrderBy(
+                    expression: SQLColumn("updated_at", table: Tables.deliveries), direction: SQLDirection.descending)
             )
             .limit(limit)
             .all()
@@ -84,7 +90,7 @@ struct DeadLetters: Sendable {
     ) async throws -> Int {
         let now = now()
         return try await storage.write(db) { tx in
-            let update = tx.sql.update("deliveries")
+            let update = tx.sql.update(Tables.deliveries)
                 .set("status", to: DeliveryStatus.queued.rawValue)
                 .set("attempts", to: 0)
                 .set("next_attempt_at", to: now)

@@ -265,7 +265,7 @@ final class DeliveryQueue: Sendable {
         do {
             try await withDeadline(Self.storageDeadline, "failing deliveries of removed channels") {
                 try await self.storage.write(self.database()) { db in
-                    try await db.sql.update("deliveries")
+                    try await db.sql.update(Tables.deliveries)
                         .set("status", to: DeliveryStatus.failed.rawValue)
                         .set("last_error", to: "the channel is no longer in the workspace config")
                         .set("lease_expires_at", to: Date?.none)
@@ -341,7 +341,7 @@ final class DeliveryQueue: Sendable {
     /// An update that puts this worker's running deliveries back in the queue as if never
     /// claimed; the caller narrows it to the ones it means.
     private func requeueing(on db: any Database) -> SQLUpdateBuilder {
-        db.sql.update("deliveries")
+        db.sql.update(Tables.deliveries)
             .set("status", to: DeliveryStatus.queued.rawValue)
             .set("attempts", to: SQLRaw("attempts - 1"))
             .set("lease_expires_at", to: Date?.none)
@@ -422,7 +422,7 @@ final class DeliveryQueue: Sendable {
         if !orphans.isEmpty {
             try await storage.write(database()) { [orphans] db in
                 for (id, error) in orphans {
-                    try await db.sql.update("deliveries")
+                    try await db.sql.update(Tables.deliveries)
                         .set("status", to: DeliveryStatus.failed.rawValue)
                         .set("last_error", to: error)
                         .set("lease_expires_at", to: Date?.none)
@@ -612,7 +612,7 @@ final class DeliveryQueue: Sendable {
             var recorded: Set<UUID> = []
             for (resolution, ids) in groups {
                 for chunk in ids.chunked(500) {
-                    let rows = try await db.sql.update("deliveries")
+                    let rows = try await db.sql.update(Tables.deliveries)
                         .set("status", to: resolution.status.rawValue)
                         .set("next_attempt_at", to: resolution.next)
                         .set("lease_expires_at", to: Date?.none)
@@ -631,14 +631,15 @@ final class DeliveryQueue: Sendable {
             let unrecorded = results.map(\.delivery.id).filter { !recorded.contains($0) }
             var existing = recorded
             if !unrecorded.isEmpty {
-                for row in try await db.sql.select().column("id").from("deliveries").where("id", .in, unrecorded).all()
+                for row in try await db.sql.select().column("id").from(Tables.deliveries).where("id", .in, unrecorded)
+                    .all()
                 {
                     existing.insert(try row.decode(column: "id", as: UUID.self))
                 }
             }
             let logged = zip(results, attemptRows).filter { existing.contains($0.0.delivery.id) }.map(\.1)
             try await self.storage.insert(
-                into: "delivery_attempts",
+                into: Tables.deliveryAttempts,
                 columns: [
                     "id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error",
                 ],

@@ -64,7 +64,7 @@ extension Fanout {
             ])
         }
         let counted = try await storage.insert(
-            into: "batches",
+            into: Tables.batches,
             columns: [
                 "id", "user_id", "category", "tenant", "batch_key", "open_key", "first_event_id", "count",
                 "opened_at", "closes_at",
@@ -86,7 +86,7 @@ extension Fanout {
             ])
         }
         try await storage.insert(
-            into: "batch_items",
+            into: Tables.batchItems,
             columns: ["batch_id", "position", "event_id", "title", "body", "url", "data", "created_at"],
             rows: items, rowsPerStatement: 300, on: db)
     }
@@ -117,7 +117,7 @@ extension Fanout {
         let now = now()
         let due = sql.select()
             .columns("id", "user_id", "category", "tenant", "first_event_id", "count")
-            .from("batches")
+            .from(Tables.batches)
             .where("open_key", .isNot, SQLLiteral.null)
             .where("closes_at", .lessThanOrEqual, now)
             .orderBy("closes_at")
@@ -136,7 +136,7 @@ extension Fanout {
         var items: [UUID: [NotificationBatch.Item]] = [:]
         for row in try await sql.select()
             .columns("batch_id", "event_id", "title", "body", "url", "data", "created_at")
-            .from("batch_items").where("batch_id", .in, batches.map(\.id))
+            .from(Tables.batchItems).where("batch_id", .in, batches.map(\.id))
             .orderBy("batch_id").orderBy("position").all()
         {
             items[try row.decode(column: "batch_id", as: UUID.self), default: []].append(
@@ -195,7 +195,7 @@ extension Fanout {
                         isFollowed: isFollowed)
                 }
             }
-            try await sql.update("batches")
+            try await sql.update(Tables.batches)
                 .set("open_key", to: SQLLiteral.null)
                 .set("closed_at", to: now)
                 .set("notification_id", to: notificationID)
@@ -219,7 +219,7 @@ extension Fanout {
         try await rows.insert(storage: storage, on: db)
         try await statusEvents?.queue(rows.statusEvents, on: db)
         // The items now live in the notification's `batch`; the batch row stays, like its events.
-        try await sql.delete(from: "batch_items").where("batch_id", .in, batches.map(\.id)).run()
+        try await sql.delete(from: Tables.batchItems).where("batch_id", .in, batches.map(\.id)).run()
         for (event, eventSkips) in skips {
             try await EventSkips.add(eventSkips, event: event, on: sql)
         }

@@ -91,13 +91,13 @@ struct Fanout: Sendable {
         let now = now()
         return try await storage.write(db) { tx in
             let failures =
-                try await tx.sql.update("events")
+                try await tx.sql.update(Tables.events)
                 .set("failures", to: SQLRaw("failures + 1"))
                 .set("last_error", to: String(error.prefix(1000)))
                 .where("id", .equal, eventID)
                 .returning("failures")
                 .first()?.decode(column: "failures", as: Int.self) ?? Self.maxFailures
-            let update = tx.sql.update("events").where("id", .equal, eventID)
+            let update = tx.sql.update(Tables.events).where("id", .equal, eventID)
             if failures >= Self.maxFailures {
                 update.set("state", to: EventStatus.FanoutState.failed.rawValue)
             } else {
@@ -130,7 +130,7 @@ struct Fanout: Sendable {
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
                 "processed", "topic", "topic_cursor", "source", "content_variants"
             )
-            .from("events")
+            .from(Tables.events)
             .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
@@ -162,7 +162,7 @@ struct Fanout: Sendable {
             // The page first, in the order of the topic's index; then its users, without the
             // event's exclusions. (One query joining the two let PostgreSQL sort all the
             // subscribers for every page.)
-            let ids = try await sql.select().column("user_id").from("topic_subscriptions")
+            let ids = try await sql.select().column("user_id").from(Tables.topicSubscriptions)
                 .where("topic", .equal, topic).where("user_id", .greaterThan, after)
                 .orderBy("user_id").limit(Self.batchSize).all()
                 .map { try $0.decode(column: "user_id", as: UUID.self) }
@@ -175,7 +175,7 @@ struct Fanout: Sendable {
             cursor = processed + page.count
             done = ids.count < Self.batchSize
         } else {
-            let rows = try await sql.select().columns("position", "external_id").from("event_recipients")
+            let rows = try await sql.select().columns("position", "external_id").from(Tables.eventRecipients)
                 .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
                 .orderBy("position").limit(Self.batchSize).all()
             recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
@@ -187,7 +187,7 @@ struct Fanout: Sendable {
 
         guard let category = workspace.category(categoryID) else {
             // The workspace no longer has this category: say so on the event rather than drop it.
-            try await sql.update("events")
+            try await sql.update(Tables.events)
                 .set("state", to: EventStatus.FanoutState.failed.rawValue)
                 .set("last_error", to: "category \"\(categoryID)\" is no longer in the workspace config")
                 .where("id", .equal, eventID)
@@ -307,7 +307,7 @@ struct Fanout: Sendable {
                     }, on: db)
             }
         }
-        let update = sql.update("events")
+        let update = sql.update(Tables.events)
             .set("processed", to: cursor)
             .set("batched", to: SQLRaw("batched + \(batched)"))
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)

@@ -21,7 +21,7 @@ extension DeliveryQueue {
         let now = self.now()
         // A read on the partial index first: the queue asks four times a second, and most of the
         // time nothing is due, which then costs no write transaction (on SQLite, the one writer's).
-        let due = try await database().sql.select().column("id").from("notifications")
+        let due = try await database().sql.select().column("id").from(Tables.notifications)
             .where("announce_at", .lessThanOrEqual, now).limit(1).first()
         guard due != nil else { return 0 }
         let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""

@@ -19,16 +19,20 @@ struct MessageLog: Sendable {
     /// Up to `limit` messages, newest first, older than the message `after`.
     func page(_ filter: Filter, after cursor: UUID?, limit: Int, on db: any Database) async throws -> [MessageRecord] {
         let select = Self.select(on: db.sql)
-        if let user = filter.user { select.where(SQLColumn("user_id", table: "deliveries"), .equal, SQLBind(user)) }
-        if let event = filter.event { select.where(SQLColumn("event_id", table: "deliveries"), .equal, SQLBind(event)) }
+        if let user = filter.user {
+            select.where(SQLColumn("user_id", table: Tables.deliveries), .equal, SQLBind(user))
+        }
+        if let event = filter.event {
+            select.where(SQLColumn("event_id", table: Tables.deliveries), .equal, SQLBind(event))
+        }
         if let channel = filter.channel {
-            select.where(SQLColumn("channel", table: "deliveries"), .equal, SQLBind(channel))
+            select.where(SQLColumn("channel", table: Tables.deliveries), .equal, SQLBind(channel))
         }
         if let status = filter.status {
-            select.where(SQLColumn("status", table: "deliveries"), .equal, SQLBind(status))
+            select.where(SQLColumn("status", table: Tables.deliveries), .equal, SQLBind(status))
         }
         if let since = filter.since {
-            select.where(SQLColumn("created_at", table: "deliveries"), .greaterThanOrEqual, SQLBind(since))
+            select.where(SQLColumn("created_at", table: Tables.deliveries), .greaterThanOrEqual, SQLBind(since))
         }
         if let cursor {
             // Compared with the cursor row's own stored values, so no timestamp leaves the database.
@@ -43,37 +47,44 @@ struct MessageLog: Sendable {
         let rows =
             try await select
             .orderBy(
-                SQLOrderBy(expression: SQLColumn("created_at", table: "deliveries"), direction: SQLDirection.descending)
+                SQLOrderBy(
+                    expression: SQLColumn("created_at", table: Tables.deliveries), direction: SQLDirection.descending)
             )
-            .orderBy(SQLOrderBy(expression: SQLColumn("id", table: "deliveries"), direction: SQLDirection.descending))
+            .orderBy(
+                SQLOrderBy(expression: SQLColumn("id", table: Tables.deliveries), direction: SQLDirection.descending)
+            )
             .limit(limit).all()
         return try await Self.records(rows, on: db)
     }
 
     func message(_ id: UUID, on db: any Database) async throws -> MessageRecord? {
         let rows = try await Self.select(on: db.sql)
-            .where(SQLColumn("id", table: "deliveries"), .equal, SQLBind(id)).all()
+            .where(SQLColumn("id", table: Tables.deliveries), .equal, SQLBind(id)).all()
         return try await Self.records(rows, on: db).first
     }
 
     private static func select(on sql: any SQLDatabase) -> SQLSelectBuilder {
         sql.select()
             .columns(
-                SQLColumn("id", table: "deliveries"), SQLColumn("event_id", table: "deliveries"),
-                SQLColumn("notification_id", table: "deliveries"), SQLColumn("external_id", table: "users"),
-                SQLColumn("channel", table: "deliveries"), SQLColumn("kind", table: "deliveries"),
-                SQLColumn("device_id", table: "deliveries"), SQLColumn("status", table: "deliveries"),
-                SQLColumn("category", table: "notifications"), SQLColumn("title", table: "notifications"),
-                SQLColumn("last_error", table: "deliveries"), SQLColumn("last_status", table: "deliveries"),
-                SQLColumn("next_attempt_at", table: "deliveries"), SQLColumn("created_at", table: "deliveries"),
-                SQLColumn("updated_at", table: "deliveries")
+                SQLColumn("id", table: Tables.deliveries), SQLColumn("event_id", table: Tables.deliveries),
+                SQLColumn("notification_id", table: Tables.deliveries),
+                SQLColumn("external_id", table: UserModel.schema),
+                SQLColumn("channel", table: Tables.deliveries), SQLColumn("kind", table: Tables.deliveries),
+                SQLColumn("device_id", table: Tables.deliveries), SQLColumn("status", table: Tables.deliveries),
+                SQLColumn("category", table: Tables.notifications), SQLColumn("title", table: Tables.notifications),
+                SQLColumn("last_error", table: Tables.deliveries), SQLColumn("last_status", table: Tables.deliveries),
+                SQLColumn("next_attempt_at", table: Tables.deliveries),
+                SQLColumn("created_at", table: Tables.deliveries),
+                SQLColumn("updated_at", table: Tables.deliveries)
             )
-            .from("deliveries")
+            .from(Tables.deliveries)
             .join(
-                "notifications", on: SQLColumn("notification_id", table: "deliveries"), .equal,
-                SQLColumn("id", table: "notifications")
+                Tables.notifications, on: SQLColumn("notification_id", table: Tables.deliveries), .equal,
+                SQLColumn("id", table: Tables.notifications)
             )
-            .join("users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users"))
+            .join(
+                UserModel.schema, on: SQLColumn("user_id", table: Tables.deliveries), .equal,
+                SQLColumn("id", table: UserModel.schema))
     }
 
     private static func records(_ rows: [any SQLRow], on db: any Database) async throws -> [MessageRecord] {
@@ -108,7 +119,7 @@ struct MessageLog: Sendable {
         var log: [UUID: [MessageRecord.Attempt]] = [:]
         for row in try await db.sql.select()
             .columns("delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error")
-            .from("delivery_attempts").where("delivery_id", .in, deliveries)
+            .from(Tables.deliveryAttempts).where("delivery_id", .in, deliveries)
             .orderBy("started_at").all()
         {
             log[try row.decode(column: "delivery_id", as: UUID.self), default: []].append(

@@ -135,7 +135,7 @@ struct NotificationRows: Sendable {
         // No conflict is expected: a batch is one transaction, so it never runs twice. At most
         // 32 766 bound values per statement on SQLite: 150 notifications, 300 deliveries.
         try await storage.insert(
-            into: "notifications",
+            into: Tables.notifications,
             columns: [
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
                 "created_at", "available_at", "batch", "locale", "push_title", "push_body", "announce_at",
@@ -191,7 +191,7 @@ struct QueuedDelivery {
     /// Inserts rows of `values`: 14 bound values each, so 300 a statement stay well under
     /// SQLite's 32 766.
     static func insert(_ rows: [[BulkValue]], storage: BelfryDatabase, on db: any Database) async throws {
-        try await storage.insert(into: "deliveries", columns: columns, rows: rows, rowsPerStatement: 300, on: db)
+        try await storage.insert(into: Tables.deliveries, columns: columns, rows: rows, rowsPerStatement: 300, on: db)
     }
 }
 

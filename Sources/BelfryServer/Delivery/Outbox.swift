@@ -14,7 +14,7 @@ enum Outbox {
         var counts: [DeliveryStatus: [String: Int]] = [:]
         for row in try await sql.select()
             .columns("channel", "status").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("deliveries")
+            .from(Tables.deliveries)
             .where("status", .in, statuses.map(\.rawValue))
             .groupBy("channel").groupBy("status").all()
         {
@@ -33,7 +33,7 @@ enum Outbox {
         var ages: [String: Double] = [:]
         for row in try await sql.select()
             .column("channel").column(SQLFunction("MIN", args: SQLColumn("next_attempt_at")), as: "due")
-            .from("deliveries")
+            .from(Tables.deliveries)
             .where("status", .equal, DeliveryStatus.queued.rawValue)
             .where("next_attempt_at", .lessThanOrEqual, now)
             .groupBy("channel").all()

@@ -18,12 +18,12 @@ enum Throttle {
         // The order PostgreSQL sorts uuids in: hex digits compare as the bytes do.
         let sorted = Array(Set(users)).sorted { $0.uuidString < $1.uuidString }
         try await storage.insert(
-            into: "throttle_state", columns: ["user_id", "category", "times"],
+            into: Tables.throttleState, columns: ["user_id", "category", "times"],
             rows: sorted.map { [.id($0), .text(category), .text("[]")] }, rowsPerStatement: 500,
             ignoringConflictsOn: ["user_id", "category"], on: db)
         var times: [UUID: [Double]] = [:]
         for chunk in sorted.chunked(500) {
-            let select = db.sql.select().columns("user_id", "times").from("throttle_state")
+            let select = db.sql.select().columns("user_id", "times").from(Tables.throttleState)
                 .where("category", .equal, category).where("user_id", .in, Array(chunk)).orderBy("user_id")
             let locked = storage.kind == .postgres ? select.lockingClause(SQLRaw("FOR UPDATE")) : select
             for row in try await locked.all() {
@@ -41,7 +41,7 @@ enum Throttle {
                 admitted.insert(user)
             }
             let text = String(decoding: try JSONEncoder().encode(recent), as: UTF8.self)
-            try await db.sql.update("throttle_state").set("times", to: text)
+            try await db.sql.update(Tables.throttleState).set("times", to: text)
                 .where("user_id", .equal, user).where("category", .equal, category).run()
         }
         return admitted

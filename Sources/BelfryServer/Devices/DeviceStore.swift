@@ -87,9 +87,11 @@ struct DeviceStore: Sendable {
                 // Concurrent registrations of one user count their devices one after another.
                 try await tx.sql.raw("SELECT id FROM users WHERE id = \(bind: userID) FOR UPDATE").run()
             }
-            let current = try await tx.sql.select().columns("id", "user_id", "p256dh", "auth_secret").from("devices")
-                .where("platform", .equal, registration.platform.rawValue)
-                .where("address", .equal, registration.address).first()
+            let current = try await tx.sql.select().columns("id", "user_id", "p256dh", "auth_secret").from(
+                Tables.devices
+            )
+            .where("platform", .equal, registration.platform.rawValue)
+            .where("address", .equal, registration.address).first()
             var movedFrom: UUID?
             if let current, let owner = try current.decode(column: "user_id", as: UUID?.self), owner != userID {
                 if registration.platform == .webPush {
@@ -103,13 +105,13 @@ struct DeviceStore: Sendable {
                                 + "subscribe again in this browser for a new endpoint")
                     }
                 }
-                try await tx.sql.delete(from: "devices")
+                try await tx.sql.delete(from: Tables.devices)
                     .where("id", .equal, try current.decode(column: "id", as: UUID.self)).run()
                 movedFrom = owner
             }
             if current == nil || movedFrom != nil {
                 let row = try await tx.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "count")
-                    .from("devices").where("user_id", .equal, userID).where("retired_at", .is, SQLLiteral.null)
+                    .from(Tables.devices).where("user_id", .equal, userID).where("retired_at", .is, SQLLiteral.null)
                     .first()
                 if try row?.decode(column: "count", as: Int.self) ?? 0 >= limit {
                     throw BelfryError(
@@ -118,7 +120,7 @@ struct DeviceStore: Sendable {
                             + "remove one with DELETE /v1/me/devices/{device_id} first")
                 }
             }
-            let row = try await tx.sql.insert(into: "devices")
+            let row = try await tx.sql.insert(into: Tables.devices)
                 .columns(Self.columns)
                 .values(
                     newID, userID, registration.platform.rawValue, registration.address,
@@ -147,21 +149,21 @@ struct DeviceStore: Sendable {
     }
 
     func device(_ id: UUID, on db: any Database) async throws -> Device? {
-        try await db.sql.select().columns(Self.columns).from("devices").where("id", .equal, id).first().map {
+        try await db.sql.select().columns(Self.columns).from(Tables.devices).where("id", .equal, id).first().map {
             try Self.device($0)
         }
     }
 
     /// The user's devices, newest first, retired ones included.
     func devices(of userID: UUID, on db: any Database) async throws -> [Device] {
-        try await db.sql.select().columns(Self.columns).from("devices").where("user_id", .equal, userID)
+        try await db.sql.select().columns(Self.columns).from(Tables.devices).where("user_id", .equal, userID)
             .orderBy("created_at", .descending).orderBy("id", .descending).all().map { try Self.device($0) }
     }
 
     /// The devices that may be notified, of many users at once (for a fan-out batch).
     func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
         guard !users.isEmpty else { return [:] }
-        let rows = try await sql.select().columns(Self.columns).from("devices")
+        let rows = try await sql.select().columns(Self.columns).from(Tables.devices)
             .where("user_id", .in, users).where("retired_at", .is, SQLLiteral.null)
             .where(
                 "authorization", .in,
@@ -174,7 +176,7 @@ struct DeviceStore: Sendable {
     /// Removes one of the user's devices; `false` when they have no such device.
     func delete(_ id: UUID, userID: UUID, on db: any Database) async throws -> Bool {
         try await storage.write(db) { tx in
-            try await tx.sql.delete(from: "devices").where("id", .equal, id).where("user_id", .equal, userID)
+            try await tx.sql.delete(from: Tables.devices).where("id", .equal, id).where("user_id", .equal, userID)
                 .returning("id").all().count == 1
         }
     }
@@ -182,7 +184,7 @@ struct DeviceStore: Sendable {
     /// Marks a device gone, as the push service said, in the caller's transaction; it gets
     /// nothing more until registered again.
     func retire(_ id: UUID, reason: String, now: Date, on sql: any SQLDatabase) async throws {
-        try await sql.update("devices")
+        try await sql.update(Tables.devices)
             .set("retired_at", to: now).set("retired_reason", to: reason).set("updated_at", to: now)
             .where("id", .equal, id).where("retired_at", .is, SQLLiteral.null)
             .run()

@@ -96,8 +96,10 @@ struct EventIntake: Sendable {
         let sql = db.sql
         let now = self.now()
         if let key = event.idempotencyKey {
-            let rows = try await sql.select().columns("event_id", "created_at", "request_hash").from("idempotency_keys")
-                .where("key", .equal, key).all()
+            let rows = try await sql.select().columns("event_id", "created_at", "request_hash").from(
+                Tables.idempotencyKeys
+            )
+            .where("key", .equal, key).all()
             if let row = rows.first {
                 let created = try row.decode(column: "created_at", as: Date.self)
                 if now.timeIntervalSince(created) < Self.idempotencyWindow {
@@ -109,11 +111,11 @@ struct EventIntake: Sendable {
                     }
                     let id = try row.decode(column: "event_id", as: UUID.self)
                     let recipients =
-                        try await sql.select().column("recipients").from("events").where("id", .equal, id).first()?
+                        try await sql.select().column("recipients").from(Tables.events).where("id", .equal, id).first()?
                         .decode(column: "recipients", as: Int.self) ?? 0
                     return (id, true, recipients)
                 }
-                try await sql.delete(from: "idempotency_keys").where("key", .equal, key).run()
+                try await sql.delete(from: Tables.idempotencyKeys).where("key", .equal, key).run()
             }
         }
         let id = UUID.timeOrdered(at: now)
@@ -122,7 +124,7 @@ struct EventIntake: Sendable {
         if let topic = event.topic {
             recipients = try await topics.subscribers(of: topic, on: db)
         }
-        try await sql.insert(into: "events")
+        try await sql.insert(into: Tables.events)
             .columns(
                 "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
                 "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
@@ -138,16 +140,16 @@ struct EventIntake: Sendable {
             )
             .run()
         try await storage.insert(
-            into: "event_recipients", columns: ["event_id", "position", "external_id"],
+            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],
             rows: event.recipients.enumerated().map { [.id(id), .integer($0.offset), .text($0.element)] },
             rowsPerStatement: Self.insertBatch, on: db)
         if event.topic != nil {
             try await storage.insert(
-                into: "event_exclusions", columns: ["event_id", "external_id"],
+                into: Tables.eventExclusions, columns: ["event_id", "external_id"],
                 rows: event.exclude.map { [.id(id), .text($0)] }, rowsPerStatement: Self.insertBatch, on: db)
         }
         if let key = event.idempotencyKey {
-            try await sql.insert(into: "idempotency_keys").columns("key", "event_id", "request_hash", "created_at")
+            try await sql.insert(into: Tables.idempotencyKeys).columns("key", "event_id", "request_hash", "created_at")
                 .values(key, id, Self.fingerprint(event), now).run()
         }
         return (id, false, recipients)

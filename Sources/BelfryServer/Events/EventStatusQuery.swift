@@ -12,7 +12,7 @@ struct EventStatusQuery: Sendable {
     func recent(state: EventStatus.FanoutState?, limit: Int, on db: any Database) async throws -> [EventSummary] {
         let select = db.sql.select()
             .columns("id", "state", "category", "tenant", "created_at", "recipients", "processed")
-            .from("events")
+            .from(Tables.events)
         if let state { select.where("state", .equal, state.rawValue) }
         return try await select.orderBy("created_at", .descending).limit(limit).all().map { row in
             EventSummary(
@@ -32,7 +32,7 @@ struct EventStatusQuery: Sendable {
     func search(
         category: String?, since: Date?, before: UUID?, limit: Int, on db: any Database
     ) async throws -> [UUID] {
-        let select = db.sql.select().column("id").from("events")
+        let select = db.sql.select().column("id").from(Tables.events)
         if let category { select.where("category", .equal, category) }
         if let since { select.where("created_at", .greaterThanOrEqual, since) }
         if let before {
@@ -49,7 +49,7 @@ struct EventStatusQuery: Sendable {
 
     /// Whether the event is stored: one indexed read, where `status(of:)` counts everything.
     func exists(_ id: UUID, on db: any Database) async throws -> Bool {
-        try await db.sql.select().column("id").from("events").where("id", .equal, id).limit(1).first() != nil
+        try await db.sql.select().column("id").from(Tables.events).where("id", .equal, id).limit(1).first() != nil
     }
 
     func status(of id: UUID, on db: any Database) async throws -> EventStatus? {
@@ -66,7 +66,7 @@ struct EventStatusQuery: Sendable {
                 "id", "category", "tenant", "state", "created_at", "not_before", "recipients", "processed",
                 "last_error", "batched"
             )
-            .from("events").where("id", .in, ids).all()
+            .from(Tables.events).where("id", .in, ids).all()
         guard !events.isEmpty else { return [:] }
 
         var notifications: [UUID: (all: Int, inInbox: Int?, toAnnounce: Int)] = [:]
@@ -74,7 +74,7 @@ struct EventStatusQuery: Sendable {
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
             .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
             .column(SQLRaw("SUM(CASE WHEN announce_at IS NOT NULL THEN 1 ELSE 0 END)"), as: "to_announce")
-            .from("notifications").where("event_id", .in, ids).groupBy("event_id").all()
+            .from(Tables.notifications).where("event_id", .in, ids).groupBy("event_id").all()
         {
             notifications[try row.decode(column: "event_id", as: UUID.self)] = (
                 try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self),
@@ -84,7 +84,7 @@ struct EventStatusQuery: Sendable {
         var deliveries: [UUID: [String: [String: Int]]] = [:]
         for row in try await sql.select().columns("event_id", "channel", "status")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("deliveries").where("event_id", .in, ids)
+            .from(Tables.deliveries).where("event_id", .in, ids)
             .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
             .groupBy("event_id").groupBy("channel").groupBy("status").all()
         {
@@ -93,7 +93,7 @@ struct EventStatusQuery: Sendable {
                     try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
         }
         var skipped: [UUID: [String: [String: Int]]] = [:]
-        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from("event_skips")
+        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from(Tables.eventSkips)
             .where("event_id", .in, ids).all()
         {
             skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
@@ -108,7 +108,7 @@ struct EventStatusQuery: Sendable {
                 + "CASE WHEN status IN ('\(DeliveryStatus.failed.rawValue)', '\(DeliveryStatus.dead.rawValue)') "
                 + "THEN 0 ELSE 1 END, id DESC)")
         let ranked = sql.select().columns("event_id", "channel", "last_error").column(newest, as: "rank")
-            .from("deliveries").where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
+            .from(Tables.deliveries).where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
             .where("status", .notEqual, DeliveryStatus.sent.rawValue)
         for row in try await sql.select().columns("event_id", "channel", "last_error")
             .from(SQLAlias(SQLGroupExpression(ranked.query), as: SQLIdentifier("ranked")))

@@ -65,7 +65,7 @@ struct InboxStore: Sendable {
     ) async throws
         -> InboxPage
     {
-        let select = visible(db.sql.select().columns(Self.columns).from("notifications"), userID: userID)
+        let select = visible(db.sql.select().columns(Self.columns).from(Tables.notifications), userID: userID)
         switch filter.status {
         case .unread: select.where("read_at", .is, SQLLiteral.null).where("archived_at", .is, SQLLiteral.null)
         case .read: select.where("read_at", .isNot, SQLLiteral.null).where("archived_at", .is, SQLLiteral.null)
@@ -133,7 +133,7 @@ struct InboxStore: Sendable {
             .column("user_id")
             .column(SQLRaw(Self.unreadSum), as: "unread")
             .column(SQLRaw(Self.unseenSum), as: "unseen")
-            .from("notifications")
+            .from(Tables.notifications)
             .where("user_id", .in, users).inInboxAndDue(by: now()).where("archived_at", .is, SQLLiteral.null)
         if let tenant { select.where("tenant", .equal, tenant) }
         for row in try await select.groupBy("user_id").all() {
@@ -145,7 +145,7 @@ struct InboxStore: Sendable {
     /// The visible notifications an event gave `users`, with whose they are.
     func items(ofEvent eventID: UUID, users: [UUID], on db: any Database) async throws -> [(UUID, InboxNotification)] {
         guard !users.isEmpty else { return [] }
-        let rows = try await db.sql.select().columns(Self.columns + ["user_id"]).from("notifications")
+        let rows = try await db.sql.select().columns(Self.columns + ["user_id"]).from(Tables.notifications)
             .where("event_id", .equal, eventID).where("user_id", .in, users).inInboxAndDue(by: now())
             .all()
         return try rows.map { (try $0.decode(column: "user_id", as: UUID.self), try item($0)) }
@@ -153,7 +153,7 @@ struct InboxStore: Sendable {
 
     /// One of the user's visible notifications.
     func item(_ id: UUID, userID: UUID, on db: any Database) async throws -> InboxNotification? {
-        try await visible(db.sql.select().columns(Self.columns).from("notifications"), userID: userID)
+        try await visible(db.sql.select().columns(Self.columns).from(Tables.notifications), userID: userID)
             .where("id", .equal, id).first().map(item)
     }
 
@@ -161,7 +161,7 @@ struct InboxStore: Sendable {
     func mark(_ id: UUID, _ mark: Mark, userID: UUID, on db: any Database) async throws -> InboxNotification? {
         let now = now()
         let updated = try await storage.write(db) { tx in
-            let update = tx.sql.update("notifications")
+            let update = tx.sql.update(Tables.notifications)
             Self.apply(mark, to: update, now: now)
             let rows = try await update.where("id", .equal, id).where("user_id", .equal, userID)
                 .inInboxAndDue(by: now).returning(Self.changedColumns.map { SQLColumn($0) }).all()
@@ -199,7 +199,7 @@ struct InboxStore: Sendable {
         let outcome: ActionOutcome = try await storage.write(db) { tx in
             guard
                 let row = try await self.visible(
-                    tx.sql.select().columns("category", "event_id").from("notifications"), userID: userID
+                    tx.sql.select().columns("category", "event_id").from(Tables.notifications), userID: userID
                 ).where("id", .equal, id).first()
             else { return .notFound }
             let category = try row.decode(column: "category", as: String.self)
@@ -209,23 +209,23 @@ struct InboxStore: Sendable {
             }
             // Marked read first: on PostgreSQL that locks the row, so that of two answers at
             // once the second sees the first.
-            let update = tx.sql.update("notifications")
+            let update = tx.sql.update(Tables.notifications)
             Self.apply(.read, to: update, now: now)
             try await update.where("id", .equal, id).run()
             // One answer per notification: a repeat (a double tap, a retried request, another
             // device) records nothing and sends nothing, and gets the first answer back.
-            let first = try await tx.sql.select().column("action_id").from("notification_actions")
+            let first = try await tx.sql.select().column("action_id").from(Tables.notificationActions)
                 .where("notification_id", .equal, id).orderBy("created_at").limit(1).first()
                 .map { try $0.decode(column: "action_id", as: String.self) }
             let answered = first != nil
             if !answered {
-                try await tx.sql.insert(into: "notification_actions").columns(
+                try await tx.sql.insert(into: Tables.notificationActions).columns(
                     "id", "notification_id", "action_id", "created_at"
                 )
                 .values(UUID(), id, actionID, now).run()
             }
             if !answered {
-                let answer = try await tx.sql.select().columns(Self.changedColumns).from("notifications")
+                let answer = try await tx.sql.select().columns(Self.changedColumns).from(Tables.notifications)
                     .where("id", .equal, id).all()
                 try await self.queueStatus(
                     .messageAction, answer, userID: userID, extra: ["action": .string(actionID)], on: tx)
@@ -236,8 +236,10 @@ struct InboxStore: Sendable {
                     user: userID, channel: webhook.id, kind: .action, action: actionID, firstAttempt: now, now: now)
                 try await QueuedDelivery.insert([answer.values], storage: self.storage, on: tx)
             }
-            let item = try await tx.sql.select().columns(Self.columns).from("notifications").where("id", .equal, id)
-                .first()
+            let item = try await tx.sql.select().columns(Self.columns).from(Tables.notifications).where(
+                "id", .equal, id
+            )
+            .first()
             guard let item else { return .notFound }
             return .recorded(try self.item(item), forwarded: webhook != nil && !answered, action: first ?? actionID)
         }
@@ -254,7 +256,7 @@ struct InboxStore: Sendable {
     {
         let now = now()
         return try await storage.write(db) { tx in
-            let update = tx.sql.update("notifications")
+            let update = tx.sql.update(Tables.notifications)
             Self.apply(mark, to: update, now: now)
             update.where("user_id", .equal, userID).inInboxAndDue(by: now).where("archived_at", .is, SQLLiteral.null)
                 .where(mark == .read ? "read_at" : "seen_at", .is, SQLLiteral.null)

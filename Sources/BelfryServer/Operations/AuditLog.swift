@@ -31,7 +31,7 @@ struct AuditLog: Sendable {
         let at = now()
         let id = UUID.timeOrdered(at: at)
         try await storage.write(db) { tx in
-            try await tx.sql.insert(into: "audit_log")
+            try await tx.sql.insert(into: Tables.auditLog)
                 .columns("id", "at", "actor", "action", "subject", "detail")
                 .values(
                     SQLBind(id), SQLBind(at), SQLBind(actor), SQLBind(action.rawValue), SQLBind(subject),
@@ -44,7 +44,7 @@ struct AuditLog: Sendable {
     /// Entries newest first, older than `before` (an entry's id) when given. Ids are
     /// time-ordered, so they page in time order.
     func entries(limit: Int, before: UUID?, on db: any Database) async throws -> AuditPage {
-        let query = db.sql.select().columns("id", "at", "actor", "action", "subject", "detail").from("audit_log")
+        let query = db.sql.select().columns("id", "at", "actor", "action", "subject", "detail").from(Tables.auditLog)
             .orderBy("id", .descending).limit(limit + 1)
         if let before { query.where("id", .lessThan, before) }
         let rows = try await query.all()

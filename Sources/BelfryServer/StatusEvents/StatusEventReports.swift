@@ -68,9 +68,9 @@ extension StatusEventReports {
             let reports = decode(rowID: id, body: try row.decode(column: "body", as: String.self))
             let kept = reports.filter { !isAbout(externalID, $0) }
             if kept.isEmpty {
-                try await sql.delete(from: "status_events").where("id", .equal, id).run()
+                try await sql.delete(from: Tables.statusEvents).where("id", .equal, id).run()
             } else if kept.count < reports.count {
-                try await sql.update("status_events").set("body", to: bundle(kept)).set("reports", to: kept.count)
+                try await sql.update(Tables.statusEvents).set("body", to: bundle(kept)).set("reports", to: kept.count)
                     .where("id", .equal, id).run()
             }
         }

@@ -146,7 +146,7 @@ final class StatusEventSender: Sendable {
             var randomness = IDRandomness()
             for (providerStatus, group) in sent {
                 for chunk in group.map(\.row.id).chunked(500) {
-                    try await db.sql.update("status_events")
+                    try await db.sql.update(Tables.statusEvents)
                         .set("status", to: Status.sent.rawValue)
                         .set("next_attempt_at", to: now)
                         .set("lease_expires_at", to: Date?.none)
@@ -161,7 +161,7 @@ final class StatusEventSender: Sendable {
             }
             for ending in endings where ending.groups.count > 1 || ending.groups[0].outcome.status != .sent {
                 let (outcome, reports) = ending.groups[0]
-                let update = db.sql.update("status_events")
+                let update = db.sql.update(Tables.statusEvents)
                     .set("status", to: outcome.status.rawValue)
                     .set("next_attempt_at", to: outcome.next)
                     .set("lease_expires_at", to: Date?.none)
@@ -187,7 +187,7 @@ final class StatusEventSender: Sendable {
                     ]
                 }
                 try await self.storage.insert(
-                    into: "status_events",
+                    into: Tables.statusEvents,
                     columns: [
                         "id", "endpoint", "type", "body", "user_external_id", "status", "attempts", "next_attempt_at",
                         "last_error", "last_status", "created_at", "updated_at", "reports",
@@ -223,7 +223,7 @@ final class StatusEventSender: Sendable {
                 reports += try row.decode(column: "reports", as: Int.self)
             }
             guard !ids.isEmpty else { return [] }
-            return try await db.sql.update("status_events")
+            return try await db.sql.update(Tables.statusEvents)
                 .set("status", to: Status.running.rawValue)
                 .set("attempts", to: SQLRaw("attempts + 1"))
                 .set("lease_expires_at", to: now.addingTimeInterval(self.lease))

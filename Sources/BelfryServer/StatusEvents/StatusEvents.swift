@@ -119,7 +119,7 @@ struct StatusEvents: Sendable {
         }
         guard !rows.isEmpty else { return }
         try await storage.insert(
-            into: "status_events",
+            into: Tables.statusEvents,
             columns: [
                 "id", "endpoint", "type", "body", "user_external_id", "status", "attempts", "next_attempt_at",
                 "created_at", "updated_at", "reports",

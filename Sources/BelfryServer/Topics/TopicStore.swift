@@ -23,7 +23,7 @@ struct TopicStore: Sendable {
         return try await storage.write(db) { tx in
             let ids = try await Self.ensureUsers(externalIDs, now: now, storage: storage, on: tx)
             let inserted = try await storage.insert(
-                into: "topic_subscriptions", columns: ["topic", "user_id", "created_at"],
+                into: Tables.topicSubscriptions, columns: ["topic", "user_id", "created_at"],
                 rows: ids.map { [.text(topic), .id($0), .date(now)] }, rowsPerStatement: Self.insertBatch,
                 ignoringConflictsOn: ["topic", "user_id"], returning: ["user_id"], on: tx)
             return inserted.count
@@ -37,7 +37,7 @@ struct TopicStore: Sendable {
         try await storage.write(db) { tx in
             var removed = 0
             for chunk in externalIDs.chunked(Self.insertBatch) {
-                removed += try await tx.sql.delete(from: "topic_subscriptions")
+                removed += try await tx.sql.delete(from: Tables.topicSubscriptions)
                     .where("topic", .equal, topic)
                     .where(
                         "user_id", .in,
@@ -55,7 +55,7 @@ struct TopicStore: Sendable {
         let now = self.now()
         try await storage.write(db) { tx in
             _ = try await storage.insert(
-                into: "topic_subscriptions", columns: ["topic", "user_id", "created_at"],
+                into: Tables.topicSubscriptions, columns: ["topic", "user_id", "created_at"],
                 rows: [[.text(topic), .id(userID), .date(now)]], rowsPerStatement: 1,
                 ignoringConflictsOn: ["topic", "user_id"], returning: ["user_id"], on: tx)
         }
@@ -63,25 +63,26 @@ struct TopicStore: Sendable {
 
     func unsubscribe(userID: UUID, from topic: String, on db: any Database) async throws {
         try await storage.write(db) { tx in
-            try await tx.sql.delete(from: "topic_subscriptions").where("topic", .equal, topic)
+            try await tx.sql.delete(from: Tables.topicSubscriptions).where("topic", .equal, topic)
                 .where("user_id", .equal, userID).run()
         }
     }
 
     func subscribers(of topic: String, on db: any Database) async throws -> Int {
         try await db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("topic_subscriptions").where("topic", .equal, topic).first()?.decode(column: "n", as: Int.self) ?? 0
+            .from(Tables.topicSubscriptions).where("topic", .equal, topic).first()?.decode(column: "n", as: Int.self)
+            ?? 0
     }
 
     func topics(of userID: UUID, on db: any Database) async throws -> [String] {
-        try await db.sql.select().column("topic").from("topic_subscriptions").where("user_id", .equal, userID)
+        try await db.sql.select().column("topic").from(Tables.topicSubscriptions).where("user_id", .equal, userID)
             .orderBy("topic").all().map { try $0.decode(column: "topic", as: String.self) }
     }
 
     /// Every topic with its number of subscribers, for the command line.
     func all(on db: any Database) async throws -> [TopicSummary] {
         try await db.sql.select().column("topic").column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("topic_subscriptions").groupBy("topic").orderBy("topic").all()
+            .from(Tables.topicSubscriptions).groupBy("topic").orderBy("topic").all()
             .map {
                 TopicSummary(
                     topic: try $0.decode(column: "topic", as: String.self),

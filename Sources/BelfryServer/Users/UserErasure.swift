@@ -19,24 +19,24 @@ enum UserErasure {
                 DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE user_id = \(bind: userID))
                 """
             ).run()
-            try await sql.delete(from: "deliveries").where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.deliveries).where("user_id", .equal, userID).run()
             try await sql.raw(
                 """
                 DELETE FROM notification_actions \
                 WHERE notification_id IN (SELECT id FROM notifications WHERE user_id = \(bind: userID))
                 """
             ).run()
-            try await sql.delete(from: "notifications").where("user_id", .equal, userID).run()
-            try await sql.delete(from: "devices").where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.notifications).where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.devices).where("user_id", .equal, userID).run()
             // Status events about them, sent or still queued: they name the user and what they did.
-            try await sql.delete(from: "status_events").where("user_external_id", .equal, externalID).run()
+            try await sql.delete(from: Tables.statusEvents).where("user_external_id", .equal, externalID).run()
             try await StatusEventReports.erase(user: externalID, on: sql)
-            try await sql.delete(from: "topic_subscriptions").where("user_id", .equal, userID).run()
-            try await sql.delete(from: "throttle_state").where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.topicSubscriptions).where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.throttleState).where("user_id", .equal, userID).run()
             try await sql.raw(
                 "DELETE FROM batch_items WHERE batch_id IN (SELECT id FROM batches WHERE user_id = \(bind: userID))"
             ).run()
-            try await sql.delete(from: "batches").where("user_id", .equal, userID).run()
+            try await sql.delete(from: Tables.batches).where("user_id", .equal, userID).run()
             try await PreferenceSetModel.query(on: db).filter(\.$user.$id == userID).delete()
             try await UserTenantModel.query(on: db).filter(\.$user.$id == userID).delete()
             // An event for this user alone says what it said to them: its content goes too (the
@@ -61,8 +61,8 @@ enum UserErasure {
             ).run()
             // Events not yet fanned out would otherwise create the user again; fanned-out ones
             // need their recipient lists no more.
-            try await sql.delete(from: "event_recipients").where("external_id", .equal, externalID).run()
-            try await sql.delete(from: "event_exclusions").where("external_id", .equal, externalID).run()
+            try await sql.delete(from: Tables.eventRecipients).where("external_id", .equal, externalID).run()
+            try await sql.delete(from: Tables.eventExclusions).where("external_id", .equal, externalID).run()
             try await user.delete(on: db)
         }
     }

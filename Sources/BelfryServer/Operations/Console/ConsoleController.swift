@@ -201,7 +201,7 @@ struct ConsoleController: RouteCollection {
         let text = req.parameters.get("delivery_id") ?? ""
         let context = req.belfry
         guard let id = UUID(uuidString: text),
-            let ended = try await req.db.sql.select().column("event_id").from("deliveries").where("id", .equal, id)
+            let ended = try await req.db.sql.select().column("event_id").from(Tables.deliveries).where("id", .equal, id)
                 .first().map({ try $0.decode(column: "event_id", as: UUID.self) }),
             try await self.deadLetters.retry(delivery: id, on: req.db)
         else {
@@ -230,7 +230,7 @@ struct ConsoleController: RouteCollection {
         }
         let now = context.now()
         let queued = try await context.database.write(req.db) { db in
-            let update = db.sql.update("status_events")
+            let update = db.sql.update(Tables.statusEvents)
                 .set("status", to: StatusEventSender.Status.queued.rawValue)
                 .set("attempts", to: 0)
                 .set("next_attempt_at", to: now)

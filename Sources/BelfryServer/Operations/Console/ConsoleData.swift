@@ -99,7 +99,7 @@ struct ConsoleData: Sendable {
         let nowMinute = Int64(now().timeIntervalSince1970 / 60)
         let first = nowMinute - Int64(Self.chartMinutes) + 1
         var depth = [Int?](repeating: nil, count: Self.chartMinutes)
-        for row in try await sql.select().columns("minute", "depth").from("queue_samples")
+        for row in try await sql.select().columns("minute", "depth").from(Tables.queueSamples)
             .where("minute", .greaterThanOrEqual, first).all()
         {
             let index = Int(try row.decode(column: "minute", as: Int64.self) - first)
@@ -112,7 +112,7 @@ struct ConsoleData: Sendable {
         for row in try await sql.select()
             .column(minuteIndex(of: "finished_at", since: since), as: "bucket").column("outcome")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("delivery_attempts").where("finished_at", .greaterThanOrEqual, since)
+            .from(Tables.deliveryAttempts).where("finished_at", .greaterThanOrEqual, since)
             .groupBy(SQLColumn("bucket")).groupBy("outcome").all()
         {
             let index = try row.decode(column: "bucket", as: Int.self)
@@ -128,7 +128,7 @@ struct ConsoleData: Sendable {
         for row in try await sql.select()
             .column(minuteIndex(of: "available_at", since: since), as: "bucket")
             .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from("notifications").where("in_inbox", .equal, true)
+            .from(Tables.notifications).where("in_inbox", .equal, true)
             .where("available_at", .greaterThanOrEqual, since).where("available_at", .lessThanOrEqual, now())
             .groupBy(SQLColumn("bucket")).all()
         {
@@ -143,13 +143,13 @@ struct ConsoleData: Sendable {
         for row in try await sql.select().column("status").column(
             SQLFunction("SUM", args: SQLColumn("reports")), as: "n"
         )
-        .from("status_events").groupBy("status").all() {
+        .from(Tables.statusEvents).groupBy("status").all() {
             overview.statusCounts[try row.decode(column: "status", as: String.self)] = try row.decode(
                 column: "n", as: Int.self)
         }
         overview.statusEnded = try await sql.select()
             .columns("id", "endpoint", "type", "status", "attempts", "reports", "last_error", "updated_at")
-            .from("status_events")
+            .from(Tables.statusEvents)
             .where(
                 "status", .in,
                 [StatusEventSender.Status.failed.rawValue, StatusEventSender.Status.dead.rawValue]
@@ -185,15 +185,18 @@ struct ConsoleData: Sendable {
         let sql = db.sql
         var rows = try await sql.select()
             .columns(
-                SQLColumn("id", table: "deliveries"), SQLColumn("channel"), SQLColumn("external_id"),
+                SQLColumn("id", table: Tables.deliveries), SQLColumn("channel"), SQLColumn("external_id"),
                 SQLColumn("device_id"), SQLColumn("status"), SQLColumn("attempts"), SQLColumn("last_error"),
                 SQLColumn("last_status"), SQLColumn("next_attempt_at")
             )
-            .from("deliveries").join(
-                "users", on: SQLColumn("user_id", table: "deliveries"), .equal, SQLColumn("id", table: "users")
+            .from(Tables.deliveries).join(
+                UserModel.schema, on: SQLColumn("user_id", table: Tables.deliveries), .equal,
+                SQLColumn("id", table: UserModel.schema)
             )
-            .where(SQLColumn("event_id", table: "deliveries"), .equal, SQLBind(id))
-            .orderBy(SQLColumn("created_at", table: "deliveries")).orderBy(SQLColumn("id", table: "deliveries"))
+            .where(SQLColumn("event_id", table: Tables.deliveries), .equal, SQLBind(id))
+            .orderBy(SQLColumn("created_at", table: Tables.deliveries)).orderBy(
+                SQLColumn("id", table: Tables.deliveries)
+            )
             .limit(Self.deliveriesShown)
             .all()
             .map { row in
@@ -209,12 +212,14 @@ struct ConsoleData: Sendable {
                     nextAttemptAt: try row.decode(column: "next_attempt_at", as: Date.self))
             }
         let total =
-            try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("deliveries")
+            try await sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from(Tables.deliveries)
             .where("event_id", .equal, id).first()?.decode(column: "n", as: Int.self) ?? 0
         let logs = try await MessageLog.attempts(of: rows.map(\.id), on: db)
         for index in rows.indices { rows[index].attemptLog = logs[rows[index].id] ?? [] }
-        let row = try await sql.select().columns("title", "body", "url", "data").from("events").where("id", .equal, id)
-            .first()
+        let row = try await sql.select().columns("title", "body", "url", "data").from(Tables.events).where(
+            "id", .equal, id
+        )
+        .first()
         let content = EventContent(
             title: try row?.decode(column: "title", as: String.self) ?? "",
             body: try row?.decode(column: "body", as: String.self) ?? "",
@@ -230,9 +235,9 @@ struct ConsoleData: Sendable {
         let minute = Int64(now.timeIntervalSince1970 / 60)
         let depth = Outbox.pending(in: try await Outbox.counts(Outbox.pendingStatuses, on: db.sql)).values.reduce(0, +)
         try await storage.write(db) { tx in
-            try await tx.sql.insert(into: "queue_samples").columns("minute", "depth").values(minute, depth)
+            try await tx.sql.insert(into: Tables.queueSamples).columns("minute", "depth").values(minute, depth)
                 .ignoringConflicts(with: ["minute"]).run()
-            try await tx.sql.delete(from: "queue_samples").where("minute", .lessThan, minute - 24 * 60).run()
+            try await tx.sql.delete(from: Tables.queueSamples).where("minute", .lessThan, minute - 24 * 60).run()
         }
     }
 }

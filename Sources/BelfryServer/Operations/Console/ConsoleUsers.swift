@@ -39,7 +39,9 @@ extension ConsoleData {
         let messages = try await MessageLog().page(
             MessageLog.Filter(user: id), after: before, limit: Self.messagesShown, on: db)
         let inbox =
-            try await db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from("notifications")
+            try await db.sql.select().column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n").from(
+                Tables.notifications
+            )
             .where("user_id", .equal, id).where("in_inbox", .equal, true).first()?.decode(column: "n", as: Int.self)
             ?? 0
         return UserDetail(
