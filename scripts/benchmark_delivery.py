@@ -13,15 +13,18 @@ With `--status-events 1` it measures twice, on fresh SQLite files (`PATH` and `P
 first as above, then with a status endpoint (the workspace file's `webhooks`) taking
 `message.sent`, posted to the same nginx: one for each webhook delivery and one for each inbox
 notification, 2 N in all; it prints both times, when the last
-status event arrived, and the overhead of the status events on the webhook deliveries.
+status event arrived, and the overhead of the status events on the webhook deliveries. With
+`--status-events R` (R > 1) it measures R rounds of both, in alternating order (the status events
+first in even rounds), each on fresh files, and prints each round and the overhead of the medians.
 
 Usage: python3 scripts/benchmark_delivery.py --binary .build/release/belfry --database PATH_OR_URL [--recipients N]
-       [--status-events 1]
+       [--status-events ROUNDS]
 """
 import json
 import os
 import re
 import shutil
+import statistics
 import socket
 import subprocess
 import sys
@@ -210,11 +213,22 @@ def main():
     nginx, port = start_nginx(work)
     os.environ["BELFRY_WEBHOOK_URL"] = f"http://127.0.0.1:{port}/hook"
     os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
+    rounds = []
     try:
         elapsed, recorded, sent, body_size, peak, _ = measure(args, args.database, port, work, False)
         with_status = None
         if args.status_events:
             with_status = measure(args, args.database + "-status", port, work, True)
+            rounds.append((elapsed, with_status[0]))
+        # More rounds, in alternating order (status events first in even rounds), so that a
+        # slow moment of the machine does not fall on one side only.
+        for n in range(2, args.status_events + 1):
+            sides = [False, True] if n % 2 else [True, False]
+            times = {}
+            for status in sides:
+                name = f"{args.database}-{n}{'-status' if status else ''}"
+                times[status] = measure(args, name, port, work, status)[0]
+            rounds.append((times[False], times[True]))
         reference = h2load_rate(port, args.recipients, body_size, work)
     finally:
         nginx.terminate()
@@ -236,6 +250,13 @@ def main():
               f"{status_peak:.0f} MiB peak")
         print(f"status events' overhead on the webhook deliveries: {status_elapsed / elapsed - 1:+.1%}; "
               f"until the last status event: {status_last / elapsed - 1:+.1%}")
+    if len(rounds) > 1:
+        for n, (plain, status) in enumerate(rounds, 1):
+            print(f"round {n}: {plain:.2f} s without, {status:.2f} s with status events ({status / plain - 1:+.1%})")
+        plain = statistics.median(p for p, _ in rounds)
+        status = statistics.median(s for _, s in rounds)
+        print(f"medians of {len(rounds)} rounds: {plain:.2f} s without, {status:.2f} s with: "
+              f"overhead {status / plain - 1:+.1%}")
 
 
 if __name__ == "__main__":
