@@ -271,36 +271,6 @@ struct DeliveryQueueTests {
         }
     }
 
-    @Test("the workers run in process on the test's clock: an event now arrives, one due later waits for the clock")
-    func workersOnTheTestClock() async throws {
-        let receiver = try await WebhookReceiver(answers: "200")
-        defer { receiver.stop() }
-        let clock = TestClock()
-        try await withBelfry(.sqlite, clock: clock, webhook: receiver.webhook, runWorkers: true) { app in
-            try await app.asyncBoot()
-            // Woken by their signals: fan-out, then the queue, with no clock moved.
-            _ = try await Self.trigger(app)
-            func arrived(_ count: Int) async throws -> Bool {
-                for _ in 0..<200 {
-                    if try receiver.entries().count >= count { return true }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-                return false
-            }
-            #expect(try await arrived(1), "the first event's webhook")
-
-            let later = EventRequest(
-                category: "login-fail", recipients: ["ada"], content: .init(title: "Later", body: "In ten minutes"),
-                schedule: .init(delaySeconds: 600))
-            #expect(try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: later).status == .accepted)
-            try await Task.sleep(for: .milliseconds(500))
-            #expect(try receiver.entries().count == 1, "not due on the test's clock")
-            clock.advance(by: 601)
-            #expect(try await arrived(2), "the later event's webhook, once the clock moved")
-            #expect(try receiver.entries().count == 2)
-        }
-    }
-
     @Test("a delivery whose attempts never finish is dead-lettered once past the attempt limit")
     func poisonDelivery() async throws {
         let receiver = try await WebhookReceiver(answers: "200")
