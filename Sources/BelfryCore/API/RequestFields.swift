@@ -23,5 +23,5 @@ extension RequestFields {
 
 extension CodingKey where Self: CaseIterable {
     /// Every key's name, as the JSON spells it.
-    static var names: Set<String> { Set(allCases.map(\.stringValue)) }
+    public static var names: Set<String> { Set(allCases.map(\.stringValue)) }
 }

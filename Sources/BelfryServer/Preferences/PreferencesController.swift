@@ -62,7 +62,7 @@ struct PreferencesController: RouteCollection {
             case preference
         }
 
-        static var fields: Set<String> { Set(CodingKeys.allCases.map(\.stringValue)) }
+        static var fields: Set<String> { CodingKeys.names }
     }
 
     private func store(_ req: Request) -> PreferenceStore {

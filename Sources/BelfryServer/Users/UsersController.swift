@@ -119,7 +119,7 @@ struct UsersController: RouteCollection {
             case ttlSeconds = "ttl_seconds"
         }
 
-        static var fields: Set<String> { Set(CodingKeys.allCases.map(\.stringValue)) }
+        static var fields: Set<String> { CodingKeys.names }
     }
 
     @Sendable func mintToken(req: Request) async throws -> Response {
