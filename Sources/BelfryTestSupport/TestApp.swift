@@ -117,7 +117,6 @@ public func withBelfryApp<T>(
     clock: TestClock? = nil,
     jitter: Double? = nil,
     webhook: ServerConfiguration.Webhook? = nil,
-    runWorkers: Bool = false,
     settings adjust: (inout ServerConfiguration) -> Void = { _ in },
     _ body: (Application, StartupReport) async throws -> T
 ) async throws -> T {
@@ -126,10 +125,8 @@ public func withBelfryApp<T>(
         port: 0, database: location, workspace: workspace, apiKeys: apiKeys, logLevel: .error, webhook: webhook)
     adjust(&settings)
     let now: @Sendable () -> Date = if let clock { { clock.now } } else { { Date() } }
-    var options = ConfigureOptions(runWorkers: runWorkers, now: now)
+    var options = ConfigureOptions(now: now)
     if let jitter { options.jitter = { jitter } }
-    // Workers wait on the test's clock, which the test moves.
-    if let clock { options.clock = clock }
     return try await withBelfryApplication(.testing, settings: settings, options: options, body)
 }
 
@@ -140,14 +137,13 @@ public func withBelfry<T>(
     clock: TestClock? = nil,
     jitter: Double? = nil,
     webhook: ServerConfiguration.Webhook? = nil,
-    runWorkers: Bool = false,
     settings adjust: (inout ServerConfiguration) -> Void = { _ in },
     _ body: (Application) async throws -> T
 ) async throws -> T {
     try await withTestStorage(kind) { location in
         try await withBelfryApp(
             location: location, workspace: workspace, clock: clock, jitter: jitter, webhook: webhook,
-            runWorkers: runWorkers, settings: adjust
+            settings: adjust
         ) {
             app, _ in
             try await body(app)
