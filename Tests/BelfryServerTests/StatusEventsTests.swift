@@ -326,6 +326,22 @@ struct StatusEventsTests {
         }
     }
 
+    @Test("a row whose body holds no readable report fails, kept for the console, and nothing is posted")
+    func unreadableRow() async throws {
+        let receiver = try await WebhookReceiver(answers: "200")
+        defer { receiver.stop() }
+        try await withBelfry(
+            .sqlite, settings: { $0.statusEndpoints = [Self.endpoint(receiver, events: [.messageRead])] }
+        ) {
+            app in
+            try await Self.notifyAndMark(app, ["read"])
+            try await app.db.sql.update("status_events").set("body", to: "damaged by hand").run()
+            try await Self.sendAll(app)
+            #expect(try await Self.rows(app).map { "\($0.status) \($0.attempts)" } == ["failed 1"])
+            #expect(try receiver.entries().isEmpty)
+        }
+    }
+
     @Test("a notification due later in the inbox is reported sent when it is announced, not before")
     func scheduledInboxSent() async throws {
         let receiver = try await WebhookReceiver(answers: "200")

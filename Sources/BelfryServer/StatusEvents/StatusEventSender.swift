@@ -114,7 +114,7 @@ final class StatusEventSender: Sendable {
             return outcomes
         }
         let endings = zip(claimed, outcomes).map { row, outcomes in
-            Self.ending(of: row, outcomes: outcomes.compactMap { $0 })
+            Self.ending(of: row, outcomes: outcomes.compactMap { $0 }, now: now())
         }
         try await record(endings)
         return true
@@ -122,13 +122,18 @@ final class StatusEventSender: Sendable {
 
     /// Groups a row's reports by how they ended: sent first, then failed, dead and queued again
     /// (each group's retry at the latest of its reports' times, so none comes back early).
-    private static func ending(of row: Claimed, outcomes: [Outcome]) -> Ending {
+    private static func ending(of row: Claimed, outcomes: [Outcome], now: Date) -> Ending {
         var groups: [(outcome: Outcome, reports: [StatusEventReports.Report])] = []
         for status in [Status.sent, .failed, .dead, .queued] {
             let members = zip(row.reports, outcomes).filter { $0.1.status == status }
             guard var outcome = members.first?.1 else { continue }
             outcome.next = members.map(\.1.next).max() ?? outcome.next
             groups.append((outcome, members.map(\.0)))
+        }
+        if groups.isEmpty {
+            // A body with no report to read (damaged by hand): failed, kept for the console.
+            let unreadable = Outcome(status: .failed, next: now, error: "the row holds no report that can be read")
+            groups.append((unreadable, []))
         }
         return Ending(row: row, groups: groups)
     }
