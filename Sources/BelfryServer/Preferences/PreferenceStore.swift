@@ -33,6 +33,9 @@ struct PreferenceStore: Sendable {
     let now: @Sendable () -> Date
     /// Reports each change to the workspace's `webhooks`, in the change's transaction.
     let statusEvents: StatusEvents
+    /// One write per user at a time in this process, on PostgreSQL: a user's burst of changes
+    /// queues here rather than on the row lock, holding one pooled connection, not all of them.
+    let writers = KeyedTurns<UUID>()
 
     func view(userID: UUID, scope: PreferenceScope, on db: any Database) async throws -> PreferenceView {
         let stored = try await load(userID: userID, scopes: [scope, .userDefaults], on: db)
@@ -55,12 +58,16 @@ struct PreferenceStore: Sendable {
         for change in changes {
             do { try probe.apply(change, in: workspace) } catch { throw BelfryError(error) }
         }
-        return try await storage.write(db) { tx in
-            let views = try await self.applyLocked(
-                userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
-            try await self.statusEvents.queue(also.filter { self.statusEvents.wants($0.type) }, on: tx)
-            return views
+        let write = {
+            try await storage.write(db) { tx in
+                let views = try await self.applyLocked(
+                    userID: userID, scopes: scopes, changes: changes, expected: expected, on: tx)
+                try await self.statusEvents.queue(also.filter { self.statusEvents.wants($0.type) }, on: tx)
+                return views
+            }
         }
+        // SQLite's writes already queue, without a connection, in the database's write gate.
+        return storage.kind == .postgres ? try await writers.run(userID, write) : try await write()
     }
 
     private func applyLocked(
