@@ -656,7 +656,7 @@ final class DeliveryQueue: Sendable {
                     break
                 }
             }
-            for (event, byChannel) in skips { try await EventSkips.add(byChannel, event: event, on: db.sql) }
+            try await EventSkips.add(skips, storage: self.storage, on: db)
             if let statusEvents = self.statusEvents {
                 let events = resolved.filter { recorded.contains($0.0.delivery.id) }.flatMap(Self.statusEvents)
                 try await statusEvents.queue(events.filter { statusEvents.wants($0.type) }, on: db)

@@ -163,7 +163,7 @@ extension Fanout {
         var preferences: [String: [UUID: [PreferenceScope: PreferenceSelections]]] = [:]
         for tenant in Set(batches.map(\.tenant)) {
             preferences[tenant] = try await preferenceSets(
-                of: Array(Set(batches.filter { $0.tenant == tenant }.map(\.userID))), tenant: tenant, on: sql)
+                of: Array(Set(batches.filter { $0.tenant == tenant }.map(\.userID))), tenants: [tenant], on: sql)
         }
 
         var rows = notificationRows()
@@ -220,9 +220,7 @@ extension Fanout {
         try await statusEvents?.queue(rows.statusEvents, on: db)
         // The items now live in the notification's `batch`; the batch row stays, like its events.
         try await sql.delete(from: Tables.batchItems).where("batch_id", .in, batches.map(\.id)).run()
-        for (event, eventSkips) in skips {
-            try await EventSkips.add(eventSkips, event: event, on: sql)
-        }
+        try await EventSkips.add(skips, storage: storage, on: db)
         return Outcome(processed: true, rows: rows)
     }
 }

@@ -36,38 +36,66 @@ struct Fanout: Sendable {
     /// passing database problem, short enough that a broken event is reported.
     static let maxFailures = 8
 
-    /// Processes one batch of the most overdue event, if any is due, in one transaction; small
-    /// events that end within the batch leave room for the next due ones in the same
-    /// transaction (up to `batchSize` recipients and `eventsPerBatch` events), so that a stream
-    /// of one-recipient events is not one commit each. A batch that fails rolls back, and its
-    /// event waits (behind the others) before it is tried again; after `maxFailures` the event
-    /// is marked `failed` with its error.
+    /// Processes the most overdue events in one transaction. The first goes alone when it is
+    /// big (a topic's, a digest's, one already begun, or more recipients than a batch), a page
+    /// of its recipients at a time. Otherwise the small events due next, up to `eventsPerBatch`
+    /// and `batchSize` recipients, go together: one read each of their recipients, users,
+    /// preferences and devices, one insert of all their rows and one update of the events, so
+    /// that a stream of one-recipient events costs a few statements a batch, not a dozen an
+    /// event. A batch that fails rolls back; one of several events is then tried alone, so that
+    /// only the event at fault fails. That one waits (behind the others) before it is tried
+    /// again; after `maxFailures` it is marked `failed` with its error.
     /// - Returns: whether there was an event to work on.
     func processBatch(on db: any Database) async throws -> Bool {
-        let picked = NIOLockedValueBox<UUID?>(nil)
-        do {
-            let outcomes = try await storage.write(db) { tx in
-                var outcomes: [Outcome] = []
-                var recipients = 0
-                while outcomes.count < Self.eventsPerBatch && recipients < Self.batchSize {
-                    let outcome = try await self.batch(on: tx, picked: picked)
-                    guard outcome.processed else { break }
-                    outcomes.append(outcome)
-                    recipients += outcome.recipients
-                    // An event with recipients still to go takes the next batch on its own.
-                    if outcome.ended == nil { break }
+        for alone in [false, true] {
+            let picked = NIOLockedValueBox<Picked?>(nil)
+            do {
+                let outcomes = try await storage.write(db) { tx in
+                    try await self.fanOut(alone: alone, picked: picked, on: tx)
                 }
-                return outcomes
+                for outcome in outcomes { await committed(outcome, on: db) }
+                return !outcomes.isEmpty
+            } catch {
+                guard let picked = picked.withLockedValue({ $0 }) else { throw error }
+                if picked.events > 1 { continue }
+                if try await recordFailure(of: picked.first, error: error.operatorDescription, on: db) {
+                    metrics.event(EventStatus.FanoutState.failed.rawValue)
+                }
+                return true
             }
-            for outcome in outcomes { await committed(outcome, on: db) }
-            return !outcomes.isEmpty
-        } catch {
-            guard let eventID = picked.withLockedValue({ $0 }) else { throw error }
-            if try await recordFailure(of: eventID, error: error.operatorDescription, on: db) {
-                metrics.event(EventStatus.FanoutState.failed.rawValue)
-            }
-            return true
         }
+        preconditionFailure("a batch of one event returns or records its failure")
+    }
+
+    /// The first event a batch took, and how many it took.
+    private struct Picked: Sendable {
+        var first: UUID
+        var events: Int
+    }
+
+    /// One transaction's work: the due events read, then the first alone or the small ones together.
+    private func fanOut(alone: Bool, picked: NIOLockedValueBox<Picked?>, on db: any Database) async throws -> [Outcome]
+    {
+        let now = now()
+        let due = try await dueEvents(limit: alone ? 1 : Self.eventsPerBatch, now: now, on: db)
+        guard let first = due.first else { return [] }
+        var group: [DueEvent] = []
+        var room = Self.batchSize
+        for event in due {
+            guard let size = groupSize(of: event), size <= room else { break }
+            group.append(event)
+            room -= size
+        }
+        picked.withLockedValue { $0 = Picked(first: first.id, events: max(group.count, 1)) }
+        return group.isEmpty ? [try await single(first, now: now, on: db)] : try await together(group, now: now, on: db)
+    }
+
+    /// The recipients an event brings to a batch of several, or `nil` when it goes alone.
+    private func groupSize(of event: DueEvent) -> Int? {
+        guard event.topic == nil, event.processed == 0, event.total <= Self.batchSize,
+            let category = workspace.category(event.categoryID), category.batch == nil
+        else { return nil }
+        return event.total
     }
 
     /// What follows a commit, never before it: the queue woken, the streams told of the new
@@ -122,43 +150,78 @@ struct Fanout: Sendable {
         var acceptedByCommand = false
     }
 
-    private func batch(on db: any Database, picked: NIOLockedValueBox<UUID?>) async throws -> Outcome {
-        let sql = db.sql
-        let now = now()
-        let due = sql.select()
-            .columns(
-                "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
-                "processed", "topic", "topic_cursor", "source", "content_variants"
-            )
+    /// An event due for fan-out, as a batch reads it.
+    struct DueEvent: Sendable {
+        static let columns = [
+            "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
+            "processed", "topic", "topic_cursor", "source", "content_variants",
+        ]
+
+        var id: UUID
+        var categoryID: String
+        var tenant: String
+        var title: String
+        var body: String
+        var url: String?
+        var data: String?
+        var calendar: CalendarRule?
+        /// When the event was accepted: its inbox items' latency runs from then.
+        var acceptedAt: Date
+        /// Its recipients: for a topic, its subscribers when it was accepted until it is done.
+        var total: Int
+        /// Recipients already fanned out (positions below it, for an event's own list).
+        var processed: Int
+        var topic: String?
+        var topicCursor: UUID?
+        var fromCommand: Bool
+        /// From templates: the text in each language, rendered at intake; each recipient reads theirs.
+        var variants: LocalizedContent?
+
+        init(row: any SQLRow) throws {
+            id = try row.decode(column: "id", as: UUID.self)
+            categoryID = try row.decode(column: "category", as: String.self)
+            tenant = try row.decode(column: "tenant", as: String.self)
+            title = try row.decode(column: "title", as: String.self)
+            body = try row.decode(column: "body", as: String.self)
+            url = try row.decode(column: "url", as: String?.self)
+            data = try row.decode(column: "data", as: String?.self)
+            calendar = try row.decode(column: "calendar_rule", as: String?.self).map {
+                try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
+            }
+            acceptedAt = try row.decode(column: "created_at", as: Date.self)
+            total = try row.decode(column: "recipients", as: Int.self)
+            processed = try row.decode(column: "processed", as: Int.self)
+            topic = try row.decode(column: "topic", as: String?.self)
+            topicCursor = try row.decode(column: "topic_cursor", as: UUID?.self)
+            fromCommand = try row.decode(column: "source", as: String?.self) == EventIntake.Source.command.rawValue
+            variants = LocalizedContent(stored: try row.decode(column: "content_variants", as: String?.self))
+        }
+    }
+
+    /// The most overdue events, locked for this transaction (skipping those other workers hold).
+    private func dueEvents(limit: Int, now: Date, on db: any Database) async throws -> [DueEvent] {
+        let due = db.sql.select()
+            .columns(DueEvent.columns.map { SQLColumn($0) })
             .from(Tables.events)
             .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
-            .limit(1)
-        guard let event = try await storage.lockingSkipLocked(due).first()
-        else { return Outcome(processed: false) }
+            .limit(limit)
+        return try await storage.lockingSkipLocked(due).all().map(DueEvent.init(row:))
+    }
 
-        let eventID = try event.decode(column: "id", as: UUID.self)
-        picked.withLockedValue { $0 = eventID }
-        let processed = try event.decode(column: "processed", as: Int.self)
-        let total = try event.decode(column: "recipients", as: Int.self)
-        let tenant = try event.decode(column: "tenant", as: String.self)
-        let tenantDefinition = workspace.tenant(tenant)
-        let categoryID = try event.decode(column: "category", as: String.self)
-        let calendar = try event.decode(column: "calendar_rule", as: String?.self).map {
-            try JSONDecoder().decode(CalendarRule.self, from: Data($0.utf8))
-        }
-        let acceptedAt = try event.decode(column: "created_at", as: Date.self)
+    /// A page of one event's recipients, its rows and the event's progress.
+    private func single(_ event: DueEvent, now: Date, on db: any Database) async throws -> Outcome {
+        let sql = db.sql
         // The audience, a page at a time: the event's own list by position, or a topic's
         // subscribers (with the users they are) by user id.
-        let topic = try event.decode(column: "topic", as: String?.self)
         var recipients: [String]
         var topicUsers: [String: Recipient]?
         var topicCursor: UUID?
         let cursor: Int
         let done: Bool
-        if let topic {
-            let after = try event.decode(column: "topic_cursor", as: UUID?.self) ?? Self.beforeEveryUser
+        if let topic = event.topic {
+            let after = event.topicCursor ?? Self.beforeEveryUser
             // The page first, in the order of the topic's index; then its users, without the
             // event's exclusions. (One query joining the two let PostgreSQL sort all the
             // subscribers for every page.)
@@ -168,161 +231,222 @@ struct Fanout: Sendable {
                 .map { try $0.decode(column: "user_id", as: UUID.self) }
             let page =
                 ids.isEmpty
-                ? [] : try await sql.raw(Self.topicUsers(ids, event: eventID)).all().map(Self.recipient(from:))
+                ? [] : try await sql.raw(Self.topicUsers(ids, event: event.id)).all().map(Self.recipient(from:))
             recipients = page.map(\.externalID)
             topicUsers = Dictionary(page.map { ($0.externalID, $0.recipient) }) { first, _ in first }
             topicCursor = ids.last ?? after
-            cursor = processed + page.count
+            cursor = event.processed + page.count
             done = ids.count < Self.batchSize
         } else {
             let rows = try await sql.select().columns("position", "external_id").from(Tables.eventRecipients)
-                .where("event_id", .equal, eventID).where("position", .greaterThanOrEqual, processed)
+                .where("event_id", .equal, event.id).where("position", .greaterThanOrEqual, event.processed)
                 .orderBy("position").limit(Self.batchSize).all()
             recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
             // Positions below the cursor are done. They are dense unless a user was erased since
             // (their rows go with them), so the cursor follows the last position read.
-            cursor = try rows.last.map { try $0.decode(column: "position", as: Int.self) + 1 } ?? total
-            done = cursor >= total || recipients.isEmpty
+            cursor = try rows.last.map { try $0.decode(column: "position", as: Int.self) + 1 } ?? event.total
+            done = cursor >= event.total || recipients.isEmpty
         }
 
-        guard let category = workspace.category(categoryID) else {
+        guard let category = workspace.category(event.categoryID) else {
             // The workspace no longer has this category: say so on the event rather than drop it.
             try await sql.update(Tables.events)
                 .set("state", to: EventStatus.FanoutState.failed.rawValue)
-                .set("last_error", to: "category \"\(categoryID)\" is no longer in the workspace config")
-                .where("id", .equal, eventID)
+                .set("last_error", to: "category \"\(event.categoryID)\" is no longer in the workspace config")
+                .where("id", .equal, event.id)
                 .run()
             return Outcome(processed: true, ended: .failed)
         }
-        // The content is the same for every recipient: read it once per batch.
-        let title = try event.decode(column: "title", as: String.self)
-        let body = try event.decode(column: "body", as: String.self)
-        let url = try event.decode(column: "url", as: String?.self)
-        let data = try event.decode(column: "data", as: String?.self)
-        let decodedData = data.flatMap(JSONValue.storedData)
-        // From templates: the text in each language, rendered at intake; each recipient reads theirs.
-        let variants = LocalizedContent(stored: try event.decode(column: "content_variants", as: String?.self))
-        var rows = notificationRows()
-        var batched = 0
-        do {
-            let users: [String: Recipient]
-            if let topicUsers {
-                users = topicUsers
-            } else {
-                users = try await userIDs(for: recipients, now: now, on: db)
-            }
-            let known = users.values.filter { !$0.isNew }.map(\.id)
-            let preferences = try await preferenceSets(of: known, tenant: tenant, on: sql)
-            let devices = try await devices.deliverableDevices(of: known, on: sql)
-            var skips: [String: [SkipReason: Int]] = [:]
-            // Each recipient's skips, when an endpoint wants to hear of them.
-            let reportsSkips = statusEvents?.wants(.messageSkipped) == true
-            var skipped: [(user: String, channel: String, reason: SkipReason)] = []
-            var externalIDs: [UUID: String] = [:]
-            // First what each recipient gets by the rule, then the throttle, then the rows.
-            var plans: [Plan] = []
-            for recipient in recipients {
-                guard let user = users[recipient] else { continue }
-                // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
-                let due =
-                    calendar.flatMap { $0.nextDate(after: acceptedAt, in: user.timeZone ?? .gmt) }.map { max($0, now) }
-                    ?? now
-                // A tenant that names its apps reaches only devices of those apps.
-                let userDevices = (devices[user.id] ?? []).filter { tenantDefinition?.allows(app: $0.app) ?? true }
-                // Counted straight into the event's skips, or first per recipient when reported.
-                var own: [String: [SkipReason: Int]] = [:]
-                let delivering =
-                    reportsSkips
-                    ? channels(
-                        of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:],
-                        devices: userDevices, skips: &own)
-                    : channels(
-                        of: category, for: user, tenant: tenant, stored: preferences[user.id] ?? [:],
-                        devices: userDevices, skips: &skips)
-                if reportsSkips {
-                    externalIDs[user.id] = recipient
-                    for (channel, reasons) in own {
-                        for (reason, count) in reasons {
-                            skips[channel, default: [:]][reason, default: 0] += count
-                            skipped.append((recipient, channel, reason))
-                        }
-                    }
-                }
-                if !delivering.isEmpty {
-                    plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
-                }
-            }
-            if let rule = category.batch {
-                // A digest: the event joins each user's open batch; the batch's one notification
-                // meets the throttle and goes out when the batch closes.
-                let item = BatchItem(
-                    eventID: eventID, title: title, body: body, url: url, data: data,
-                    key: BatchItem.keyValue(rule.key, in: decodedData))
-                try await addToBatches(
-                    item, of: category, tenant: tenant, rule: rule, plans: plans, variants: variants, now: now, on: db)
-                batched = plans.count
-            } else {
-                let before = reportsSkips ? plans : []
-                try await throttle(&plans, category: category, now: now, skips: &skips, on: db)
-                for (old, new) in zip(before, plans) where old.delivering.count != new.delivering.count {
-                    let kept = Set(new.delivering.map(\.id))
-                    for channel in old.delivering where !kept.contains(channel.id) {
-                        skipped.append((externalIDs[old.user.id] ?? "", channel.id, .throttled))
-                    }
-                }
-                let literal = NotificationRows.Content(
-                    eventID: eventID, category: category, tenant: tenant, title: title, body: body, url: url,
-                    data: data, decodedData: decodedData)
-                var picker = variants.map(LocalizedContent.Picker.init)
-                for plan in plans {
-                    var content = literal
-                    if let (tag, text) = picker?.variant(for: plan.user.locale) {
-                        content.title = text.title
-                        content.body = text.body
-                        content.url = text.url
-                        content.pushTitle = text.pushTitle
-                        content.pushBody = text.pushBody
-                        content.locale = tag
-                    }
-                    rows.add(
-                        content, for: plan.user, due: plan.due, delivering: plan.delivering, devices: plan.devices,
-                        now: now, isFollowed: isFollowed)
-                }
-                try await rows.insert(storage: storage, on: db)
-                try await statusEvents?.queue(rows.statusEvents, on: db)
-            }
-            try await EventSkips.add(skips, event: eventID, on: sql)
-            if let statusEvents, !skipped.isEmpty {
-                let common: [String: JSONValue] = [
-                    "event": .string(eventID.uuidString.lowercased()), "category": .string(category.id),
-                    "tenant": .string(tenant),
-                ]
-                try await statusEvents.queue(
-                    skipped.map { user, channel, reason in
-                        StatusEvent(
-                            type: .messageSkipped,
-                            data: common.merging([
-                                "user": .string(user), "channel": .string(channel), "reason": .string(reason.rawValue),
-                            ]) { _, new in new })
-                    }, on: db)
-            }
+        let users: [String: Recipient]
+        if let topicUsers {
+            users = topicUsers
+        } else {
+            users = try await userIDs(for: recipients, now: now, on: db)
         }
+        let known = users.values.filter { !$0.isNew }.map(\.id)
+        let planned = try await plan(
+            event, category: category, recipients: recipients, users: users,
+            preferences: try await preferenceSets(of: known, tenants: [event.tenant], on: sql),
+            devices: try await devices.deliverableDevices(of: known, on: sql), now: now, on: db)
+        try await write([planned], on: db)
         let update = sql.update(Tables.events)
             .set("processed", to: cursor)
-            .set("batched", to: SQLRaw("batched + \(batched)"))
+            .set("batched", to: SQLRaw("batched + \(planned.batched)"))
             .set("state", to: (done ? EventStatus.FanoutState.done : .running).rawValue)
-            .where("id", .equal, eventID)
-        if topic != nil {
+            .where("id", .equal, event.id)
+        if event.topic != nil {
             update.set("topic_cursor", to: topicCursor)
             // A topic's audience is known once read to its end: the subscribers reached.
             if done { update.set("recipients", to: cursor) }
         }
         try await update.run()
-        let fromCommand = try event.decode(column: "source", as: String?.self) == EventIntake.Source.command.rawValue
         return Outcome(
-            processed: true, rows: rows, recipients: recipients.count, ended: done ? .done : nil,
-            acceptedAt: acceptedAt,
-            acceptedByCommand: fromCommand && processed == 0)
+            processed: true, rows: planned.rows, recipients: recipients.count, ended: done ? .done : nil,
+            acceptedAt: event.acceptedAt, acceptedByCommand: event.fromCommand && event.processed == 0)
+    }
+
+    /// Small events whole, together: each read and write once for all of them.
+    private func together(_ events: [DueEvent], now: Date, on db: any Database) async throws -> [Outcome] {
+        let sql = db.sql
+        var lists: [UUID: [String]] = [:]
+        for row in try await sql.select().columns("event_id", "external_id").from(Tables.eventRecipients)
+            .where("event_id", .in, events.map(\.id)).orderBy("event_id").orderBy("position").all()
+        {
+            lists[try row.decode(column: "event_id", as: UUID.self), default: []].append(
+                try row.decode(column: "external_id", as: String.self))
+        }
+        let users = try await userIDs(for: Array(Set(lists.values.joined())), now: now, on: db)
+        let known = users.values.filter { !$0.isNew }.map(\.id)
+        let preferences = try await preferenceSets(of: known, tenants: Array(Set(events.map(\.tenant))), on: sql)
+        let devices = try await devices.deliverableDevices(of: known, on: sql)
+        var planned: [Planned] = []
+        for event in events {
+            guard let category = workspace.category(event.categoryID) else {
+                preconditionFailure("only events of a category in the workspace are taken together")
+            }
+            planned.append(
+                try await plan(
+                    event, category: category, recipients: lists[event.id] ?? [], users: users,
+                    preferences: preferences, devices: devices, now: now, on: db))
+        }
+        try await write(planned, on: db)
+        // Each is done: every recipient of its list was read.
+        try await sql.update(Tables.events)
+            .set("processed", to: SQLColumn("recipients"))
+            .set("state", to: EventStatus.FanoutState.done.rawValue)
+            .where("id", .in, events.map(\.id))
+            .run()
+        return zip(events, planned).map { event, planned in
+            Outcome(
+                processed: true, rows: planned.rows, recipients: lists[event.id]?.count ?? 0, ended: .done,
+                acceptedAt: event.acceptedAt, acceptedByCommand: event.fromCommand)
+        }
+    }
+
+    /// What one event's recipients get, before it is written.
+    private struct Planned {
+        var event: UUID
+        /// The notifications and deliveries (none for a digest: its items joined the users' batches).
+        var rows: NotificationRows
+        /// Channels left out, by channel and reason, for the event's counts.
+        var skips: [String: [SkipReason: Int]] = [:]
+        /// Each recipient's skips, when an endpoint wants to hear of them (`message.skipped`).
+        var skipped: [StatusEvent] = []
+        /// Recipients whose item joined a digest.
+        var batched = 0
+    }
+
+    /// Applies the rule to each recipient, then the throttle, and builds the rows; a digest's
+    /// items join the users' open batches here.
+    private func plan(
+        _ event: DueEvent, category: CategoryDefinition, recipients: [String], users: [String: Recipient],
+        preferences: [UUID: [PreferenceScope: PreferenceSelections]], devices: [UUID: [DeviceStore.Device]],
+        now: Date, on db: any Database
+    ) async throws -> Planned {
+        let tenantDefinition = workspace.tenant(event.tenant)
+        let decodedData = event.data.flatMap(JSONValue.storedData)
+        var planned = Planned(event: event.id, rows: notificationRows())
+        // Each recipient's skips, when an endpoint wants to hear of them.
+        let reportsSkips = statusEvents?.wants(.messageSkipped) == true
+        var skipped: [(user: String, channel: String, reason: SkipReason)] = []
+        var externalIDs: [UUID: String] = [:]
+        // First what each recipient gets by the rule, then the throttle, then the rows.
+        var plans: [Plan] = []
+        for recipient in recipients {
+            guard let user = users[recipient] else { continue }
+            // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
+            let due =
+                event.calendar.flatMap { $0.nextDate(after: event.acceptedAt, in: user.timeZone ?? .gmt) }.map {
+                    max($0, now)
+                } ?? now
+            // A tenant that names its apps reaches only devices of those apps.
+            let userDevices = (devices[user.id] ?? []).filter { tenantDefinition?.allows(app: $0.app) ?? true }
+            // Counted straight into the event's skips, or first per recipient when reported.
+            var own: [String: [SkipReason: Int]] = [:]
+            let delivering =
+                reportsSkips
+                ? channels(
+                    of: category, for: user, tenant: event.tenant, stored: preferences[user.id] ?? [:],
+                    devices: userDevices, skips: &own)
+                : channels(
+                    of: category, for: user, tenant: event.tenant, stored: preferences[user.id] ?? [:],
+                    devices: userDevices, skips: &planned.skips)
+            if reportsSkips {
+                externalIDs[user.id] = recipient
+                for (channel, reasons) in own {
+                    for (reason, count) in reasons {
+                        planned.skips[channel, default: [:]][reason, default: 0] += count
+                        skipped.append((recipient, channel, reason))
+                    }
+                }
+            }
+            if !delivering.isEmpty {
+                plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
+            }
+        }
+        if let rule = category.batch {
+            // A digest: the event joins each user's open batch; the batch's one notification
+            // meets the throttle and goes out when the batch closes.
+            let item = BatchItem(
+                eventID: event.id, title: event.title, body: event.body, url: event.url, data: event.data,
+                key: BatchItem.keyValue(rule.key, in: decodedData))
+            try await addToBatches(
+                item, of: category, tenant: event.tenant, rule: rule, plans: plans, variants: event.variants, now: now,
+                on: db)
+            planned.batched = plans.count
+        } else {
+            let before = reportsSkips ? plans : []
+            try await throttle(&plans, category: category, now: now, skips: &planned.skips, on: db)
+            for (old, new) in zip(before, plans) where old.delivering.count != new.delivering.count {
+                let kept = Set(new.delivering.map(\.id))
+                for channel in old.delivering where !kept.contains(channel.id) {
+                    skipped.append((externalIDs[old.user.id] ?? "", channel.id, .throttled))
+                }
+            }
+            let literal = NotificationRows.Content(
+                eventID: event.id, category: category, tenant: event.tenant, title: event.title, body: event.body,
+                url: event.url, data: event.data, decodedData: decodedData)
+            var picker = event.variants.map(LocalizedContent.Picker.init)
+            for plan in plans {
+                var content = literal
+                if let (tag, text) = picker?.variant(for: plan.user.locale) {
+                    content.title = text.title
+                    content.body = text.body
+                    content.url = text.url
+                    content.pushTitle = text.pushTitle
+                    content.pushBody = text.pushBody
+                    content.locale = tag
+                }
+                planned.rows.add(
+                    content, for: plan.user, due: plan.due, delivering: plan.delivering, devices: plan.devices,
+                    now: now, isFollowed: isFollowed)
+            }
+        }
+        let common: [String: JSONValue] = [
+            "event": .string(event.id.uuidString.lowercased()), "category": .string(category.id),
+            "tenant": .string(event.tenant),
+        ]
+        planned.skipped = skipped.map { user, channel, reason in
+            StatusEvent(
+                type: .messageSkipped,
+                data: common.merging([
+                    "user": .string(user), "channel": .string(channel), "reason": .string(reason.rawValue),
+                ]) { _, new in new })
+        }
+        return planned
+    }
+
+    /// Writes what was planned for one or more events: their rows, reports and skips.
+    private func write(_ planned: [Planned], on db: any Database) async throws {
+        try await NotificationRows.insert(planned.map(\.rows), storage: storage, on: db)
+        if let statusEvents {
+            try await statusEvents.queue(planned.flatMap(\.rows.statusEvents), on: db)
+        }
+        try await EventSkips.add(
+            Dictionary(planned.map { ($0.event, $0.skips) }) { first, _ in first }, storage: storage, on: db)
+        if let statusEvents {
+            try await statusEvents.queue(planned.flatMap(\.skipped), on: db)
+        }
     }
 
     /// Rows for the notifications of a batch, reporting what the workspace's `webhooks` take.
@@ -497,14 +621,14 @@ struct Fanout: Sendable {
         return found
     }
 
-    /// Each user's stored selections for the user's defaults and the event's tenant.
+    /// Each user's stored selections for the user's defaults and these tenants.
     func preferenceSets(
-        of users: [UUID], tenant: String, on sql: any SQLDatabase
+        of users: [UUID], tenants: [String], on sql: any SQLDatabase
     ) async throws
         -> [UUID: [PreferenceScope: PreferenceSelections]]
     {
         guard !users.isEmpty else { return [:] }
-        let scopes: [PreferenceScope] = [.userDefaults, .tenant(tenant)]
+        let scopes: [PreferenceScope] = [.userDefaults] + tenants.map(PreferenceScope.tenant)
         var sets: [UUID: [PreferenceScope: PreferenceSelections]] = [:]
         for row in try await sql.select().columns("user_id", "scope", "selections").from(PreferenceSetModel.schema)
             .where("user_id", .in, users).where("scope", .in, scopes.map(\.key)).all()

@@ -132,6 +132,11 @@ struct NotificationRows: Sendable {
     }
 
     func insert(storage: BelfryDatabase, on db: any Database) async throws {
+        try await Self.insert([self], storage: storage, on: db)
+    }
+
+    /// Inserts the rows of several, in as few statements as if they were one.
+    static func insert(_ all: [NotificationRows], storage: BelfryDatabase, on db: any Database) async throws {
         // No conflict is expected: a batch is one transaction, so it never runs twice. At most
         // 32 766 bound values per statement on SQLite: 150 notifications, 300 deliveries.
         try await storage.insert(
@@ -139,8 +144,8 @@ struct NotificationRows: Sendable {
             columns: [
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
                 "created_at", "available_at", "batch", "locale", "push_title", "push_body", "announce_at",
-            ], rows: notifications, rowsPerStatement: 150, on: db)
-        try await QueuedDelivery.insert(deliveries, storage: storage, on: db)
+            ], rows: all.flatMap(\.notifications), rowsPerStatement: 150, on: db)
+        try await QueuedDelivery.insert(all.flatMap(\.deliveries), storage: storage, on: db)
     }
 
     /// Counts the inbox notifications written as delivered, after the commit.
