@@ -336,6 +336,39 @@ struct EventsAPITests {
         }
     }
 
+    @Test("concurrent events are stored together; one the database refuses fails alone, the rest are kept")
+    func refusedAmongConcurrent() async throws {
+        try await withBelfry(.sqlite) { app in
+            try await app.db.sql.raw(
+                """
+                CREATE TRIGGER refuse_mallory BEFORE INSERT ON event_recipients
+                WHEN NEW.external_id = 'mallory' BEGIN SELECT RAISE(ABORT, 'refused'); END
+                """
+            ).run()
+            let names = (0..<40).map { $0 == 17 ? "mallory" : "user\($0)" }
+            let answers = try await withThrowingTaskGroup(of: (String, HTTPStatus, UUID?).self) { group in
+                for name in names {
+                    group.addTask {
+                        let response = try await app.send(
+                            .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: [name]))
+                        return (name, response.status, try? response.decode(EventAccepted.self).eventID)
+                    }
+                }
+                return try await group.reduce(into: [String: (HTTPStatus, UUID?)]()) { $0[$1.0] = ($1.1, $1.2) }
+            }
+            #expect(answers.count == 40)
+            for (name, (status, id)) in answers where name != "mallory" {
+                #expect(status == .accepted, "\(name): \(status)")
+                let stored = try #require(id)
+                #expect(try await Self.status(app, stored).recipients == 1, "\(name)'s event is stored")
+            }
+            #expect(answers["mallory"]?.0.code ?? 0 >= 500, "\(String(describing: answers["mallory"]))")
+            let events = try await app.db.sql.raw("SELECT count(*) AS n FROM events").first()?
+                .decode(column: "n", as: Int.self)
+            #expect(events == 39, "mallory's event left nothing behind")
+        }
+    }
+
     @Test("a fan-out that PostgreSQL refuses shows the server's reason on the event, not a generic one")
     func postgresReason() async throws {
         try await withBelfry(.postgres) { app in

@@ -10,7 +10,7 @@ enum BulkValue: Sendable {
     case id(UUID?)
     case integer(Int?)
     case date(Date?)
-    case bool(Bool)
+    case bool(Bool?)
 }
 
 /// What a bulk insert does with a row whose unique key is already stored.
@@ -108,7 +108,7 @@ extension BulkValue {
         case .id(let value): value.map { .text($0.upperCaseText) } ?? .null
         case .integer(let value): value.map(SQLiteData.integer) ?? .null
         case .date(let value): value.map { .float($0.timeIntervalSince1970) } ?? .null
-        case .bool(let value): .integer(value ? 1 : 0)
+        case .bool(let value): value.map { .integer($0 ? 1 : 0) } ?? .null
         }
     }
 
@@ -127,10 +127,10 @@ extension BulkValue {
         switch self {
         case .text(let value?): JSONText.appendString(value, to: &json)
         case .id(let value?): JSONText.appendString(value.upperCaseText, to: &json)
-        case .text(nil), .id(nil), .integer(nil), .date(nil): json.append(contentsOf: "null".utf8)
+        case .text(nil), .id(nil), .integer(nil), .date(nil), .bool(nil): json.append(contentsOf: "null".utf8)
         case .integer(let value?): json.append(contentsOf: String(value).utf8)
         case .date(let value?): json.append(contentsOf: "\(value.timeIntervalSince1970)".utf8)
-        case .bool(let value): json.append(contentsOf: (value ? "true" : "false").utf8)
+        case .bool(let value?): json.append(contentsOf: (value ? "true" : "false").utf8)
         }
     }
 

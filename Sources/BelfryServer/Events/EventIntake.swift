@@ -31,6 +31,25 @@ struct EventIntake: Sendable {
     let metrics: BelfryMetrics
     /// Who follows an event's topic.
     let topics: TopicStore
+    /// Small events stored together (see `storeTogether`).
+    private let together: GroupCommit<Pending>
+    /// The most recipients of an event stored together with others.
+    static let togetherRecipients = 100
+
+    init(
+        storage: BelfryDatabase, workspace: WorkspaceConfig, now: @escaping @Sendable () -> Date,
+        wake: @escaping @Sendable () -> Void, metrics: BelfryMetrics, topics: TopicStore
+    ) {
+        self.storage = storage
+        self.workspace = workspace
+        self.now = now
+        self.wake = wake
+        self.metrics = metrics
+        self.topics = topics
+        // SQLite has one writer: one group at a time, while the next gathers. PostgreSQL takes a
+        // few side by side, on as many pooled connections.
+        together = GroupCommit(maxGroup: 64, maxConcurrent: storage.kind == .sqlite ? 1 : 4)
+    }
 
     /// What became of an accepted event.
     struct Accepted: Sendable {
@@ -51,22 +70,112 @@ struct EventIntake: Sendable {
     /// Checks `request` and stores it; throws a clear error naming every problem.
     func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
-        // On PostgreSQL a query sent just as its connection was lost may never end, and nothing
-        // else may fail to tell of it: once its connection has closed, or after 20 s however
-        // slow the database, the store gives up, which answers 503 (send it again, with its
-        // Idempotency-Key) and replaces the pool. A store merely slow on a busy database waits.
-        let watch = ConnectionWatch()
-        let (id, replayed, recipients) =
-            storage.kind == .postgres
-            ? try await withDeadline(
-                Self.storeDeadline, "storing an event", extendedWhile: { watch.mayEnd }, upTo: Self.storePatience
-            ) {
+        let accepted: Accepted
+        if event.idempotencyKey == nil, event.topic == nil, event.recipients.count <= Self.togetherRecipients {
+            let pending = Pending(event: event, id: UUID.timeOrdered(at: now()), source: source, database: db)
+            try await together.run(pending) { try await self.storeTogether($0) }
+            accepted = Accepted(id: pending.id, replayed: false, recipients: event.recipients.count)
+        } else {
+            let (id, replayed, recipients) = try await durably { watch in
                 try await store(event, source: source, watch: watch, on: db)
             }
-            : try await store(event, source: source, watch: nil, on: db)
-        if !replayed && source == .api { metrics.event("accepted") }
+            accepted = Accepted(id: id, replayed: replayed, recipients: recipients)
+        }
+        if !accepted.replayed && source == .api { metrics.event("accepted") }
         wake()
-        return Accepted(id: id, replayed: replayed, recipients: recipients)
+        return accepted
+    }
+
+    /// Runs a store. On PostgreSQL a query sent just as its connection was lost may never end,
+    /// and nothing else may fail to tell of it: once its connection has closed, or after 20 s
+    /// however slow the database, the store gives up, which answers 503 (send it again, with
+    /// its Idempotency-Key) and replaces the pool. A store merely slow on a busy database waits.
+    private func durably<T: Sendable>(
+        _ store: @escaping @Sendable (ConnectionWatch?) async throws -> T
+    ) async throws -> T {
+        guard storage.kind == .postgres else { return try await store(nil) }
+        let watch = ConnectionWatch()
+        return try await withDeadline(
+            Self.storeDeadline, "storing an event", extendedWhile: { watch.mayEnd }, upTo: Self.storePatience
+        ) {
+            try await store(watch)
+        }
+    }
+
+    /// An event waiting to be stored with others.
+    struct Pending: Sendable {
+        var event: Checked
+        var id: UUID
+        var source: Source
+        /// The database of the request that brought it; the group's first one is used.
+        var database: any Database
+    }
+
+    /// Stores small events of concurrent requests (no idempotency key, no topic, a short list)
+    /// with one insert of their events and one of their recipients, in one transaction: two
+    /// statements for the group instead of two for each event. Should the group fail, each
+    /// event is stored again alone, so that only the one at fault fails.
+    private func storeTogether(_ group: [Pending]) async throws -> [(any Error)?] {
+        @Sendable func store(_ events: [Pending]) async throws {
+            try await durably { watch in
+                try await storage.write(events[0].database) { tx in
+                    await watch?.note(tx)
+                    try await self.insert(events, on: tx)
+                }
+            }
+        }
+        do {
+            try await store(group)
+            return Array(repeating: nil, count: group.count)
+        } catch  where group.count > 1 {
+            var errors: [(any Error)?] = []
+            for pending in group {
+                do {
+                    try await store([pending])
+                    errors.append(nil)
+                } catch {
+                    errors.append(error)
+                }
+            }
+            return errors
+        }
+    }
+
+    private func insert(_ group: [Pending], on db: any Database) async throws {
+        let now = now()
+        try await storage.insert(
+            into: Tables.events, columns: Self.eventColumns,
+            rows: group.map {
+                eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
+            },
+            rowsPerStatement: 500, on: db)
+        try await storage.insert(
+            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],
+            rows: group.flatMap { pending in
+                pending.event.recipients.enumerated().map { [.id(pending.id), .integer($0.offset), .text($0.element)] }
+            },
+            rowsPerStatement: Self.insertBatch, on: db)
+    }
+
+    static let eventColumns = [
+        "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
+        "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
+        "topic", "source", "content_available", "content_variants",
+    ]
+
+    /// An event's row, in `eventColumns`' order: pending, nothing processed yet.
+    private func eventRow(_ event: Checked, id: UUID, recipients: Int, source: Source, now: Date) -> [BulkValue] {
+        let calendar = event.calendar.flatMap { try? JSONEncoder().encode($0) }.map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        return [
+            .id(id), .text(event.category.id), .text(event.tenant), .text(event.text.title), .text(event.text.body),
+            .text(event.text.url), .text(event.data), .text(calendar), .text(EventStatus.FanoutState.pending.rawValue),
+            .date(event.notBefore), .integer(recipients), .integer(0), .integer(0), .date(nil), .date(now),
+            .text(event.content.imageURL), .integer(event.ttlSeconds), .text(event.topic),
+            .text(source == .api ? nil : source.rawValue), .bool(event.contentAvailable),
+            .text(event.variants?.stored),
+        ]
     }
 
     /// Stores the event, its recipients and its idempotency key in one transaction; only
@@ -124,21 +233,10 @@ struct EventIntake: Sendable {
         if let topic = event.topic {
             recipients = try await topics.subscribers(of: topic, on: db)
         }
-        try await sql.insert(into: Tables.events)
-            .columns(
-                "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
-                "recipients", "processed", "failures", "lease_expires_at", "created_at", "image_url", "ttl_seconds",
-                "topic", "source", "content_available", "content_variants"
-            )
-            .values(
-                id, event.category.id, event.tenant, event.text.title, event.text.body, event.text.url,
-                event.data, try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) },
-                EventStatus.FanoutState.pending.rawValue, event.notBefore, recipients, 0, 0, Date?.none,
-                now,
-                event.content.imageURL, event.ttlSeconds, event.topic, source == .api ? nil : source.rawValue,
-                event.contentAvailable, event.variants?.stored
-            )
-            .run()
+        try await storage.insert(
+            into: Tables.events, columns: Self.eventColumns,
+            rows: [eventRow(event, id: id, recipients: recipients, source: source, now: now)], rowsPerStatement: 1,
+            on: db)
         try await storage.insert(
             into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],
             rows: event.recipients.enumerated().map { [.id(id), .integer($0.offset), .text($0.element)] },

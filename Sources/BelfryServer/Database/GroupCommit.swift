@@ -1,0 +1,92 @@
+import NIOConcurrencyHelpers
+
+/// Commits the items of concurrent callers in groups. A caller arriving while `maxConcurrent`
+/// groups are being committed waits, and then everyone who waited goes in the next group (up to
+/// `maxGroup`): under load a commit holds many items, and alone a caller commits at once. Every
+/// caller returns only once the group holding its item has committed, with its own item's error
+/// if any. There is no thread of its own: a caller whose turn it is commits the group, then
+/// hands the turn to the next caller waiting.
+final class GroupCommit<Item: Sendable>: Sendable {
+    /// Commits a group: each item's error (nil: committed) in order, or throws when the group as a
+    /// whole failed to commit.
+    typealias Commit = @Sendable (_ items: [Item]) async throws -> [(any Error)?]
+
+    private enum Turn: Sendable {
+        /// Commit the next group: this caller's item and those waiting.
+        case lead
+        /// The group holding this caller's item has ended, with this item's error if any.
+        case done((any Error)?)
+    }
+
+    private struct Waiter {
+        let item: Item
+        let turn: CheckedContinuation<Turn, Never>
+    }
+
+    private struct State {
+        var committing = 0
+        var waiting: [Waiter] = []
+    }
+
+    private let state = NIOLockedValueBox(State())
+    /// The most items one commit takes, so that a crowd of callers is not one huge rollback.
+    let maxGroup: Int
+    /// Groups committed at once: 1 where the database has a single writer.
+    let maxConcurrent: Int
+
+    init(maxGroup: Int, maxConcurrent: Int = 1) {
+        self.maxGroup = maxGroup
+        self.maxConcurrent = maxConcurrent
+    }
+
+    /// Callers waiting for their group's turn.
+    var waiting: Int { state.withLockedValue { $0.waiting.count } }
+
+    /// Commits `item` with those waiting beside it, through the `commit` of whoever leads its group.
+    func run(_ item: Item, commit: Commit) async throws {
+        let turn = await withCheckedContinuation { (continuation: CheckedContinuation<Turn, Never>) in
+            let leads = state.withLockedValue { state -> Bool in
+                guard state.committing >= maxConcurrent else {
+                    state.committing += 1
+                    return true
+                }
+                state.waiting.append(Waiter(item: item, turn: continuation))
+                return false
+            }
+            if leads { continuation.resume(returning: .lead) }
+        }
+        let error: (any Error)? =
+            switch turn {
+            case .done(let error): error
+            case .lead: await lead(with: item, commit)
+            }
+        if let error { throw error }
+    }
+
+    /// Commits `own` and the items waiting as one group, tells their callers, and hands the turn
+    /// to the next caller waiting (or gives it up).
+    private func lead(with own: Item, _ commit: Commit) async -> (any Error)? {
+        let others = state.withLockedValue { state -> [Waiter] in
+            let group = Array(state.waiting.prefix(maxGroup - 1))
+            state.waiting.removeFirst(group.count)
+            return group
+        }
+        let errors: [(any Error)?]
+        do {
+            errors = try await commit([own] + others.map(\.item))
+        } catch {
+            errors = Array(repeating: error, count: others.count + 1)
+        }
+        for (waiter, error) in zip(others, errors.dropFirst()) { waiter.turn.resume(returning: .done(error)) }
+        let next = state.withLockedValue { state -> Waiter? in
+            guard !state.waiting.isEmpty else {
+                state.committing -= 1
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        // The turn passes straight to the next caller, who leads the next group.
+        next?.turn.resume(returning: .lead)
+        return errors[0]
+    }
+}

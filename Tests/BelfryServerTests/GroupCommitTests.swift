@@ -1,0 +1,91 @@
+import NIOConcurrencyHelpers
+import Testing
+
+@testable import BelfryServer
+
+@Suite("Group commit: concurrent callers share commits")
+struct GroupCommitTests {
+    struct Refused: Error, Equatable {
+        var item: Int
+    }
+
+    /// The groups committed, and the most committing at once.
+    final class Log: Sendable {
+        private let state = NIOLockedValueBox((groups: [[Int]](), committing: 0, most: 0))
+
+        func begin(_ items: [Int]) {
+            state.withLockedValue {
+                $0.groups.append(items)
+                $0.committing += 1
+                $0.most = max($0.most, $0.committing)
+            }
+        }
+
+        func end() { state.withLockedValue { $0.committing -= 1 } }
+        var groups: [[Int]] { state.withLockedValue { $0.groups } }
+        var most: Int { state.withLockedValue { $0.most } }
+    }
+
+    /// 50 callers while each commit takes a while: all are committed, in groups of at most
+    /// `maxGroup`, at most `maxConcurrent` at once, and only the refused item's caller fails.
+    @Test("callers arriving during a commit share the next; each hears its own item's error", arguments: [1, 3])
+    func grouped(maxConcurrent: Int) async throws {
+        let commits = GroupCommit<Int>(maxGroup: 8, maxConcurrent: maxConcurrent)
+        let log = Log()
+        let commit: GroupCommit<Int>.Commit = { items in
+            log.begin(items)
+            defer { log.end() }
+            // The first commits wait for a crowd to gather behind them.
+            if log.groups.count <= maxConcurrent {
+                while commits.waiting < 50 - 2 * maxConcurrent { await Task.yield() }
+            }
+            try await Task.sleep(for: .milliseconds(2))
+            return items.map { $0 == 13 ? Refused(item: $0) : nil }
+        }
+        let results = await withTaskGroup(of: (Int, (any Error)?).self) { group in
+            for item in 0..<50 {
+                group.addTask {
+                    do {
+                        try await commits.run(item, commit: commit)
+                        return (item, nil)
+                    } catch {
+                        return (item, error)
+                    }
+                }
+            }
+            return await group.reduce(into: [Int: (any Error)?]()) { $0[$1.0] = $1.1 }
+        }
+        #expect(results.count == 50)
+        #expect(results.filter { $0.value != nil }.map(\.key) == [13])
+        #expect((results[13] ?? nil) as? Refused == Refused(item: 13))
+        let groups = log.groups
+        #expect(groups.flatMap { $0 }.sorted() == Array(0..<50), "each item committed once")
+        #expect(groups.allSatisfy { $0.count <= 8 })
+        #expect(groups.count <= 7 + maxConcurrent, "callers shared commits: \(groups.map(\.count))")
+        #expect(log.most <= maxConcurrent)
+    }
+
+    @Test("a commit that fails as a whole fails every caller in its group, and the next group goes on")
+    func wholeGroupFails() async throws {
+        let commits = GroupCommit<Int>(maxGroup: 100)
+        let attempts = NIOLockedValueBox(0)
+        let commit: GroupCommit<Int>.Commit = { items in
+            let attempt = attempts.withLockedValue {
+                $0 += 1
+                return $0
+            }
+            if attempt == 1 {
+                while commits.waiting < 5 { await Task.yield() }
+                throw Refused(item: -1)
+            }
+            return items.map { _ in nil }
+        }
+        let first = Task { try await commits.run(0, commit: commit) }
+        // The first leads alone; the others arrive while its commit runs, and share the second.
+        while attempts.withLockedValue({ $0 }) == 0 { await Task.yield() }
+        let others = (1...5).map { item in Task { try await commits.run(item, commit: commit) } }
+        await #expect(throws: Refused.self) { try await first.value }
+        for other in others { try await other.value }
+        #expect(attempts.withLockedValue { $0 } == 2, "the five shared one commit")
+    }
+}
