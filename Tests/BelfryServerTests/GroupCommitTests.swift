@@ -1,3 +1,4 @@
+import BelfryTestSupport
 import NIOConcurrencyHelpers
 import Testing
 
@@ -87,5 +88,83 @@ struct GroupCommitTests {
         await #expect(throws: Refused.self) { try await first.value }
         for other in others { try await other.value }
         #expect(attempts.withLockedValue { $0 } == 2, "the five shared one commit")
+    }
+}
+
+@Suite("The SQLite write gate: sessions of transactions on one connection")
+struct WriteGateTests {
+    struct NoConnection: Error {}
+
+    /// Sessions opened and transactions run, with the writes of each.
+    final class Log: Sendable {
+        private let state = NIOLockedValueBox((sessions: 0, transactions: [[Int]](), refuseSessions: 0))
+
+        func refuseNextSession() { state.withLockedValue { $0.refuseSessions += 1 } }
+
+        /// Counts a session; false when it is to be refused.
+        func openSession() -> Bool {
+            state.withLockedValue {
+                guard $0.refuseSessions == 0 else {
+                    $0.refuseSessions -= 1
+                    return false
+                }
+                $0.sessions += 1
+                return true
+            }
+        }
+
+        func transaction(_ writes: Int) { state.withLockedValue { $0.transactions.append([writes]) } }
+        var sessions: Int { state.withLockedValue { $0.sessions } }
+        var transactions: [Int] { state.withLockedValue { $0.transactions.map { $0[0] } } }
+    }
+
+    @Test("a busy spell's writes share transactions on one session; a session that cannot open fails its waiters only")
+    func sessions() async throws {
+        try await withBelfry(.sqlite) { app in
+            let gate = WriteGate(maxGroup: 10)
+            let log = Log()
+            let database = app.db
+            let session: WriteGate.Session = { body in
+                guard log.openSession() else { throw NoConnection() }
+                try await body(database)
+            }
+            let transaction: WriteGate.Transaction = { writes, connection in
+                log.transaction(writes.count)
+                try await Task.sleep(for: .milliseconds(5))
+                var errors: [(any Error)?] = []
+                for write in writes {
+                    do {
+                        try await write(connection)
+                        errors.append(nil)
+                    } catch {
+                        errors.append(error)
+                    }
+                }
+                return errors
+            }
+            let results = await withTaskGroup(of: Int?.self) { group in
+                for index in 0..<100 {
+                    group.addTask {
+                        try? await gate.run({ _ in index }, session: session, transaction: transaction)
+                    }
+                }
+                return await group.reduce(into: [Int]()) { if let value = $1 { $0.append(value) } }
+            }
+            #expect(results.sorted() == Array(0..<100), "each write ran once and returned its own value")
+            #expect(log.transactions.reduce(0, +) == 100)
+            #expect(log.transactions.allSatisfy { $0 <= 10 })
+            #expect(log.transactions.count < 100, "writes shared transactions: \(log.transactions)")
+            #expect(
+                log.sessions <= (log.transactions.count + WriteGate.groupsPerSession - 1) / WriteGate.groupsPerSession
+                    + 1,
+                "transactions shared sessions: \(log.sessions) for \(log.transactions.count)")
+
+            log.refuseNextSession()
+            await #expect(throws: NoConnection.self) {
+                try await gate.run({ _ in 1 }, session: session, transaction: transaction)
+            }
+            let next = try await gate.run({ _ in 2 }, session: session, transaction: transaction)
+            #expect(next == 2, "the next write opens a session anew")
+        }
     }
 }

@@ -71,11 +71,27 @@ struct BelfryDatabase: Sendable {
         _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
     ) async throws -> T {
         guard let gate else { return try await database.transaction(body) }
-        return try await gate.run(body) { writes in
-            try await database.withConnection { connection in
-                try await Self.sqliteTransaction(writes, on: connection)
-            }
-        }
+        return try await gate.run(
+            body,
+            session: { session in
+                try await database.withConnection { connection in
+                    try await Self.prepareWriter(connection)
+                    try await session(connection)
+                }
+            },
+            transaction: { writes, connection in try await Self.sqliteTransaction(writes, on: connection) })
+    }
+
+    /// Sets up a connection for a session of writes.
+    private static func prepareWriter(_ connection: any Database) async throws {
+        let sql = connection.sql
+        // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
+        // it, sleeping, instead of the driver's default of retrying in a busy loop.
+        try await sql.raw("PRAGMA busy_timeout = 10000").run()
+        // A multi-row insert inside a transaction keeps a statement journal (to undo just that
+        // statement on a constraint failure): in memory, not in a temporary file written
+        // through the kernel page by page. Fan-out spent a tenth of its time there.
+        try await sql.raw("PRAGMA temp_store = MEMORY").run()
     }
 
     /// One SQLite transaction holding `writes`. They run one after another with nothing between
@@ -87,13 +103,6 @@ struct BelfryDatabase: Sendable {
         _ writes: [WriteGate.Write], on connection: any Database
     ) async throws -> [(any Error)?] {
         let sql = connection.sql
-        // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
-        // it, sleeping, instead of the driver's default of retrying in a busy loop.
-        try await sql.raw("PRAGMA busy_timeout = 10000").run()
-        // A multi-row insert inside a transaction keeps a statement journal (to undo just that
-        // statement on a constraint failure): in memory, not in a temporary file written
-        // through the kernel page by page. Fan-out spent a tenth of its time there.
-        try await sql.raw("PRAGMA temp_store = MEMORY").run()
         if let failure = try await transaction(writes, on: sql, connection) {
             guard writes.count > 1 else { return [failure] }
             var errors: [(any Error)?] = []
