@@ -17,6 +17,8 @@ struct BelfryDatabase: Sendable {
     let kind: Kind
     let location: DatabaseLocation
     private let gate: WriteGate?
+    /// Where SQLite's write sessions run, once registered with an application.
+    private let writer = NIOLockedValueBox<WriterExecutor?>(nil)
 
     init(location: DatabaseLocation) {
         self.location = location
@@ -38,6 +40,8 @@ struct BelfryDatabase: Sendable {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             // Statements carry user data as bound values: SQL logging stays off (SQLite) or at trace (PostgreSQL).
             app.databases.use(.sqlite(.file(path), sqlLogLevel: nil), as: .sqlite)
+            let writer = WriterExecutor(threadPool: app.threadPool)
+            self.writer.withLockedValue { $0 = writer }
         case .postgres(let url):
             var configuration = try SQLPostgresConfiguration(url: url)
             configuration.searchPath = nil
@@ -71,12 +75,17 @@ struct BelfryDatabase: Sendable {
         _ database: any Database, _ body: @escaping @Sendable (any Database) async throws -> T
     ) async throws -> T {
         guard let gate else { return try await database.transaction(body) }
+        let writer = self.writer.withLockedValue { $0 }
         return try await gate.run(
             body,
             session: { session in
                 try await database.withConnection { connection in
-                    try await Self.prepareWriter(connection)
-                    try await session(connection)
+                    let work: @Sendable () async throws -> Void = {
+                        try await Self.prepareWriter(connection)
+                        try await session(connection)
+                    }
+                    guard let writer else { return try await work() }
+                    try await writer.run(work)
                 }
             },
             transaction: { writes, connection in try await Self.sqliteTransaction(writes, on: connection) })

@@ -1,6 +1,7 @@
 import Fluent
 import FluentSQLiteDriver
 import Foundation
+import NIOConcurrencyHelpers
 import SQLKit
 
 /// A value in a bulk insert: the few kinds fan-out writes. A missing text or id keeps its
@@ -50,7 +51,7 @@ extension BelfryDatabase {
         }
         if !returning.isEmpty { tail += " RETURNING \(quoted(returning))" }
         let into = "INSERT INTO \"\(table)\" (\(quoted(columns)))"
-        guard kind == .sqlite, let sqlite = db as? any SQLiteDatabase else {
+        guard kind == .sqlite else {
             return try await db.sql.raw(Self.recordSet(into, columnCount: columns.count, rows: rows, tail: tail)).all()
         }
         var inserted: [any SQLRow] = []
@@ -58,13 +59,20 @@ extension BelfryDatabase {
         let group = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
         for chunk in rows.chunked(rowsPerStatement) {
             let sql = head + Array(repeating: group, count: chunk.count).joined(separator: ", ") + tail
-            var binds: [SQLiteData] = []
+            var binds: [any Encodable & Sendable] = []
             binds.reserveCapacity(chunk.count * columns.count)
             for row in chunk {
                 precondition(row.count == columns.count, "a bulk row has a value for each column")
                 for value in row { binds.append(value.sqliteData) }
             }
-            inserted += try await sqlite.query(sql, binds).map { $0.sql() }
+            // Through SQLKit, which on a connection (a transaction) runs the statement on the
+            // driver's thread and resumes from there; the driver's own `query` also passes
+            // each row and the end through an event loop.
+            let rows = NIOLockedValueBox<[any SQLRow]>([])
+            try await db.sql.execute(sql: PreparedSQL(sql: sql, binds: binds)) { row in
+                rows.withLockedValue { $0.append(row) }
+            }
+            inserted += rows.withLockedValue { $0 }
         }
         return inserted
     }
@@ -144,4 +152,21 @@ extension BulkValue {
         case .bool: "(\(text))::boolean"
         }
     }
+}
+
+/// SQL text with its `?` placeholders written, and a value for each.
+private struct PreparedSQL: SQLExpression {
+    let sql: String
+    let binds: [any Encodable & Sendable]
+
+    func serialize(to serializer: inout SQLSerializer) {
+        serializer.write(sql)
+        serializer.binds += binds
+    }
+}
+
+/// The driver's own values pass SQLiteKit's encoder as they are.
+extension SQLiteData: @retroactive SQLiteDataConvertible {
+    public init?(sqliteData: SQLiteData) { self = sqliteData }
+    public var sqliteData: SQLiteData? { self }
 }
