@@ -5,6 +5,7 @@ import BelfryWebPush
 import Crypto
 import Fluent
 import Foundation
+import NIOConcurrencyHelpers
 import SQLKit
 
 /// Checking an event against the workspace before it is stored: every problem at once.
@@ -187,6 +188,7 @@ extension EventIntake {
             deliveryID: UUID(), notificationID: UUID(), category: category, tenant: tenant,
             title: text.pushTitle ?? text.title, body: text.pushBody ?? text.body, url: text.url,
             imageURL: event.content.imageURL, data: data, createdAt: Date(), ttlSeconds: event.ttlSeconds)
+        guard PushSizeBound.mayExceed(content, kinds: kinds) else { return [] }
         let rendered = tag.map { " (the content rendered for \($0))" } ?? ""
         var problems: [String] = []
         if kinds.contains(.apns), case let size = APNsPayload.largestSize(APNsNotification(content)),
@@ -273,5 +275,55 @@ extension EventIntake {
             }
         }
         return problems
+    }
+}
+
+/// A cheap check that an event's pushes are far below every limit, so that most events need
+/// not have their largest pushes built and measured. A push of an event is at most its
+/// category's and tenant's push with the variable parts (text, links, data) empty, plus twelve
+/// bytes for each byte of those parts (a part may appear twice, as FCM's image does, and JSON's
+/// longest escape, `\u0000`, is six bytes), plus a little for its time to live. The empty push
+/// is built once per category, tenant and shape.
+enum PushSizeBound {
+    private static let empty = NIOLockedValueBox<[String: [ChannelKind: Int]]>([:])
+    /// Room for the time to live an event may carry (FCM's `"ttl":"2419200s"`).
+    static let ttlSlack = 32
+    /// The most bytes one byte of a variable part becomes in a push.
+    static let growth = 12
+
+    /// Whether some push of `content` may be over its limit (and so must be measured).
+    static func mayExceed(_ content: DeliveryContent, kinds: Set<ChannelKind>) -> Bool {
+        let variable = [content.title, content.body, content.url ?? "", content.imageURL ?? "", content.data ?? ""]
+            .reduce(0) { $0 + $1.utf8.count }
+        let sizes = emptySizes(like: content, kinds: kinds)
+        let limits: [ChannelKind: Int] = [
+            .apns: APNsPayload.maxSize, .fcm: FCMPayload.maxSize, .webPush: WebPushEncryption.maxPayloadSize,
+        ]
+        return sizes.contains { kind, size in size + growth * variable + ttlSlack > limits[kind] ?? 0 }
+    }
+
+    private static func emptySizes(like content: DeliveryContent, kinds: Set<ChannelKind>) -> [ChannelKind: Int] {
+        let key = [
+            content.category.id, content.tenant, content.url == nil ? "-" : "u", content.imageURL == nil ? "-" : "i",
+            content.data == nil ? "-" : "d", kinds.map(\.rawValue).sorted().joined(separator: ","),
+        ].joined(separator: "\u{0}")
+        if let sizes = empty.withLockedValue({ $0[key] }) { return sizes }
+        var blank = content
+        blank.title = ""
+        blank.body = ""
+        blank.url = content.url.map { _ in "" }
+        blank.imageURL = content.imageURL.map { _ in "" }
+        blank.data = content.data.map { _ in "{}" }
+        blank.ttlSeconds = nil
+        var sizes: [ChannelKind: Int] = [:]
+        if kinds.contains(.apns) { sizes[.apns] = APNsPayload.largestSize(APNsNotification(blank)) }
+        if kinds.contains(.fcm) { sizes[.fcm] = FCMPayload.largestSize(FCMNotification(blank)) }
+        if kinds.contains(.webPush) { sizes[.webPush] = WebPushMessage.largestEncryptedSize(blank) }
+        empty.withLockedValue { cache in
+            // A workspace has few categories and tenants; a bound on the cache all the same.
+            if cache.count > 10_000 { cache.removeAll() }
+            cache[key] = sizes
+        }
+        return sizes
     }
 }
