@@ -2,7 +2,6 @@ import BelfryCore
 import Fluent
 import Foundation
 import SQLKit
-import Vapor
 
 /// The rows one transaction writes for new notifications: each notification (the inbox's
 /// record), a queued delivery per other channel and device, and what the streams are told
@@ -203,7 +202,7 @@ struct QueuedDelivery {
 extension NotificationBatch {
     /// As the `batch` column of a notification keeps it: the JSON the API sends.
     static func stored(_ batch: NotificationBatch) -> String {
-        String(decoding: (try? Response.jsonEncoder.encode(batch)) ?? Data("null".utf8), as: UTF8.self)
+        String(decoding: (try? JSONCoding.encoder.encode(batch)) ?? Data("null".utf8), as: UTF8.self)
     }
 
     /// The `batch` column read back; `nil` for a notification that is not a batch.

@@ -2,7 +2,6 @@ import BelfryCore
 import Fluent
 import Foundation
 import SQLKit
-import Vapor
 
 /// What changed in a user's inbox or preferences, small enough to tell other instances.
 ///
@@ -142,7 +141,7 @@ struct InboxEvents: Sendable {
     }
 
     private static func encoded(_ name: InboxStreamEvent, _ value: some Encodable) -> (name: String, data: String)? {
-        (try? Response.jsonEncoder.encode(value)).map { (name.rawValue, String(decoding: $0, as: UTF8.self)) }
+        (try? JSONCoding.encoder.encode(value)).map { (name.rawValue, String(decoding: $0, as: UTF8.self)) }
     }
 
     /// Sends `user`'s current bell counts to their open streams here, if they have any.

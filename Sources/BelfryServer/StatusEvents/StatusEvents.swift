@@ -1,7 +1,6 @@
 import BelfryCore
 import Fluent
 import Foundation
-import Vapor
 
 /// One change to report: its type and what it is about (the message, user, event, category,
 /// tenant, channel and, where there is one, the device, reason and attempt).

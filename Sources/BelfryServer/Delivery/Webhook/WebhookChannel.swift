@@ -4,7 +4,6 @@ import Crypto
 import Foundation
 import NIOCore
 import NIOHTTP1
-import Vapor
 
 /// Delivers notifications as signed JSON POSTs to the workspace's webhook URL.
 ///
@@ -103,7 +102,7 @@ struct WebhookChannel: DeliveryProvider {
         let body: Data
         do {
             let data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
-            body = try Response.jsonEncoder.encode(
+            body = try JSONCoding.encoder.encode(
                 Envelope(
                     type: action == nil ? "notification.delivered" : "notification.action",
                     deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,

@@ -3,12 +3,7 @@ import Vapor
 
 extension Response {
     /// The encoder for every JSON answer: ISO 8601 dates, stable key order.
-    static let jsonEncoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }()
+    static var jsonEncoder: JSONEncoder { JSONCoding.encoder }
 
     static func json(
         _ value: some Encodable, status: HTTPResponseStatus = .ok, headers: HTTPHeaders = [:]
