@@ -86,8 +86,23 @@ struct Fanout: Sendable {
             group.append(event)
             room -= size
         }
-        picked.withLockedValue { $0 = Picked(first: first.id, events: max(group.count, 1)) }
-        return group.isEmpty ? [try await single(first, now: now, on: db)] : try await together(group, now: now, on: db)
+        guard group.isEmpty else {
+            picked.withLockedValue { $0 = Picked(first: first.id, events: group.count) }
+            return try await together(group, now: now, on: db)
+        }
+        // The first alone; should it end within its batch, the next due events follow it in
+        // this transaction, one by one, in their order (a digest's items keep the order their
+        // events came in).
+        var outcomes: [Outcome] = []
+        var recipients = 0
+        for event in due where outcomes.count < Self.eventsPerBatch && recipients < Self.batchSize {
+            picked.withLockedValue { $0 = Picked(first: first.id, events: outcomes.count + 1) }
+            let outcome = try await single(event, now: now, on: db)
+            outcomes.append(outcome)
+            recipients += outcome.recipients
+            if outcome.ended == nil { break }
+        }
+        return outcomes
     }
 
     /// The recipients an event brings to a batch of several, or `nil` when it goes alone.
