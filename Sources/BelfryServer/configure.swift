@@ -266,26 +266,30 @@ public func configure(
     app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
     app.middleware.use(QueryCheckMiddleware())
     app.middleware.use(RateLimitMiddleware())
-    try app.register(collection: OperationsController(auditLog: services.auditLog))
-    try app.register(collection: UsersController(auditLog: services.auditLog))
+    try app.register(collection: OperationsController(context: context, auditLog: services.auditLog))
+    try app.register(collection: UsersController(context: context, auditLog: services.auditLog))
     try app.register(
         collection: PreferencesController(
-            preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
+            context: context, preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
     try app.register(
         collection: EventsController(eventIntake: services.eventIntake, eventStatuses: services.eventStatuses))
     try app.register(collection: MessagesController(messageLog: services.messageLog))
-    try app.register(collection: TopicsController(topics: services.topics))
-    try app.register(collection: QuietHoursController())
-    try app.register(collection: InboxController(inboxChanges: services.inboxChanges, inboxStore: services.inboxStore))
-    try app.register(collection: DevicesController(auditLog: services.auditLog, devices: services.devices))
+    try app.register(collection: TopicsController(context: context, topics: services.topics))
+    try app.register(collection: QuietHoursController(context: context))
+    try app.register(
+        collection: InboxController(
+            context: context, inboxChanges: services.inboxChanges, inboxStore: services.inboxStore))
+    try app.register(
+        collection: DevicesController(context: context, auditLog: services.auditLog, devices: services.devices))
     try app.register(
         collection: WebController(
-            inboxChanges: services.inboxChanges, inboxStore: services.inboxStore,
+            context: context, inboxChanges: services.inboxChanges, inboxStore: services.inboxStore,
             preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
-    try app.register(collection: UnsubscribeController(preferenceChanges: services.preferenceChanges))
+    try app.register(collection: UnsubscribeController(context: context, preferenceChanges: services.preferenceChanges))
     try app.register(
         collection: ConsoleController(
-            auditLog: services.auditLog, consoleData: services.consoleData, deadLetters: services.deadLetters,
+            context: context, auditLog: services.auditLog, consoleData: services.consoleData,
+            deadLetters: services.deadLetters,
             devices: services.devices, eventIntake: services.eventIntake, eventStatuses: services.eventStatuses,
             preferenceStore: services.preferenceStore))
 

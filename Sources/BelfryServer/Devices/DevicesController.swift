@@ -6,6 +6,8 @@ import Vapor
 
 /// The signed-in user's push devices: `POST`, `GET /v1/me/devices`, `DELETE /v1/me/devices/{id}`.
 struct DevicesController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let auditLog: AuditLog
     let devices: DeviceStore
 
@@ -24,7 +26,7 @@ struct DevicesController: RouteCollection {
             var publicKey: String
             enum CodingKeys: String, CodingKey { case publicKey = "public_key" }
         }
-        let settings = req.belfry.settings
+        let settings = context.settings
         if let name = req.query[String.self, at: "app"] {
             let apps = settings.apps.filter { $0.platform == .webPush }
             guard let app = apps.first(where: { $0.id == name }), case .webPush(_, let pem) = app.credentials else {
@@ -39,7 +41,7 @@ struct DevicesController: RouteCollection {
             throw BelfryError(
                 .webPushOff, "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
         }
-        return try Response.json(Key(publicKey: req.belfry.vapidKey.publicKeyBase64URL))
+        return try Response.json(Key(publicKey: context.vapidKey.publicKeyBase64URL))
     }
 
     /// The preference page's token registers and removes its browser's Web Push subscription.
@@ -50,7 +52,7 @@ struct DevicesController: RouteCollection {
         if subject.page != nil, body.platform != .webPush {
             throw BelfryError(.forbidden, "a page's token registers only its browser's web_push subscription")
         }
-        let settings = req.belfry.settings
+        let settings = context.settings
         let app = try Self.app(of: body, settings: settings)
         if case .apns(_, let environment?) = app?.credentials, body.environment == nil {
             body.environment = environment
@@ -59,7 +61,7 @@ struct DevicesController: RouteCollection {
         registration.app = app?.id
         try Self.checkTenants(allow: app?.id, user: try await user.tenantIDs(on: req.db), workspace: settings.workspace)
         let registered = try await self.devices.register(
-            registration, userID: try user.requireID(), limit: req.belfry.settings.maxDevicesPerUser, on: req.db)
+            registration, userID: try user.requireID(), limit: context.settings.maxDevicesPerUser, on: req.db)
         let device = registered.device
         req.logger.info(
             "device registered",

@@ -5,6 +5,8 @@ import Vapor
 
 /// The inbox API, `/v1/me/notifications` (user token): the bell's source of truth.
 struct InboxController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let inboxChanges: InboxChanges
     let inboxStore: InboxStore
 
@@ -122,7 +124,6 @@ extension InboxController {
     @Sendable func stream(req: Request) async throws -> Response {
         let subject = try await req.requireUserSubject(allowingQueryToken: true, page: .inbox)
         let userID = subject.userID
-        let context = req.belfry
         // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
         // replays nothing, and the first `counts` brings the client up to date.
         let lastEventID = req.headers.first(name: "Last-Event-ID").flatMap { id -> Int? in

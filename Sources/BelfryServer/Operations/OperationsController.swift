@@ -6,6 +6,8 @@ import Vapor
 
 /// `/healthz`, `/readyz`, `/metrics`, `/openapi.yaml` and `GET /v1/config`.
 struct OperationsController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let auditLog: AuditLog
 
     func boot(routes: any RoutesBuilder) throws {
@@ -30,7 +32,7 @@ struct OperationsController: RouteCollection {
     /// The process can serve: its database answers. Under `belfry serve` the database monitor
     /// already knows when it does not, and this answers at once; else it asks, for a second at most.
     @Sendable func ready(req: Request) async throws -> Response {
-        let kind = req.belfry.database.kind == .sqlite ? "sqlite" : "postgres"
+        let kind = context.database.kind == .sqlite ? "sqlite" : "postgres"
         do {
             if let monitor = req.application.databaseMonitor, !monitor.isReady {
                 throw DeadlineExceeded(what: "the database monitor's last check", seconds: 0)
@@ -46,7 +48,6 @@ struct OperationsController: RouteCollection {
 
     /// Prometheus's text format. Open unless a metrics token is configured: then only that token, as a bearer.
     @Sendable func metrics(req: Request) async throws -> Response {
-        let context = req.belfry
         if let token = context.settings.metricsToken {
             // Digests compare in constant time, so the answer's timing tells nothing of the token.
             guard let given = req.headers.bearerAuthorization?.token,
@@ -94,13 +95,13 @@ struct OperationsController: RouteCollection {
     /// them keep a copy and ask again cheaply.
     @Sendable func config(req: Request) async throws -> Response {
         _ = try await req.principal()
-        let etag = "\"\(req.belfry.workspaceFingerprint)\""
+        let etag = "\"\(context.workspaceFingerprint)\""
         if let ifNoneMatch = req.headers.first(name: .ifNoneMatch),
             PreferenceStore.matches(ifNoneMatch, current: etag)
         {
             return Response(status: .notModified, headers: ["ETag": etag])
         }
-        return try Response.json(req.belfry.workspace, headers: ["ETag": etag])
+        return try Response.json(context.workspace, headers: ["ETag": etag])
     }
 }
 

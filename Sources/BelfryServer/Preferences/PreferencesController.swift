@@ -6,6 +6,8 @@ import Vapor
 /// Preference routes: the client's own (`/v1/me/preferences`, user token) and the
 /// server's view of any user (`/v1/users/{user_id}/preferences`, API key or that user's token).
 struct PreferencesController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let preferenceChanges: PreferenceChanges
     let preferenceStore: PreferenceStore
 
@@ -91,7 +93,7 @@ struct PreferencesController: RouteCollection {
 
     func changeMany(_ req: Request, user: UserModel) async throws -> Response {
         let body = try req.decodeBody(PreferenceChangesRequest.self)
-        let workspace = req.belfry.workspace
+        let workspace = context.workspace
         guard (1...100).contains(body.changes.count) else {
             throw BelfryError.invalid("field \"changes\" must hold 1 to 100 changes, got \(body.changes.count)")
         }

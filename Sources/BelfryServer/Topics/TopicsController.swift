@@ -8,6 +8,8 @@ import Vapor
 /// `GET /v1/topics/{topic}`. User side (user token): `GET /v1/me/topics`, and `PUT` and
 /// `DELETE /v1/me/topics/{topic}`.
 struct TopicsController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let topics: TopicStore
 
     func boot(routes: any RoutesBuilder) throws {
@@ -58,7 +60,7 @@ struct TopicsController: RouteCollection {
     @Sendable func follow(req: Request) async throws -> Response {
         let user = try await req.requireUser()
         let topic = try req.topicParameter()
-        guard req.belfry.workspace.userMayFollow(topic) else {
+        guard context.workspace.userMayFollow(topic) else {
             throw BelfryError(
                 .topicNotFollowable,
                 "users may not follow \"\(topic)\" themselves: the workspace's followable_topics "

@@ -6,6 +6,8 @@ import Vapor
 /// A user's quiet hours: `/v1/me/quiet-hours` (user token) and `/v1/users/{user_id}/quiet-hours`
 /// (API key or that user's token).
 struct QuietHoursController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     func boot(routes: any RoutesBuilder) throws {
         for route in [["v1", "me", "quiet-hours"], ["v1", "users", ":user_id", "quiet-hours"]] {
             let path = route.map { PathComponent(stringLiteral: $0) }
@@ -34,8 +36,8 @@ struct QuietHoursController: RouteCollection {
         user.quietStart = hours.start
         user.quietEnd = hours.end
         user.quietTimeZone = hours.timeZone
-        user.updatedAt = req.belfry.now()
-        try await req.belfry.database.write(req.db) { db in try await user.save(on: db) }
+        user.updatedAt = context.now()
+        try await context.database.write(req.db) { db in try await user.save(on: db) }
         return try Response.json(hours)
     }
 
@@ -43,8 +45,8 @@ struct QuietHoursController: RouteCollection {
         user.quietStart = nil
         user.quietEnd = nil
         user.quietTimeZone = nil
-        user.updatedAt = req.belfry.now()
-        try await req.belfry.database.write(req.db) { db in try await user.save(on: db) }
+        user.updatedAt = context.now()
+        try await context.database.write(req.db) { db in try await user.save(on: db) }
         return .noContent
     }
 }

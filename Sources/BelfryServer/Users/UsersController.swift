@@ -7,6 +7,8 @@ import Vapor
 
 /// Server-side user management: `/v1/users/{user_id}` (API key).
 struct UsersController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let auditLog: AuditLog
 
     func boot(routes: any RoutesBuilder) throws {
@@ -23,23 +25,23 @@ struct UsersController: RouteCollection {
         let externalID = try req.userIDParameter()
         // A field left out keeps its value; one sent as null clears it.
         let (body, cleared) = try req.decodeBodyAndNulls(UserUpsert.self)
-        try Self.validate(body, workspace: req.belfry.workspace)
-        let now = req.belfry.now()
-        let (user, created, tenants) = try await Self.upsert(externalID, body, clearing: cleared, now: now, req: req)
+        try Self.validate(body, workspace: context.workspace)
+        let now = context.now()
+        let (user, created, tenants) = try await upsert(externalID, body, clearing: cleared, now: now, req: req)
         req.logger.info("user saved", metadata: ["belfry.user": "\(externalID)", "belfry.created": "\(created)"])
         return try Response.json(user.record(tenants: tenants), status: created ? .created : .ok)
     }
 
     /// Creates or updates the user. Two first requests for one user can race to insert it;
     /// the loser sees the unique constraint fail and goes again as an update.
-    private static func upsert(
+    private func upsert(
         _ externalID: String, _ body: UserUpsert, clearing cleared: Set<String>, now: Date, req: Request
     ) async throws
         -> (UserModel, Bool, [String])
     {
         for attempt in 1...2 {
             do {
-                return try await req.belfry.database.write(req.db) { db in
+                return try await context.database.write(req.db) { db in
                     let existing = try await UserModel.query(on: db).filter(\.$externalID == externalID).first()
                     let user = existing ?? UserModel(externalID: externalID, now: now)
                     if let email = body.email {
@@ -85,7 +87,7 @@ struct UsersController: RouteCollection {
     @Sendable func erase(req: Request) async throws -> HTTPStatus {
         let grant = try await req.requireServer()
         let externalID = try req.userIDParameter()
-        try await UserErasure.erase(externalID, storage: req.belfry.database, on: req.db)
+        try await UserErasure.erase(externalID, storage: context.database, on: req.db)
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
         try await self.auditLog.record(.userErased, by: grant.actor, subject: externalID, on: req.db)
         return .noContent
@@ -102,7 +104,7 @@ struct UsersController: RouteCollection {
             case .server(let grant): grant.actor
             case .user: "user:\(user.externalID)"
             }
-        try await req.belfry.database.write(req.db) { db in
+        try await context.database.write(req.db) { db in
             try await db.sql.raw(
                 "UPDATE users SET session_epoch = session_epoch + 1 WHERE id = \(bind: userID)"
             ).run()
@@ -127,12 +129,12 @@ struct UsersController: RouteCollection {
         let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
         let hasBody = (req.body.data?.readableBytes ?? 0) > 0
         let lifetime = hasBody ? try req.decodeBody(TokenRequest.self).ttlSeconds : nil
-        if let lifetime, !(60...req.belfry.settings.tokenLifetime).contains(lifetime) {
+        if let lifetime, !(60...context.settings.tokenLifetime).contains(lifetime) {
             throw BelfryError.invalid(
-                "field \"ttl_seconds\" must be from 60 to \(req.belfry.settings.tokenLifetime), got \(lifetime)")
+                "field \"ttl_seconds\" must be from 60 to \(context.settings.tokenLifetime), got \(lifetime)")
         }
-        let minted = try await req.belfry.tokens.mint(
-            userID: try user.requireID(), externalID: user.externalID, now: req.belfry.now(), lifetime: lifetime)
+        let minted = try await context.tokens.mint(
+            userID: try user.requireID(), externalID: user.externalID, now: context.now(), lifetime: lifetime)
         return try Response.json(TokenGrant(token: minted.token, expiresAt: minted.expiresAt), status: .created)
     }
 

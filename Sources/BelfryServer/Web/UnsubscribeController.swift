@@ -9,6 +9,8 @@ import Vapor
 /// A `GET` only shows a page with a button: mail scanners follow links, and must never
 /// unsubscribe anyone.
 struct UnsubscribeController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let preferenceChanges: PreferenceChanges
 
     func boot(routes: any RoutesBuilder) throws {
@@ -26,7 +28,6 @@ struct UnsubscribeController: RouteCollection {
     }
 
     private func target(_ req: Request) async throws -> Target {
-        let context = req.belfry
         guard let token = req.parameters.get("token"),
             let link = req.webSigner.verify(token, as: UnsubscribeLink.self), link.kind == "unsubscribe"
         else {

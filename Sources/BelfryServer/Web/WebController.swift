@@ -8,6 +8,8 @@ import Vapor
 /// The pages' scripts call the JSON API with a short-lived page token that reaches only the
 /// routes of the page that handed it out.
 struct WebController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let inboxChanges: InboxChanges
     let inboxStore: InboxStore
     let preferenceChanges: PreferenceChanges
@@ -43,14 +45,14 @@ struct WebController: RouteCollection {
     /// its page only) for `page`, or `nil` when the address carries neither.
     private func grant(token: String?, link: String?, page: WebLayout.Page, _ req: Request) async throws -> Grant? {
         guard token != nil || link != nil else { return nil }
-        let now = req.belfry.now()
+        let now = context.now()
         let userID: UUID
         let pages: [WebLayout.Page]
         let until: Int
         if let token {
             let subject: UserTokens.Subject
             do {
-                subject = try await req.belfry.tokens.verify(token, now: now)
+                subject = try await context.tokens.verify(token, now: now)
             } catch .expired {
                 throw BelfryError(.tokenExpired, "This sign-in token has expired. Ask the app for a new link.")
             } catch {
@@ -88,15 +90,15 @@ struct WebController: RouteCollection {
         let link = req.query[String.self, at: "link"]
         guard token != nil || link != nil else { return nil }
         // Tries at links count against the address, like the sign-in form's.
-        if let decision = req.belfry.rateLimiter.take(.public, caller: req.clientAddress),
+        if let decision = context.rateLimiter.take(.public, caller: req.clientAddress),
             !decision.allowed
         {
             throw decision.refusal
         }
         guard let grant = try await grant(token: token, link: link, page: page, req) else { return nil }
-        let tenant = req.query[String.self, at: "tenant"].flatMap { req.belfry.workspace.tenant($0)?.id }
+        let tenant = req.query[String.self, at: "tenant"].flatMap { context.workspace.tenant($0)?.id }
         if let (session, user) = try await req.webSession(), user.id == grant.user.id,
-            session.opens(page, at: req.belfry.now())
+            session.opens(page, at: context.now())
         {
             return Self.redirect(req, to: page, tenant: tenant)
         }
@@ -129,12 +131,12 @@ struct WebController: RouteCollection {
         guard let grant = try await grant(token: form["token"], link: form["link"], page: page, req) else {
             throw BelfryError(.invalidLink, "This sign-in carries no token or link. Open your link again.")
         }
-        let now = req.belfry.now()
+        let now = context.now()
         let existing = try await req.webSession()?.0
         let session = try req.webSigner.session(
             for: grant.user, pages: grant.pages, until: grant.until, now: now, adding: existing)
         let response = Self.redirect(
-            req, to: page, tenant: form["tenant"].flatMap { req.belfry.workspace.tenant($0)?.id })
+            req, to: page, tenant: form["tenant"].flatMap { context.workspace.tenant($0)?.id })
         response.cookies[WebSession.cookieName] = try req.sessionCookie(session)
         response.cookies[WebSignIn.cookieName] = HTTPCookies.Value(
             string: "", expires: Date(timeIntervalSince1970: 0), maxAge: 0, path: "/web/session", isSecure: true,
@@ -163,7 +165,7 @@ struct WebController: RouteCollection {
         guard let signedIn = try await req.webSession() else {
             throw BelfryError(.notSignedIn, "You are not signed in. Open this page from the link in your app or email.")
         }
-        guard signedIn.0.opens(page, at: req.belfry.now()) else {
+        guard signedIn.0.opens(page, at: context.now()) else {
             throw BelfryError(
                 .notSignedIn,
                 "Your link opened another page only. Open your \(page.title) from the link in your app or email.")
@@ -189,7 +191,6 @@ struct WebController: RouteCollection {
     private func pageToken(
         _ req: Request, page: WebLayout.Page, session: WebSession, user: UserModel
     ) async throws -> UserTokens.Minted {
-        let context = req.belfry
         let now = context.now()
         return try await context.tokens.mint(
             userID: try user.requireID(), externalID: user.externalID, now: now,
@@ -261,7 +262,7 @@ struct WebController: RouteCollection {
         let view = try await self.preferenceStore.view(
             userID: try user.requireID(), scope: .tenant(tenant), on: req.db)
         let page = PreferenceCenterPage(
-            workspace: req.belfry.workspace, data: view.data.showing(req.belfry.settings.channelsShownToUsers),
+            workspace: context.workspace, data: view.data.showing(context.settings.channelsShownToUsers),
             tenant: tenant, etag: view.etag,
             userTenants: try await user.tenantIDs(on: req.db), flash: flash, csrf: req.webSigner.csrfToken(for: session)
         )
@@ -283,7 +284,7 @@ struct WebController: RouteCollection {
         let everywhere = form["apply"] == "all"
         // The page showed only some channels: the others are not in the form, and stay as they are.
         let changes = Self.changes(
-            from: form, against: current.data.showing(req.belfry.settings.channelsShownToUsers), all: everywhere)
+            from: form, against: current.data.showing(context.settings.channelsShownToUsers), all: everywhere)
         var scopes: [PreferenceScope] = [.tenant(tenant)]
         if everywhere {
             scopes += try await user.tenantIDs(on: req.db).filter { $0 != tenant }.map(PreferenceScope.tenant)
@@ -369,7 +370,7 @@ struct WebController: RouteCollection {
         let layout = try await layout(
             req, page: .inbox, title: "Inbox", session: session, user: user, scripts: ["inbox.js"])
         let view = NotificationCenterPage(
-            workspace: req.belfry.workspace, page: page, filter: filter, csrf: layout.csrf)
+            workspace: context.workspace, page: page, filter: filter, csrf: layout.csrf)
         return WebResponse.html(view.render(layout: layout))
     }
 

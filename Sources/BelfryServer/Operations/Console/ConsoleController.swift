@@ -30,6 +30,8 @@ struct ConsoleSession: Codable, Sendable {
 /// deliveries with every attempt, dead deliveries with a retry button, the last hour's queue
 /// depth and throughput as charts, and a live feed that keeps the overview current.
 struct ConsoleController: RouteCollection {
+    /// The server's settings and shared parts (the clock, the workspace, the database).
+    let context: BelfryContext
     let auditLog: AuditLog
     let consoleData: ConsoleData
     let deadLetters: DeadLetters
@@ -79,7 +81,7 @@ struct ConsoleController: RouteCollection {
             return WebResponse.html(
                 ConsolePages.signIn(message: "That is not one of this server's admin API keys."), status: .unauthorized)
         }
-        let now = Int(req.belfry.now().timeIntervalSince1970)
+        let now = Int(context.now().timeIntervalSince1970)
         let fingerprint = grant.fingerprint
         let epoch = try await CredentialEpochs.current(CredentialEpochs.console(fingerprint), on: req.db)
         let session = ConsoleSession(
@@ -100,7 +102,7 @@ struct ConsoleController: RouteCollection {
         let session = try await requireSessionForChange(req, form: try WebForm.parse(req))
         // Server-side: the cookie may have been copied, and a cleared cookie revokes nothing.
         let credential = CredentialEpochs.console(session.key)
-        try await req.belfry.database.write(req.db) { db in try await CredentialEpochs.raise(credential, on: db) }
+        try await context.database.write(req.db) { db in try await CredentialEpochs.raise(credential, on: db) }
         req.logger.info("console signed out")
         try await self.auditLog.record(.consoleSignOut, by: session.actor, on: req.db)
         let response = req.redirect(to: "/admin", redirectType: .normal)
@@ -116,11 +118,11 @@ struct ConsoleController: RouteCollection {
     private func session(_ req: Request) async throws -> ConsoleSession? {
         guard let cookie = req.cookies[ConsoleSession.cookieName]?.string,
             let session = req.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
-            session.exp > Int(req.belfry.now().timeIntervalSince1970)
+            session.exp > Int(context.now().timeIntervalSince1970)
         else { return nil }
         let keyActive =
-            if req.belfry.apiKeys.has(fingerprint: session.key) { true } else {
-                try await req.belfry.keyStore.isActive(fingerprint: session.key, on: req.db)
+            if context.apiKeys.has(fingerprint: session.key) { true } else {
+                try await context.keyStore.isActive(fingerprint: session.key, on: req.db)
             }
         guard keyActive,
             try await CredentialEpochs.current(CredentialEpochs.console(session.key), on: req.db) == session.ep
@@ -150,7 +152,6 @@ struct ConsoleController: RouteCollection {
         guard let session = try await session(req) else {
             return WebResponse.html(ConsolePages.signIn(message: nil))
         }
-        let context = req.belfry
         let data = try await self.consoleData.overview(on: req.db)
         let flash = req.query[Int.self, at: "retried"].map(Self.retried)
         return WebResponse.html(
@@ -176,7 +177,6 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         let session = try await requireSessionForChange(req, form: form)
         let id = try Self.eventID(req)
-        let context = req.belfry
         guard try await self.eventStatuses.exists(id, on: req.db) else {
             throw BelfryError(.eventNotFound, "There is no event \(id.uuidString.lowercased()).")
         }
@@ -199,7 +199,6 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         let session = try await requireSessionForChange(req, form: form)
         let text = req.parameters.get("delivery_id") ?? ""
-        let context = req.belfry
         guard let id = UUID(uuidString: text),
             let ended = try await req.db.sql.select().column("event_id").from(Tables.deliveries).where("id", .equal, id)
                 .first().map({ try $0.decode(column: "event_id", as: UUID.self) }),
@@ -221,7 +220,6 @@ struct ConsoleController: RouteCollection {
     @Sendable func retryStatusEvents(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
         let session = try await requireSessionForChange(req, form: form)
-        let context = req.belfry
         let only: UUID? = try form["id"].map { text in
             guard let id = UUID(uuidString: text) else {
                 throw BelfryError(.notFound, "There is no status event \"\(text.prefix(40))\".")
@@ -258,7 +256,6 @@ struct ConsoleController: RouteCollection {
     /// Events by id, category and time, newest first, a page at a time.
     @Sendable func eventSearch(req: Request) async throws -> Response {
         let session = try await requireSession(req)
-        let context = req.belfry
         var filters = ConsolePages.EventFilters()
         if let text = req.query[String.self, at: "id"]?.trimmingCharacters(in: .whitespaces), !text.isEmpty {
             if let id = UUID(uuidString: text), try await self.eventStatuses.exists(id, on: req.db) {
@@ -314,7 +311,6 @@ struct ConsoleController: RouteCollection {
     @Sendable func user(req: Request) async throws -> Response {
         let session = try await requireSession(req)
         let id = req.parameters.get("user_id") ?? ""
-        let context = req.belfry
         guard
             let detail = try await self.consoleData.user(
                 id, before: req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:)),
@@ -355,7 +351,7 @@ struct ConsoleController: RouteCollection {
         let flash = req.query[String.self, at: "revoked"].map { "The key \"\($0)\" is revoked." }
         return WebResponse.html(
             ConsolePages.keys(
-                try await req.belfry.keyStore.list(on: req.db), csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
+                try await context.keyStore.list(on: req.db), csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
                 flash: flash))
     }
 
@@ -363,7 +359,7 @@ struct ConsoleController: RouteCollection {
         let form = try WebForm.parse(req)
         let session = try await requireSessionForChange(req, form: form)
         let name = form["name"] ?? ""
-        guard try await req.belfry.keyStore.revoke(name: name, on: req.db) else {
+        guard try await context.keyStore.revoke(name: name, on: req.db) else {
             throw BelfryError(.notFound, "There is no active key named \"\(name.prefix(64))\".")
         }
         try await self.auditLog.record(.keyRevoked, by: session.actor, subject: name, on: req.db)
@@ -384,7 +380,7 @@ struct ConsoleController: RouteCollection {
     /// `GET /admin/templates`: a category's content previewed from sample data in each language.
     @Sendable func templates(req: Request) async throws -> Response {
         let session = try await requireSession(req)
-        let workspace = req.belfry.workspace
+        let workspace = context.workspace
         let categories = workspace.categories.filter { $0.content != nil || $0.batch != nil }
         let chosen = req.query[String.self, at: "category"].flatMap(workspace.category) ?? categories.first
         var form = ConsolePages.TemplatesForm(
@@ -430,7 +426,6 @@ struct ConsoleController: RouteCollection {
     /// an `overview` event carries the sections that changed, as HTML by element id.
     @Sendable func live(req: Request) async throws -> Response {
         let session = try await requireSession(req)
-        let context = req.belfry
         let csrf = req.webSigner.csrfToken(nonce: session.csrfNonce)
         let db = req.db
         var headers = HTTPHeaders()
