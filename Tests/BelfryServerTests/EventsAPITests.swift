@@ -369,6 +369,29 @@ struct EventsAPITests {
         }
     }
 
+    @Test(
+        "an event whose stored row cannot be read fails alone; the events due after it go on",
+        arguments: TestDatabase.allCases)
+    func unreadableEvent(database: TestDatabase) async throws {
+        let clock = TestClock()
+        try await withBelfry(database, clock: clock) { app in
+            let broken = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
+                .decode(EventAccepted.self).eventID
+            clock.advance(by: 1)
+            let healthy = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["bob"]))
+                .decode(EventAccepted.self).eventID
+            try await app.db.sql.update("events").set("calendar_rule", to: "not json").where("id", .equal, broken).run()
+            try await Self.fanOut(app)
+            #expect(try await Self.status(app, healthy).state == .done, "the unreadable event does not block the queue")
+            #expect(try await Self.status(app, broken).error?.isEmpty == false, "its error is on it")
+            for _ in 0..<Fanout.maxFailures {
+                clock.advance(by: 3600)
+                try await Self.fanOut(app)
+            }
+            #expect(try await Self.status(app, broken).state == .failed)
+        }
+    }
+
     @Test("a fan-out that PostgreSQL refuses shows the server's reason on the event, not a generic one")
     func postgresReason() async throws {
         try await withBelfry(.postgres) { app in

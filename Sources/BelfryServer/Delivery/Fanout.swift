@@ -73,34 +73,39 @@ struct Fanout: Sendable {
         var events: Int
     }
 
-    /// One transaction's work: the due events read, then the first alone or the small ones together.
+    /// One transaction's work: the most overdue event, then either the small events due after
+    /// it together with it, or it alone, followed (once it ends within its batch) by the next
+    /// due events one by one, in their order (a digest's items keep the order their events came
+    /// in). Events are locked as they are taken, not before: one worker on a big event holds no
+    /// others from the rest.
     private func fanOut(alone: Bool, picked: NIOLockedValueBox<Picked?>, on db: any Database) async throws -> [Outcome]
     {
         let now = now()
-        let due = try await dueEvents(limit: alone ? 1 : Self.eventsPerBatch, now: now, on: db)
-        guard let first = due.first else { return [] }
-        var group: [DueEvent] = []
-        var room = Self.batchSize
-        for event in due {
-            guard let size = groupSize(of: event), size <= room else { break }
-            group.append(event)
-            room -= size
-        }
-        guard group.isEmpty else {
+        guard let first = try await dueEvents(limit: 1, now: now, picked: picked, on: db).first else { return [] }
+        if !alone, let size = groupSize(of: first) {
+            var group = [first]
+            var room = Self.batchSize - size
+            let next = try await dueEvents(
+                limit: Self.eventsPerBatch - 1, after: first.id, now: now, picked: nil, on: db)
+            for event in next {
+                guard let size = groupSize(of: event), size <= room else { break }
+                group.append(event)
+                room -= size
+            }
             picked.withLockedValue { $0 = Picked(first: first.id, events: group.count) }
             return try await together(group, now: now, on: db)
         }
-        // The first alone; should it end within its batch, the next due events follow it in
-        // this transaction, one by one, in their order (a digest's items keep the order their
-        // events came in).
         var outcomes: [Outcome] = []
         var recipients = 0
-        for event in due where outcomes.count < Self.eventsPerBatch && recipients < Self.batchSize {
+        var event: DueEvent? = first
+        while let current = event {
             picked.withLockedValue { $0 = Picked(first: first.id, events: outcomes.count + 1) }
-            let outcome = try await single(event, now: now, on: db)
+            let outcome = try await single(current, now: now, on: db)
             outcomes.append(outcome)
             recipients += outcome.recipients
-            if outcome.ended == nil { break }
+            guard !alone, outcome.ended != nil, outcomes.count < Self.eventsPerBatch, recipients < Self.batchSize
+            else { break }
+            event = try await dueEvents(limit: 1, now: now, picked: nil, on: db).first
         }
         return outcomes
     }
@@ -213,8 +218,12 @@ struct Fanout: Sendable {
         }
     }
 
-    /// The most overdue events, locked for this transaction (skipping those other workers hold).
-    private func dueEvents(limit: Int, now: Date, on db: any Database) async throws -> [DueEvent] {
+    /// The most overdue events (after `first`, when given), locked for this transaction
+    /// (skipping those other workers hold). A row that cannot be read ends the list there; when
+    /// it is the first, it is the batch's event (`picked`), which fails with that error.
+    private func dueEvents(
+        limit: Int, after first: UUID? = nil, now: Date, picked: NIOLockedValueBox<Picked?>?, on db: any Database
+    ) async throws -> [DueEvent] {
         let due = db.sql.select()
             .columns(DueEvent.columns.map { SQLColumn($0) })
             .from(Tables.events)
@@ -222,7 +231,18 @@ struct Fanout: Sendable {
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
             .limit(limit)
-        return try await storage.lockingSkipLocked(due).all().map(DueEvent.init(row:))
+        if let first { due.where("id", .notEqual, first) }
+        var events: [DueEvent] = []
+        for row in try await storage.lockingSkipLocked(due).all() {
+            do {
+                events.append(try DueEvent(row: row))
+            } catch {
+                guard events.isEmpty, let picked, let id = try? row.decode(column: "id", as: UUID.self) else { break }
+                picked.withLockedValue { $0 = Picked(first: id, events: 1) }
+                throw error
+            }
+        }
+        return events
     }
 
     /// A page of one event's recipients, its rows and the event's progress.
