@@ -10,7 +10,8 @@ import NIOConcurrencyHelpers
 /// The transactions of a busy spell run one after another on one connection (a session): each
 /// statement is a trip to the driver's thread and back, and asking the pool for a connection
 /// and setting it up cost as much as a transaction's statements. A session ends when no write
-/// waits, or after `groupsPerSession` transactions, giving its connection back to the readers.
+/// waits, or after `groupsPerSession` transactions or `sessionLength`, giving its connection
+/// back to the readers.
 /// PostgreSQL does not need the gate.
 final class WriteGate: Sendable {
     typealias Write = @Sendable (_ connection: any Database) async throws -> Void
@@ -34,10 +35,16 @@ final class WriteGate: Sendable {
     /// The most writes one transaction takes, so that a crowd of writers is not one huge rollback.
     let maxGroup: Int
     static let groupsPerSession = 16
+    /// How long a session keeps its connection from the readers of its event loop.
+    let sessionLength: Duration
 
-    init(maxGroup: Int = 256) {
+    init(maxGroup: Int = 256, sessionLength: Duration = .milliseconds(50)) {
         self.maxGroup = maxGroup
+        self.sessionLength = sessionLength
     }
+
+    /// Writes waiting for their transaction.
+    var waiting: Int { state.withLockedValue { $0.waiting.count } }
 
     /// Runs `body` in a transaction shared with the writes waiting beside it. The first caller
     /// of a busy spell opens the session (through `session`) that the others' writes join.
@@ -72,7 +79,8 @@ final class WriteGate: Sendable {
         while true {
             do {
                 try await session { connection in
-                    for _ in 0..<Self.groupsPerSession {
+                    let opened = ContinuousClock.now
+                    for _ in 0..<Self.groupsPerSession where ContinuousClock.now - opened < self.sessionLength {
                         guard let group = self.nextGroup() else { return }
                         let errors: [(any Error)?]
                         do {

@@ -26,7 +26,14 @@ final class WriterExecutor: Sendable {
 extension WriterExecutor: TaskExecutor {
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        // A pool shut down runs the item at once, here: the job still runs.
-        threadPool.submit { _ in job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        threadPool.submit { state in
+            guard case .active = state else {
+                // A pool shut down calls this at once, inside `enqueue`: the job goes to Swift's
+                // shared threads instead, as an executor must not run a job as it is enqueued.
+                globalConcurrentExecutor.enqueue(ExecutorJob(job))
+                return
+            }
+            job.runSynchronously(on: self.asUnownedTaskExecutor())
+        }
     }
 }

@@ -46,9 +46,10 @@ struct EventIntake: Sendable {
         self.wake = wake
         self.metrics = metrics
         self.topics = topics
-        // SQLite has one writer: one group at a time, while the next gathers. PostgreSQL takes a
-        // few side by side, on as many pooled connections.
-        together = GroupCommit(maxGroup: 64, maxConcurrent: storage.kind == .sqlite ? 1 : 4)
+        // SQLite has one writer: one group at a time, while the next gathers. (On PostgreSQL each
+        // request stores its own event, within its own deadline: a group waiting on a lost
+        // connection would hold every request in it, and those queued behind, past theirs.)
+        together = GroupCommit(maxGroup: 64)
     }
 
     /// What became of an accepted event.
@@ -71,7 +72,9 @@ struct EventIntake: Sendable {
     func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
         let accepted: Accepted
-        if event.idempotencyKey == nil, event.topic == nil, event.recipients.count <= Self.togetherRecipients {
+        if storage.kind == .sqlite, event.idempotencyKey == nil, event.topic == nil,
+            event.recipients.count <= Self.togetherRecipients
+        {
             let pending = Pending(event: event, id: UUID.timeOrdered(at: now()), source: source, database: db)
             try await together.run(pending) { try await self.storeTogether($0) }
             accepted = Accepted(id: pending.id, replayed: false, recipients: event.recipients.count)
@@ -111,7 +114,7 @@ struct EventIntake: Sendable {
         var database: any Database
     }
 
-    /// Stores small events of concurrent requests (no idempotency key, no topic, a short list)
+    /// Stores small events of concurrent requests on SQLite (no idempotency key, no topic, a short list)
     /// with one insert of their events and one of their recipients, in one transaction: two
     /// statements for the group instead of two for each event. Should the group fail, each
     /// event is stored again alone, so that only the one at fault fails.
@@ -127,7 +130,10 @@ struct EventIntake: Sendable {
         do {
             try await store(group)
             return Array(repeating: nil, count: group.count)
-        } catch  where group.count > 1 {
+        } catch  where group.count > 1 && !DatabaseFailure.isUnavailable(error) {
+            // A database out of reach (or past the deadline) is no one event's fault: the group's
+            // transaction may still end either way, so each caller hears of it (503) rather than
+            // storing again.
             var errors: [(any Error)?] = []
             for pending in group {
                 do {
@@ -145,8 +151,8 @@ struct EventIntake: Sendable {
         let now = now()
         try await storage.insert(
             into: Tables.events, columns: Self.eventColumns,
-            rows: group.map {
-                eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
+            rows: try group.map {
+                try eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
             },
             rowsPerStatement: 500, on: db)
         try await storage.insert(
@@ -164,10 +170,12 @@ struct EventIntake: Sendable {
     ]
 
     /// An event's row, in `eventColumns`' order: pending, nothing processed yet.
-    private func eventRow(_ event: Checked, id: UUID, recipients: Int, source: Source, now: Date) -> [BulkValue] {
-        let calendar = event.calendar.flatMap { try? JSONEncoder().encode($0) }.map {
-            String(decoding: $0, as: UTF8.self)
-        }
+    private func eventRow(
+        _ event: Checked, id: UUID, recipients: Int, source: Source, now: Date
+    ) throws
+        -> [BulkValue]
+    {
+        let calendar = try event.calendar.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
         return [
             .id(id), .text(event.category.id), .text(event.tenant), .text(event.text.title), .text(event.text.body),
             .text(event.text.url), .text(event.data), .text(calendar), .text(EventStatus.FanoutState.pending.rawValue),
@@ -235,7 +243,7 @@ struct EventIntake: Sendable {
         }
         try await storage.insert(
             into: Tables.events, columns: Self.eventColumns,
-            rows: [eventRow(event, id: id, recipients: recipients, source: source, now: now)], rowsPerStatement: 1,
+            rows: [try eventRow(event, id: id, recipients: recipients, source: source, now: now)], rowsPerStatement: 1,
             on: db)
         try await storage.insert(
             into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],

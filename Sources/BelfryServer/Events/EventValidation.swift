@@ -285,7 +285,16 @@ extension EventIntake {
 /// longest escape, `\u0000`, is six bytes), plus a little for its time to live. The empty push
 /// is built once per category, tenant and shape.
 enum PushSizeBound {
-    private static let empty = NIOLockedValueBox<[String: [ChannelKind: Int]]>([:])
+    /// What an empty push depends on: the category's whole definition (workspaces differ, and
+    /// several may share a process), the tenant, which optional parts are there, and the kinds.
+    private struct Shape: Hashable {
+        var category: CategoryDefinition
+        var tenant: String
+        var parts: [Bool]
+        var kinds: Set<ChannelKind>
+    }
+
+    private static let empty = NIOLockedValueBox<[Shape: [ChannelKind: Int]]>([:])
     /// Room for the time to live an event may carry (FCM's `"ttl":"2419200s"`).
     static let ttlSlack = 32
     /// The most bytes one byte of a variable part becomes in a push.
@@ -303,10 +312,9 @@ enum PushSizeBound {
     }
 
     private static func emptySizes(like content: DeliveryContent, kinds: Set<ChannelKind>) -> [ChannelKind: Int] {
-        let key = [
-            content.category.id, content.tenant, content.url == nil ? "-" : "u", content.imageURL == nil ? "-" : "i",
-            content.data == nil ? "-" : "d", kinds.map(\.rawValue).sorted().joined(separator: ","),
-        ].joined(separator: "\u{0}")
+        let key = Shape(
+            category: content.category, tenant: content.tenant,
+            parts: [content.url != nil, content.imageURL != nil, content.data != nil], kinds: kinds)
         if let sizes = empty.withLockedValue({ $0[key] }) { return sizes }
         var blank = content
         blank.title = ""
