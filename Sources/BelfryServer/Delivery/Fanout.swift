@@ -298,11 +298,9 @@ struct Fanout: Sendable {
         } else {
             users = try await userIDs(for: recipients, now: now, on: db)
         }
-        let known = users.values.filter { !$0.isNew }.map(\.id)
         let planned = try await plan(
-            event, category: category, recipients: recipients, users: users,
-            preferences: try await preferenceSets(of: known, tenants: [event.tenant], on: sql),
-            devices: try await devices.deliverableDevices(of: known, on: sql), now: now, on: db)
+            event, category: category, recipients: recipients,
+            audience: try await audience(users, tenants: [event.tenant], on: sql), now: now, on: db)
         try await write([planned], on: db)
         let update = sql.update(Tables.events)
             .set("processed", to: cursor)
@@ -330,10 +328,9 @@ struct Fanout: Sendable {
             lists[try row.decode(column: "event_id", as: UUID.self), default: []].append(
                 try row.decode(column: "external_id", as: String.self))
         }
-        let users = try await userIDs(for: Array(Set(lists.values.joined())), now: now, on: db)
-        let known = users.values.filter { !$0.isNew }.map(\.id)
-        let preferences = try await preferenceSets(of: known, tenants: Array(Set(events.map(\.tenant))), on: sql)
-        let devices = try await devices.deliverableDevices(of: known, on: sql)
+        let audience = try await audience(
+            try await userIDs(for: Array(Set(lists.values.joined())), now: now, on: db),
+            tenants: Array(Set(events.map(\.tenant))), on: sql)
         var planned: [Planned] = []
         for event in events {
             guard let category = workspace.category(event.categoryID) else {
@@ -341,8 +338,8 @@ struct Fanout: Sendable {
             }
             planned.append(
                 try await plan(
-                    event, category: category, recipients: lists[event.id] ?? [], users: users,
-                    preferences: preferences, devices: devices, now: now, on: db))
+                    event, category: category, recipients: lists[event.id] ?? [], audience: audience, now: now,
+                    on: db))
         }
         try await write(planned, on: db)
         // Each is done: every recipient of its list was read.
@@ -356,6 +353,26 @@ struct Fanout: Sendable {
                 processed: true, rows: planned.rows, recipients: lists[event.id]?.count ?? 0, ended: .done,
                 acceptedAt: event.acceptedAt, acceptedByCommand: event.fromCommand)
         }
+    }
+
+    /// The recipients of a batch as the rule reads them: the users, their stored preferences
+    /// for the user's defaults and the events' tenants, and their devices that can take a push.
+    private struct Audience {
+        var users: [String: Recipient]
+        var preferences: [UUID: [PreferenceScope: PreferenceSelections]]
+        var devices: [UUID: [DeviceStore.Device]]
+    }
+
+    /// Reads what the rule needs of `users`; those created by this batch have nothing stored.
+    private func audience(
+        _ users: [String: Recipient], tenants: [String], on sql: any SQLDatabase
+    ) async throws
+        -> Audience
+    {
+        let known = users.values.filter { !$0.isNew }.map(\.id)
+        return Audience(
+            users: users, preferences: try await preferenceSets(of: known, tenants: tenants, on: sql),
+            devices: try await devices.deliverableDevices(of: known, on: sql))
     }
 
     /// What one event's recipients get, before it is written.
@@ -374,9 +391,8 @@ struct Fanout: Sendable {
     /// Applies the rule to each recipient, then the throttle, and builds the rows; a digest's
     /// items join the users' open batches here.
     private func plan(
-        _ event: DueEvent, category: CategoryDefinition, recipients: [String], users: [String: Recipient],
-        preferences: [UUID: [PreferenceScope: PreferenceSelections]], devices: [UUID: [DeviceStore.Device]],
-        now: Date, on db: any Database
+        _ event: DueEvent, category: CategoryDefinition, recipients: [String], audience: Audience, now: Date,
+        on db: any Database
     ) async throws -> Planned {
         let tenantDefinition = workspace.tenant(event.tenant)
         let decodedData = event.data.flatMap(JSONValue.storedData)
@@ -388,23 +404,25 @@ struct Fanout: Sendable {
         // First what each recipient gets by the rule, then the throttle, then the rows.
         var plans: [Plan] = []
         for recipient in recipients {
-            guard let user = users[recipient] else { continue }
+            guard let user = audience.users[recipient] else { continue }
             // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
             let due =
                 event.calendar.flatMap { $0.nextDate(after: event.acceptedAt, in: user.timeZone ?? .gmt) }.map {
                     max($0, now)
                 } ?? now
             // A tenant that names its apps reaches only devices of those apps.
-            let userDevices = (devices[user.id] ?? []).filter { tenantDefinition?.allows(app: $0.app) ?? true }
+            let userDevices = (audience.devices[user.id] ?? []).filter {
+                tenantDefinition?.allows(app: $0.app) ?? true
+            }
             // Counted straight into the event's skips, or first per recipient when reported.
             var own: [String: [SkipReason: Int]] = [:]
             let delivering =
                 reportsSkips
                 ? channels(
-                    of: category, for: user, tenant: event.tenant, stored: preferences[user.id] ?? [:],
+                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
                     devices: userDevices, skips: &own)
                 : channels(
-                    of: category, for: user, tenant: event.tenant, stored: preferences[user.id] ?? [:],
+                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
                     devices: userDevices, skips: &planned.skips)
             if reportsSkips {
                 externalIDs[user.id] = recipient
@@ -474,14 +492,9 @@ struct Fanout: Sendable {
     /// Writes what was planned for one or more events: their rows, reports and skips.
     private func write(_ planned: [Planned], on db: any Database) async throws {
         try await NotificationRows.insert(planned.map(\.rows), storage: storage, on: db)
-        if let statusEvents {
-            try await statusEvents.queue(planned.flatMap(\.rows.statusEvents), on: db)
-        }
+        try await statusEvents?.queue(planned.flatMap { $0.rows.statusEvents + $0.skipped }, on: db)
         try await EventSkips.add(
             Dictionary(planned.map { ($0.event, $0.skips) }) { first, _ in first }, storage: storage, on: db)
-        if let statusEvents {
-            try await statusEvents.queue(planned.flatMap(\.skipped), on: db)
-        }
     }
 
     /// Rows for the notifications of a batch, reporting what the workspace's `webhooks` take.
