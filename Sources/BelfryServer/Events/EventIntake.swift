@@ -120,20 +120,14 @@ struct EventIntake: Sendable {
     /// event is stored again alone, so that only the one at fault fails.
     private func storeTogether(_ group: [Pending]) async throws -> [(any Error)?] {
         @Sendable func store(_ events: [Pending]) async throws {
-            try await durably { watch in
-                try await storage.write(events[0].database) { tx in
-                    await watch?.note(tx)
-                    try await self.insert(events, on: tx)
-                }
-            }
+            try await storage.write(events[0].database) { tx in try await self.insert(events, on: tx) }
         }
         do {
             try await store(group)
             return Array(repeating: nil, count: group.count)
         } catch  where group.count > 1 && !DatabaseFailure.isUnavailable(error) {
-            // A database out of reach (or past the deadline) is no one event's fault: the group's
-            // transaction may still end either way, so each caller hears of it (503) rather than
-            // storing again.
+            // A database out of reach is no one event's fault: each caller hears of it (503)
+            // rather than storing again.
             var errors: [(any Error)?] = []
             for pending in group {
                 do {
@@ -155,11 +149,17 @@ struct EventIntake: Sendable {
                 try eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
             },
             rowsPerStatement: 500, on: db)
+        try await insertRecipients(group.flatMap { Self.recipientRows($0.event.recipients, of: $0.id) }, on: db)
+    }
+
+    /// An event's recipients as rows of `event_recipients`, by position.
+    private static func recipientRows(_ recipients: [String], of event: UUID) -> [[BulkValue]] {
+        recipients.enumerated().map { [.id(event), .integer($0.offset), .text($0.element)] }
+    }
+
+    private func insertRecipients(_ rows: [[BulkValue]], on db: any Database) async throws {
         try await storage.insert(
-            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],
-            rows: group.flatMap { pending in
-                pending.event.recipients.enumerated().map { [.id(pending.id), .integer($0.offset), .text($0.element)] }
-            },
+            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"], rows: rows,
             rowsPerStatement: Self.insertBatch, on: db)
     }
 
@@ -245,10 +245,7 @@ struct EventIntake: Sendable {
             into: Tables.events, columns: Self.eventColumns,
             rows: [try eventRow(event, id: id, recipients: recipients, source: source, now: now)], rowsPerStatement: 1,
             on: db)
-        try await storage.insert(
-            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"],
-            rows: event.recipients.enumerated().map { [.id(id), .integer($0.offset), .text($0.element)] },
-            rowsPerStatement: Self.insertBatch, on: db)
+        try await insertRecipients(Self.recipientRows(event.recipients, of: id), on: db)
         if event.topic != nil {
             try await storage.insert(
                 into: Tables.eventExclusions, columns: ["event_id", "external_id"],
