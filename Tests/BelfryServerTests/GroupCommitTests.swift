@@ -28,17 +28,17 @@ struct GroupCommitTests {
     }
 
     /// 50 callers while each commit takes a while: all are committed, in groups of at most
-    /// `maxGroup`, at most `maxConcurrent` at once, and only the refused item's caller fails.
-    @Test("callers arriving during a commit share the next; each hears its own item's error", arguments: [1, 3])
-    func grouped(maxConcurrent: Int) async throws {
-        let commits = GroupCommit<Int>(maxGroup: 8, maxConcurrent: maxConcurrent)
+    /// `maxGroup`, one at a time, and only the refused item's caller fails.
+    @Test("callers arriving during a commit share the next; each hears its own item's error")
+    func grouped() async throws {
+        let commits = GroupCommit<Int>(maxGroup: 8)
         let log = Log()
         let commit: GroupCommit<Int>.Commit = { items in
             log.begin(items)
             defer { log.end() }
-            // The first commits wait for a crowd to gather behind them.
-            if log.groups.count <= maxConcurrent {
-                while commits.waiting < 50 - 2 * maxConcurrent { await Task.yield() }
+            // The first commit waits for a crowd to gather behind it.
+            if log.groups.count == 1 {
+                while commits.waiting < 48 { await Task.yield() }
             }
             try await Task.sleep(for: .milliseconds(2))
             return items.map { $0 == 13 ? Refused(item: $0) : nil }
@@ -62,8 +62,8 @@ struct GroupCommitTests {
         let groups = log.groups
         #expect(groups.flatMap { $0 }.sorted() == Array(0..<50), "each item committed once")
         #expect(groups.allSatisfy { $0.count <= 8 })
-        #expect(groups.count <= 7 + maxConcurrent, "callers shared commits: \(groups.map(\.count))")
-        #expect(log.most <= maxConcurrent)
+        #expect(groups.count <= 8, "callers shared commits: \(groups.map(\.count))")
+        #expect(log.most == 1, "one group at a time")
     }
 
     @Test("a commit that fails as a whole fails every caller in its group, and the next group goes on")

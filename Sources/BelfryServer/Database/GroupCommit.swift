@@ -1,7 +1,7 @@
 import NIOConcurrencyHelpers
 
-/// Commits the items of concurrent callers in groups. A caller arriving while `maxConcurrent`
-/// groups are being committed waits, and then everyone who waited goes in the next group (up to
+/// Commits the items of concurrent callers in groups, one group at a time. A caller arriving
+/// while a group is being committed waits, and then everyone who waited goes in the next group (up to
 /// `maxGroup`): under load a commit holds many items, and alone a caller commits at once. Every
 /// caller returns only once the group holding its item has committed, with its own item's error
 /// if any. There is no thread of its own: a caller whose turn it is commits the group, then
@@ -24,19 +24,16 @@ final class GroupCommit<Item: Sendable>: Sendable {
     }
 
     private struct State {
-        var committing = 0
+        var committing = false
         var waiting: [Waiter] = []
     }
 
     private let state = NIOLockedValueBox(State())
     /// The most items one commit takes, so that a crowd of callers is not one huge rollback.
     let maxGroup: Int
-    /// Groups committed at once: 1 where the database has a single writer.
-    let maxConcurrent: Int
 
-    init(maxGroup: Int, maxConcurrent: Int = 1) {
+    init(maxGroup: Int) {
         self.maxGroup = maxGroup
-        self.maxConcurrent = maxConcurrent
     }
 
     /// Callers waiting for their group's turn.
@@ -46,8 +43,8 @@ final class GroupCommit<Item: Sendable>: Sendable {
     func run(_ item: Item, commit: Commit) async throws {
         let turn = await withCheckedContinuation { (continuation: CheckedContinuation<Turn, Never>) in
             let leads = state.withLockedValue { state -> Bool in
-                guard state.committing >= maxConcurrent else {
-                    state.committing += 1
+                guard state.committing else {
+                    state.committing = true
                     return true
                 }
                 state.waiting.append(Waiter(item: item, turn: continuation))
@@ -80,7 +77,7 @@ final class GroupCommit<Item: Sendable>: Sendable {
         for (waiter, error) in zip(others, errors.dropFirst()) { waiter.turn.resume(returning: .done(error)) }
         let next = state.withLockedValue { state -> Waiter? in
             guard !state.waiting.isEmpty else {
-                state.committing -= 1
+                state.committing = false
                 return nil
             }
             return state.waiting.removeFirst()
