@@ -57,6 +57,9 @@ struct BelfryContext: Sendable {
 
     var workspace: WorkspaceConfig { settings.workspace }
 
+    /// What the routes check credentials against.
+    var auth: Authenticator { Authenticator(apiKeys: apiKeys, keyStore: keyStore, tokens: tokens, now: now) }
+
     static func fingerprint(of workspace: WorkspaceConfig) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
@@ -79,8 +82,4 @@ extension Application {
         }
         set { storage[ContextKey.self] = newValue }
     }
-}
-
-extension Request {
-    var belfry: BelfryContext { application.belfry }
 }

@@ -55,11 +55,80 @@ public struct ConfigureOptions: Sendable {
     }
 }
 
-/// Sets up a Belfry application: database, migrations, secrets, middleware and routes.
+/// Sets up a Belfry application: database, migrations, secrets, middleware and routes. This is
+/// the composition root: each store and service is made once, here, and handed to what uses it.
 @discardableResult
 public func configure(
     _ app: Application, settings: ServerConfiguration, options: ConfigureOptions = ConfigureOptions()
 ) async throws -> StartupReport {
+    configureHTTP(app, settings)
+    let database = try await openDatabase(app, settings, migrate: options.migrate)
+    let credentials = try await StartupCredentials.load(
+        settings, createsDevelopmentKey: options.createsDevelopmentKey, on: app.silentDatabase, now: options.now)
+    let now = options.now
+    let context = BelfryContext(
+        settings: settings,
+        database: database,
+        apiKeys: credentials.apiKeys,
+        keyStore: KeyStore(storage: database, now: now),
+        rateLimiter: RateLimiter(limits: settings.rateLimits, now: now),
+        tokens: await UserTokens(secret: credentials.tokenSecret, lifetime: settings.tokenLifetime),
+        webSigner: WebSigner(secret: credentials.tokenSecret),
+        now: now,
+        workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
+        jitter: options.jitter,
+        fanoutSignal: WorkSignal(),
+        deliverySignal: WorkSignal(),
+        inboxHub: InboxHub(now: now),
+        metrics: BelfryMetrics(),
+        vapidKey: credentials.vapidKey,
+        logger: app.logger
+    )
+    let services = BelfryServices(context)
+    app.belfry = context
+    app.belfryServices = services
+    context.metrics.start(channels: settings.workspace.channels.map(\.id))
+    app.lifecycle.use(StreamShutdown(hub: context.inboxHub, flag: context.shutdown))
+    if case .postgres(let url) = settings.database {
+        let listener = try InboxRelayListener(url: url, context: context, services: services)
+        app.inboxRelayListener = listener
+        app.lifecycle.use(listener)
+    }
+    let db: @Sendable () -> any Database = { [unowned app] in app.db }
+    let monitor = databaseMonitor(app, database: database, now: now)
+    app.databaseMonitor = monitor
+    let queue = DeliveryQueue(
+        database: db, storage: database, workspace: context.workspace,
+        providers: try deliveryProviders(
+            app, settings, context: context, services: services, resolver: options.resolver, database: db),
+        metrics: context.metrics, now: now,
+        jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
+        signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
+        onStorageFailure: monitor.noteFailure,
+        statusEvents: settings.statusEndpoints.isEmpty ? nil : services.statusEvents, devices: services.devices)
+    app.deliveryQueue = queue
+    if !settings.statusEndpoints.isEmpty {
+        app.statusEventSender = StatusEventSender(
+            database: db, storage: database, endpoints: settings.statusEndpoints,
+            client: try outboundClient(app, settings), now: now, jitter: options.jitter,
+            backoff: Backoff(base: TimeInterval(settings.retryBase)), lease: TimeInterval(settings.deliveryLease),
+            logger: app.logger, deliveriesBusy: { [queue] in queue.isBusy })
+    }
+    if options.runWorkers {
+        let workers = Workers(
+            context: context, services: services, queue: queue, statusSender: app.statusEventSender,
+            monitor: monitor, database: db, clock: options.clock, retentionDays: settings.retentionDays,
+            logger: app.logger)
+        app.lifecycle.use(BackgroundServices(services: workers.all))
+    }
+    useMiddleware(app, context: context, requestTimeout: settings.requestTimeout)
+    try registerControllers(app, context: context, services: services)
+    return StartupReport(
+        createdDevelopmentKey: credentials.createdDevelopmentKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
+}
+
+/// The HTTP server's settings.
+private func configureHTTP(_ app: Application, _ settings: ServerConfiguration) {
     app.logger.logLevel = settings.logLevel
     app.http.server.configuration.hostname = settings.hostname
     app.http.server.configuration.port = settings.port
@@ -68,7 +137,12 @@ public func configure(
     // Belfry compresses no response; Vapor's compressor, in every connection's pipeline all the
     // same, otherwise holds a 1 KiB buffer for each: a tenth of an idle connection's memory.
     app.http.server.configuration.responseCompression = .disabled(initialByteBufferCapacity: 0)
+}
 
+/// Registers the database, checks that it answers, and migrates it when asked.
+private func openDatabase(
+    _ app: Application, _ settings: ServerConfiguration, migrate: Bool
+) async throws -> BelfryDatabase {
     let database = BelfryDatabase(location: settings.database)
     try database.register(on: app)
     app.migrations.add(BelfryMigrations.all)
@@ -79,201 +153,200 @@ public func configure(
         throw StartupError(
             "cannot use the database (\(settings.database)): \(String(reflecting: error))")
     }
-    if options.migrate {
+    if migrate {
         try await app.autoMigrate()
     }
+    return database
+}
 
-    let now = options.now
-    var createdKey: String?
-    let apiKeys: APIKeys
-    if settings.apiKeys.isEmpty, !options.createsDevelopmentKey {
-        let stored = try await ServerSecrets.find(ServerSecrets.developmentKeyDigest, on: app.silentDatabase)
-        apiKeys = APIKeys(digests: stored.flatMap(APIKeys.parseDigest).map { [$0] } ?? [])
-    } else if settings.apiKeys.isEmpty {
+/// The credentials the server starts with: the API keys, the token secret and the VAPID key,
+/// each from the settings when given, else kept in the database (made on first start).
+private struct StartupCredentials {
+    var apiKeys: APIKeys
+    var createdDevelopmentKey: String?
+    var tokenSecret: String
+    var vapidKey: VAPIDKey
+
+    static func load(
+        _ settings: ServerConfiguration, createsDevelopmentKey: Bool, on db: any Database,
+        now: @Sendable () -> Date
+    ) async throws -> Self {
+        let (apiKeys, createdKey) = try await Self.apiKeys(
+            settings, createsDevelopmentKey: createsDevelopmentKey, on: db, now: now)
+        let secret =
+            if let secret = settings.tokenSecret { secret } else {
+                try await ServerSecrets.value(named: ServerSecrets.tokenSecret, on: db, now: now()) {
+                    randomToken(bytes: 48)
+                }.value
+            }
+        // Kept in the database unless given, so that restarts (and other instances) keep
+        // browsers' subscriptions valid: they are bound to this key.
+        let vapidPEM =
+            if let pem = settings.vapidKeyPEM { pem } else {
+                try await ServerSecrets.value(named: ServerSecrets.vapidPrivateKey, on: db, now: now()) {
+                    VAPIDKey().pemRepresentation
+                }.value
+            }
+        let vapidKey: VAPIDKey
+        do {
+            vapidKey = try VAPIDKey(pemRepresentation: vapidPEM)
+        } catch {
+            throw StartupError(
+                "the stored VAPID key is damaged; delete the row named \"\(ServerSecrets.vapidPrivateKey)\" from "
+                    + "server_secrets to create a new one (browsers then subscribe again)")
+        }
+        return Self(apiKeys: apiKeys, createdDevelopmentKey: createdKey, tokenSecret: secret, vapidKey: vapidKey)
+    }
+
+    /// The configured keys; else the stored development key, made first when `createsDevelopmentKey`.
+    private static func apiKeys(
+        _ settings: ServerConfiguration, createsDevelopmentKey: Bool, on db: any Database,
+        now: @Sendable () -> Date
+    ) async throws -> (APIKeys, created: String?) {
+        guard settings.apiKeys.isEmpty else { return (APIKeys(keys: settings.apiKeys), nil) }
+        guard createsDevelopmentKey else {
+            let stored = try await ServerSecrets.find(ServerSecrets.developmentKeyDigest, on: db)
+            return (APIKeys(digests: stored.flatMap(APIKeys.parseDigest).map { [$0] } ?? []), nil)
+        }
         var generated: String?
-        let stored = try await ServerSecrets.value(
-            named: ServerSecrets.developmentKeyDigest, on: app.silentDatabase, now: now()
-        ) {
+        let stored = try await ServerSecrets.value(named: ServerSecrets.developmentKeyDigest, on: db, now: now()) {
             let key = APIKeys.generate()
             generated = key
             return APIKeys.digest(key).hexEncoded
         }
-        if stored.created { createdKey = generated }
         guard let digest = APIKeys.parseDigest(stored.value) else {
             throw StartupError(
                 "the stored development API key digest is damaged; delete the row named "
                     + "\"\(ServerSecrets.developmentKeyDigest)\" from server_secrets to create a new key")
         }
-        apiKeys = APIKeys(digests: [digest])
-    } else {
-        apiKeys = APIKeys(keys: settings.apiKeys)
+        return (APIKeys(digests: [digest]), stored.created ? generated : nil)
     }
-    let secret =
-        if let secret = settings.tokenSecret { secret } else {
-            try await ServerSecrets.value(named: ServerSecrets.tokenSecret, on: app.silentDatabase, now: now()) {
-                randomToken(bytes: 48)
-            }.value
-        }
+}
 
-    // Kept in the database unless given, so that restarts (and other instances) keep
-    // browsers' subscriptions valid: they are bound to this key.
-    let vapidPEM =
-        if let pem = settings.vapidKeyPEM { pem } else {
-            try await ServerSecrets.value(named: ServerSecrets.vapidPrivateKey, on: app.silentDatabase, now: now()) {
-                VAPIDKey().pemRepresentation
-            }.value
-        }
-    let vapidKey: VAPIDKey
-    do {
-        vapidKey = try VAPIDKey(pemRepresentation: vapidPEM)
-    } catch {
-        throw StartupError(
-            "the stored VAPID key is damaged; delete the row named \"\(ServerSecrets.vapidPrivateKey)\" from "
-                + "server_secrets to create a new one (browsers then subscribe again)")
+/// The background services of `belfry serve`: fan-out, batches, delivery, status events, the
+/// database monitor, queue samples and retention.
+private struct Workers {
+    let context: BelfryContext
+    let services: BelfryServices
+    let queue: DeliveryQueue
+    let statusSender: StatusEventSender?
+    let monitor: DatabaseMonitor
+    let database: @Sendable () -> any Database
+    let clock: any ServiceClock
+    let retentionDays: Int
+    let logger: Logger
+
+    var all: [BackgroundService] {
+        fanoutLoops + [monitorLoop, batches, delivery] + (statusSender.map { [statusEvents($0)] } ?? [])
+            + [queueSamples, retention]
     }
 
-    app.belfry = BelfryContext(
-        settings: settings,
-        database: database,
-        apiKeys: apiKeys,
-        keyStore: KeyStore(storage: database, now: now),
-        rateLimiter: RateLimiter(limits: settings.rateLimits, now: now),
-        tokens: await UserTokens(secret: secret, lifetime: settings.tokenLifetime),
-        webSigner: WebSigner(secret: secret),
-        now: now,
-        workspaceFingerprint: try BelfryContext.fingerprint(of: settings.workspace),
-        jitter: options.jitter,
-        fanoutSignal: WorkSignal(),
-        deliverySignal: WorkSignal(),
-        inboxHub: InboxHub(now: now),
-        metrics: BelfryMetrics(),
-        vapidKey: vapidKey,
-        logger: app.logger
-    )
-    app.belfry.metrics.start(channels: settings.workspace.channels.map(\.id))
-    app.lifecycle.use(StreamShutdown(hub: app.belfry.inboxHub, flag: app.belfry.shutdown))
-    if case .postgres(let url) = settings.database {
-        let listener = try InboxRelayListener(url: url)
-        app.inboxRelayListener = listener
-        app.lifecycle.use(listener)
+    private func service(
+        _ name: String, interval: TimeInterval, signal: WorkSignal = WorkSignal(), deadline: TimeInterval? = 30,
+        beforeStopping: @escaping @Sendable () -> Void = {}, _ work: @escaping @Sendable () async throws -> Bool
+    ) -> BackgroundService {
+        BackgroundService(
+            name: name, interval: interval, signal: signal, clock: clock, logger: logger,
+            onFailure: monitor.noteFailure, deadline: deadline, beforeStopping: beforeStopping, step: work)
     }
-    let db: @Sendable () -> any Database = { [unowned app] in app.db }
-    let context = app.belfry
-    let services = BelfryServices(context)
-    app.belfryServices = services
-    let monitor = databaseMonitor(app, database: database)
-    app.databaseMonitor = monitor
-    let queue = DeliveryQueue(
-        database: db, storage: context.database, workspace: context.workspace,
-        providers: try deliveryProviders(app, settings, resolver: options.resolver, database: db),
-        metrics: context.metrics, now: now,
-        jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
-        signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
-        onStorageFailure: monitor.noteFailure,
-        statusEvents: settings.statusEndpoints.isEmpty ? nil : services.statusEvents, devices: services.devices)
-    app.deliveryQueue = queue
-    if !settings.statusEndpoints.isEmpty {
-        app.statusEventSender = StatusEventSender(
-            database: db, storage: context.database, endpoints: settings.statusEndpoints,
-            client: try outboundClient(app, settings), now: now, jitter: options.jitter,
-            backoff: Backoff(base: TimeInterval(settings.retryBase)), lease: TimeInterval(settings.deliveryLease),
-            logger: app.logger, deliveriesBusy: { [queue] in queue.isBusy })
-    }
-    let statusSender = app.statusEventSender
-    if options.runWorkers {
-        let clock = options.clock
-        let fanout = services.fanout
-        let retention = services.inboxRetention
-        let audit = services.auditLog
-        let retentionDays = settings.retentionDays
-        let consoleData = services.consoleData
-        let logger = app.logger
-        // On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
-        // server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
-        // events; the others poll, and keep going while they find work. SQLite has one writer.
-        let fanoutLoops = (0..<(database.kind == .postgres ? Fanout.postgresWorkers : 1)).map { index in
-            BackgroundService(
-                name: index == 0 ? "fan-out" : "fan-out \(index + 1)", interval: 1,
-                signal: index == 0 ? context.fanoutSignal : WorkSignal(), clock: clock, logger: logger,
-                onFailure: monitor.noteFailure, deadline: 15
+
+    /// On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
+    /// server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
+    /// events; the others poll, and keep going while they find work. SQLite has one writer.
+    private var fanoutLoops: [BackgroundService] {
+        let (fanout, db) = (services.fanout, database)
+        let loops = context.database.kind == .postgres ? Fanout.postgresWorkers : 1
+        return (0..<loops).map { index in
+            service(
+                index == 0 ? "fan-out" : "fan-out \(index + 1)", interval: 1,
+                signal: index == 0 ? context.fanoutSignal : WorkSignal(), deadline: 15
             ) { try await fanout.processBatch(on: db()) }
         }
-        app.lifecycle.use(
-            BackgroundServices(
-                services: fanoutLoops + [
-                    BackgroundService(
-                        name: "database monitor", interval: 0.25, clock: clock, logger: logger,
-                        onFailure: monitor.noteFailure
-                    ) {
-                        let pause = await monitor.step()
-                        try await clock.sleep(for: pause - 0.25)
-                        return false
-                    },
-                    // Batches (digests) close on their own clock: a window's end, a daily hour.
-                    BackgroundService(
-                        name: "batches", interval: 1, clock: clock, logger: logger, onFailure: monitor.noteFailure
-                    ) {
-                        try await fanout.closeDueBatches(on: db())
-                    },
-                    // The pipeline runs until the server stops: claims, sends and group commits overlap.
-                    BackgroundService(
-                        name: "delivery", interval: 1, signal: context.deliverySignal, clock: clock, logger: logger,
-                        onFailure: monitor.noteFailure,
-                        deadline: nil, beforeStopping: queue.beginStopping
-                    ) {
-                        await queue.run(clock: clock)
-                        return false
-                    },
-                ]
-                    + (statusSender.map { sender in
-                        [
-                            BackgroundService(
-                                name: "status events", interval: 1, signal: context.statusSignal, clock: clock,
-                                logger: logger, onFailure: monitor.noteFailure
-                            ) { try await sender.runOnce() }
-                        ]
-                    } ?? []) + [
-                        // The console's queue-depth chart: a sample a minute, whichever instance takes it.
-                        BackgroundService(
-                            name: "queue samples", interval: 60, clock: clock, logger: logger,
-                            onFailure: monitor.noteFailure
-                        ) {
-                            try await consoleData.sampleQueueDepth(on: db())
-                            return false
-                        },
-                        // Hourly; the first purge runs at start.
-                        // A purge of a long backlog runs as long as it needs: its transactions are many
-                        // and short, and none is abandoned halfway as a lost query would be.
-                        BackgroundService(
-                            name: "inbox retention", interval: 3600, clock: clock, logger: logger,
-                            onFailure: monitor.noteFailure, deadline: nil
-                        ) {
-                            let purged = try await retention.purge(on: db())
-                            if purged > 0 {
-                                logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
-                            }
-                            try await audit.purge(olderThan: retentionDays, on: db())
-                            return false
-                        },
-                    ]))
     }
 
+    private var monitorLoop: BackgroundService {
+        let (monitor, clock) = (monitor, clock)
+        return service("database monitor", interval: 0.25) {
+            let pause = await monitor.step()
+            try await clock.sleep(for: pause - 0.25)
+            return false
+        }
+    }
+
+    /// Batches (digests) close on their own clock: a window's end, a daily hour.
+    private var batches: BackgroundService {
+        let (fanout, db) = (services.fanout, database)
+        return service("batches", interval: 1) { try await fanout.closeDueBatches(on: db()) }
+    }
+
+    /// The pipeline runs until the server stops: claims, sends and group commits overlap.
+    private var delivery: BackgroundService {
+        let (queue, clock) = (queue, clock)
+        return service(
+            "delivery", interval: 1, signal: context.deliverySignal, deadline: nil,
+            beforeStopping: queue.beginStopping
+        ) {
+            await queue.run(clock: clock)
+            return false
+        }
+    }
+
+    private func statusEvents(_ sender: StatusEventSender) -> BackgroundService {
+        service("status events", interval: 1, signal: context.statusSignal) { try await sender.runOnce() }
+    }
+
+    /// The console's queue-depth chart: a sample a minute, whichever instance takes it.
+    private var queueSamples: BackgroundService {
+        let (consoleData, db) = (services.consoleData, database)
+        return service("queue samples", interval: 60) {
+            try await consoleData.sampleQueueDepth(on: db())
+            return false
+        }
+    }
+
+    /// Hourly; the first purge runs at start. A purge of a long backlog runs as long as it
+    /// needs: its transactions are many and short, and none is abandoned halfway as a lost
+    /// query would be.
+    private var retention: BackgroundService {
+        let (retention, audit, db, days, logger) = (
+            services.inboxRetention, services.auditLog, database, retentionDays, logger
+        )
+        return service("inbox retention", interval: 3600, deadline: nil) {
+            let purged = try await retention.purge(on: db())
+            if purged > 0 {
+                logger.info("purged old inbox notifications", metadata: ["belfry.purged": "\(purged)"])
+            }
+            try await audit.purge(olderThan: days, on: db())
+            return false
+        }
+    }
+}
+
+/// The middleware every request passes through, outermost first.
+private func useMiddleware(_ app: Application, context: BelfryContext, requestTimeout: Int) {
     app.middleware = Middlewares()
     app.middleware.use(MetricsMiddleware(metrics: context.metrics))
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
-    app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))
+    app.middleware.use(RequestDeadlineMiddleware(seconds: requestTimeout))
     app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
     app.middleware.use(QueryCheckMiddleware())
-    app.middleware.use(RateLimitMiddleware())
+    app.middleware.use(RateLimitMiddleware(limiter: context.rateLimiter, auth: context.auth))
+}
+
+/// The routes: each controller is given the services it calls.
+private func registerControllers(
+    _ app: Application, context: BelfryContext, services: BelfryServices
+) throws {
     try app.register(collection: OperationsController(context: context, auditLog: services.auditLog))
     try app.register(collection: UsersController(context: context, auditLog: services.auditLog))
     try app.register(
         collection: PreferencesController(
             context: context, preferenceChanges: services.preferenceChanges, preferenceStore: services.preferenceStore))
     try app.register(
-        collection: EventsController(eventIntake: services.eventIntake, eventStatuses: services.eventStatuses))
-    try app.register(collection: MessagesController(messageLog: services.messageLog))
+        collection: EventsController(
+            auth: context.auth, eventIntake: services.eventIntake, eventStatuses: services.eventStatuses))
+    try app.register(collection: MessagesController(auth: context.auth, messageLog: services.messageLog))
     try app.register(collection: TopicsController(context: context, topics: services.topics))
     try app.register(collection: QuietHoursController(context: context))
     try app.register(
@@ -292,17 +365,13 @@ public func configure(
             deadLetters: services.deadLetters,
             devices: services.devices, eventIntake: services.eventIntake, eventStatuses: services.eventStatuses,
             preferenceStore: services.preferenceStore))
-
-    return StartupReport(createdDevelopmentKey: createdKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
 }
 
 /// The providers configured for each channel kind. A kind without one fails its deliveries with a clear error.
 private func deliveryProviders(
-    _ app: Application, _ settings: ServerConfiguration, resolver: HostResolver,
-    database: @escaping @Sendable () -> any Database
+    _ app: Application, _ settings: ServerConfiguration, context: BelfryContext, services: BelfryServices,
+    resolver: HostResolver, database: @escaping @Sendable () -> any Database
 ) throws -> [ChannelKind: any DeliveryProvider] {
-    let context = app.belfry
-    let services = app.belfryServices
     var providers: [ChannelKind: any DeliveryProvider] = [
         .inbox: InboxProvider { event, user in
             // The item is stored already: telling the streams is worth a few seconds, no more.
@@ -312,7 +381,7 @@ private func deliveryProviders(
         }
     ]
     if let email = settings.email {
-        providers[.email] = try emailChannel(app, settings, email)
+        providers[.email] = try emailChannel(app, settings, email, context: context)
     }
     guard
         settings.webhook != nil || settings.apns != nil || settings.fcm != nil || settings.vapidSubject != nil
@@ -366,7 +435,9 @@ private func deliveryProviders(
 
 /// The monitor of `belfry serve`'s database: a `SELECT 1` on the pool, which it replaces with a
 /// new one (Fluent builds it again on the next use) when checks keep failing.
-private func databaseMonitor(_ app: Application, database: BelfryDatabase) -> DatabaseMonitor {
+private func databaseMonitor(
+    _ app: Application, database: BelfryDatabase, now: @escaping @Sendable () -> Date
+) -> DatabaseMonitor {
     DatabaseMonitor(
         check: { [unowned app] in try await app.db.sql.raw("SELECT 1").run() },
         replacePool: { [unowned app] in
@@ -379,12 +450,13 @@ private func databaseMonitor(_ app: Application, database: BelfryDatabase) -> Da
                 }
             }
         },
-        now: app.belfry.now, logger: app.logger)
+        now: now, logger: app.logger)
 }
 
 /// Email through the configured relay, over a pool of SMTP connections closed at shutdown.
 private func emailChannel(
-    _ app: Application, _ settings: ServerConfiguration, _ email: ServerConfiguration.Email
+    _ app: Application, _ settings: ServerConfiguration, _ email: ServerConfiguration.Email,
+    context: BelfryContext
 ) throws -> EmailChannel {
     let tls = try TLSConfiguration.outbound(extraCertificatesPEM: settings.extraCertificatesPEM)
     let publicURL = settings.publicURL ?? "http://\(settings.hostname):\(settings.port)"
@@ -401,7 +473,6 @@ private func emailChannel(
     // An attempt starts within half the lease of its claim (the queue sees to that) and takes at
     // most the other half: no other worker claims it while it is being sent.
     app.lifecycle.use(SMTPClientShutdown(client: client))
-    let context = app.belfry
     return EmailChannel(
         client: client,
         composer: try EmailComposer(

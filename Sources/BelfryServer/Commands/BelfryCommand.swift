@@ -160,7 +160,7 @@ func withConfiguredApp<T>(
     runWorkers: Bool = false,
     serving: Bool = false,
     createsDatabase: Bool = false,
-    _ body: (Application, StartupReport) async throws -> T
+    _ body: (CommandScope, StartupReport) async throws -> T
 ) async throws -> T {
     if !createsDatabase && !serving, case .sqlite(let path) = settings.database,
         !FileManager.default.fileExists(atPath: path)
@@ -178,19 +178,35 @@ func withConfiguredApp<T>(
         Environment(name: "production", arguments: arguments), settings: settings, options: options
     ) { app, report in
         announceDevelopmentKey(report)
-        return try await body(app, report)
+        return try await body(CommandScope(app), report)
     }
+}
+
+/// What a command works with: the configured application's context, services and database.
+/// Built once, here, from what `configure` made.
+struct CommandScope {
+    let app: Application
+    let context: BelfryContext
+    let services: BelfryServices
+
+    init(_ app: Application) {
+        self.app = app
+        self.context = app.belfry
+        self.services = app.belfryServices
+    }
+
+    var db: any Database { app.db }
 }
 
 /// Runs `body` on the configured database; a refusal with one of `failures` is reported as a
 /// command failure (exit 1), worded as the API words it.
 func withStorage<T>(
-    _ storage: StorageOptions, failures: Set<ErrorCode>, _ body: @escaping (Application) async throws -> T
+    _ storage: StorageOptions, failures: Set<ErrorCode>, _ body: @escaping (CommandScope) async throws -> T
 ) async throws -> T {
     let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-    return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
+    return try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
         do {
-            return try await body(app)
+            return try await body(belfry)
         } catch let error as BelfryError where failures.contains(error.code) {
             throw CommandFailure(error.message)
         }
@@ -235,7 +251,8 @@ struct ServeCommand: AsyncParsableCommand {
             .init(hostname: hostname, port: port, database: storage.database, config: storage.config))
         try await withConfiguredApp(
             settings, arguments: ["belfry", "serve"], migrate: !skipMigrations, runWorkers: !noWorkers, serving: true
-        ) { app, report in
+        ) { belfry, report in
+            let app = belfry.app
             let workspace = settings.workspace
             say(
                 """
@@ -253,11 +270,12 @@ struct ServeCommand: AsyncParsableCommand {
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port
-            let fingerprint = settings.fingerprint(workspace: app.belfry.workspaceFingerprint)
-            try await app.belfryServices.auditLog.record(
+            let workspaceFingerprint = belfry.context.workspaceFingerprint
+            let fingerprint = settings.fingerprint(workspace: workspaceFingerprint)
+            try await belfry.services.auditLog.record(
                 .serverStarted, by: "server", subject: "\(settings.hostname):\(port)",
-                detail: "configuration \(fingerprint), workspace \(app.belfry.workspaceFingerprint)"
-                    + ", workers \(noWorkers ? "off" : "on")", on: app.db)
+                detail: "configuration \(fingerprint), workspace \(workspaceFingerprint)"
+                    + ", workers \(noWorkers ? "off" : "on")", on: belfry.db)
             say("Belfry listening on http://\(settings.hostname):\(port)")
             try await app.running?.onStop.get()
         }
@@ -298,12 +316,12 @@ struct TokenCommand: AsyncParsableCommand {
         if let ttl, !(60...settings.tokenLifetime).contains(ttl) {
             throw ValidationError("--ttl must be from 60 to \(settings.tokenLifetime) seconds")
         }
-        let token = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-            let context = app.belfry
-            var model = try await UserModel.query(on: app.db).filter(\.$externalID == user).first()
+        let token = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+            let context = belfry.context
+            var model = try await UserModel.query(on: belfry.db).filter(\.$externalID == user).first()
             if model == nil && create {
                 let created = UserModel(externalID: user, now: context.now())
-                try await context.database.write(app.db) { db in try await created.create(on: db) }
+                try await context.database.write(belfry.db) { db in try await created.create(on: db) }
                 model = created
             }
             guard let model else {

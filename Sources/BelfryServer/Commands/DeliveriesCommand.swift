@@ -42,10 +42,10 @@ struct DeliveriesCommand: AsyncParsableCommand {
         func run() async throws {
             let statuses = status.flatMap(DeliveryStatus.init(rawValue:)).map { [$0] } ?? DeadLetters.retryable
             let (channel, limit, window) = (channel, limit, since.flatMap(LinkCommand.seconds))
-            let ended = try await withStorage(storage, failures: []) { app in
-                let since = window.map { app.belfry.now().addingTimeInterval(-TimeInterval($0)) }
-                return try await app.belfryServices.deadLetters.list(
-                    statuses: statuses, channel: channel, since: since, limit: limit, on: app.db)
+            let ended = try await withStorage(storage, failures: []) { belfry in
+                let since = window.map { belfry.context.now().addingTimeInterval(-TimeInterval($0)) }
+                return try await belfry.services.deadLetters.list(
+                    statuses: statuses, channel: channel, since: since, limit: limit, on: belfry.db)
             }
             output.say(
                 ended.map { delivery in
@@ -83,21 +83,25 @@ struct DeliveriesCommand: AsyncParsableCommand {
 
         func run() async throws {
             let (ids, channel) = (ids.compactMap(UUID.init(uuidString:)), channel)
-            let (queued, unknown) = try await withStorage(storage, failures: []) { app -> (Int, [UUID]) in
-                let letters = app.belfryServices.deadLetters
+            let (queued, unknown) = try await withStorage(storage, failures: []) { belfry -> (Int, [UUID]) in
+                let letters = belfry.services.deadLetters
                 var queued = 0
                 var unknown: [UUID] = []
                 if let channel {
-                    queued = try await letters.retry(channel: channel, on: app.db)
+                    queued = try await letters.retry(channel: channel, on: belfry.db)
                 } else {
                     for id in ids {
-                        if try await letters.retry(delivery: id, on: app.db) { queued += 1 } else { unknown.append(id) }
+                        if try await letters.retry(delivery: id, on: belfry.db) {
+                            queued += 1
+                        } else {
+                            unknown.append(id)
+                        }
                     }
                 }
                 if queued > 0 {
-                    try await app.belfryServices.auditLog.record(
+                    try await belfry.services.auditLog.record(
                         .deliveriesRetried, by: "cli", subject: channel.map { "channel:\($0)" },
-                        detail: "\(queued) queued", on: app.db)
+                        detail: "\(queued) queued", on: belfry.db)
                 }
                 return (queued, unknown)
             }

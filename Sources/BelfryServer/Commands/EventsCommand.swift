@@ -33,8 +33,8 @@ struct EventsCommand: AsyncParsableCommand {
         func run() async throws {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let wanted = state.flatMap(EventStatus.FanoutState.init(rawValue:))
-            let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await app.belfryServices.eventStatuses.recent(state: wanted, limit: limit, on: app.db)
+            let events = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+                try await belfry.services.eventStatuses.recent(state: wanted, limit: limit, on: belfry.db)
             }
             output.say(
                 events.map { event in
@@ -57,15 +57,15 @@ struct EventsCommand: AsyncParsableCommand {
             guard UUID(uuidString: id) != nil else { throw ValidationError("\"\(id)\" is not an event id") }
         }
 
-        /// Runs `body` with the app once the event is known to exist.
-        func run<T>(_ body: @escaping (Application, UUID) async throws -> T) async throws -> T {
+        /// Runs `body` once the event is known to exist.
+        func run<T>(_ body: @escaping (CommandScope, UUID) async throws -> T) async throws -> T {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
             let event = UUID(uuidString: id)!  // checked in validate()
-            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                guard try await app.belfryServices.eventStatuses.exists(event, on: app.db) else {
+            return try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+                guard try await belfry.services.eventStatuses.exists(event, on: belfry.db) else {
                     throw CommandFailure("no event \(id)")
                 }
-                return try await body(app, event)
+                return try await body(belfry, event)
             }
         }
     }
@@ -78,8 +78,8 @@ struct EventsCommand: AsyncParsableCommand {
         @OptionGroup var output: ShowOutput
 
         func run() async throws {
-            let status = try await target.run { app, event in
-                try await app.belfryServices.eventStatuses.status(of: event, on: app.db)
+            let status = try await target.run { belfry, event in
+                try await belfry.services.eventStatuses.status(of: event, on: belfry.db)
             }
             try sayJSON(status, compact: output.json)
         }
@@ -92,11 +92,11 @@ struct EventsCommand: AsyncParsableCommand {
         @OptionGroup var target: Target
 
         func run() async throws {
-            let queued = try await target.run { app, event in
-                let queued = try await app.belfryServices.deadLetters.retry(event: event, on: app.db)
-                try await app.belfryServices.auditLog.record(
+            let queued = try await target.run { belfry, event in
+                let queued = try await belfry.services.deadLetters.retry(event: event, on: belfry.db)
+                try await belfry.services.auditLog.record(
                     .deliveriesRetried, by: "cli", subject: event.uuidString.lowercased(), detail: "\(queued) queued",
-                    on: app.db)
+                    on: belfry.db)
                 return queued
             }
             say("\(queued) \(queued == 1 ? "delivery" : "deliveries") queued again")

@@ -34,11 +34,11 @@ struct KeysCommand: AsyncParsableCommand {
 
         func run() async throws {
             let (name, scope) = (name, KeyScope(rawValue: scope) ?? .read)
-            let created = try await withKeys(storage) { app in
-                let created = try await app.belfry.keyStore.create(name: name, scope: scope, on: app.db)
-                try await app.belfryServices.auditLog.record(
+            let created = try await withKeys(storage) { belfry in
+                let created = try await belfry.context.keyStore.create(name: name, scope: scope, on: belfry.db)
+                try await belfry.services.auditLog.record(
                     .keyCreated, by: "cli", subject: name,
-                    detail: "scope \(scope.rawValue), fingerprint \(created.record.fingerprint)", on: app.db)
+                    detail: "scope \(scope.rawValue), fingerprint \(created.record.fingerprint)", on: belfry.db)
                 return created
             }
             FileHandle.standardError.write(
@@ -55,7 +55,7 @@ struct KeysCommand: AsyncParsableCommand {
         @OptionGroup var output: ListOutput
 
         func run() async throws {
-            let keys = try await withKeys(storage) { app in try await app.belfry.keyStore.list(on: app.db) }
+            let keys = try await withKeys(storage) { belfry in try await belfry.context.keyStore.list(on: belfry.db) }
             output.say(
                 keys.map { key in
                     [
@@ -79,10 +79,10 @@ struct KeysCommand: AsyncParsableCommand {
 
         func run() async throws {
             let name = name
-            let revoked = try await withKeys(storage) { app in
-                let revoked = try await app.belfry.keyStore.revoke(name: name, on: app.db)
+            let revoked = try await withKeys(storage) { belfry in
+                let revoked = try await belfry.context.keyStore.revoke(name: name, on: belfry.db)
                 if revoked {
-                    try await app.belfryServices.auditLog.record(.keyRevoked, by: "cli", subject: name, on: app.db)
+                    try await belfry.services.auditLog.record(.keyRevoked, by: "cli", subject: name, on: belfry.db)
                 }
                 return revoked
             }
@@ -110,8 +110,8 @@ struct AuditCommand: AsyncParsableCommand {
 
     func run() async throws {
         let limit = limit
-        let page = try await withKeys(storage) { app in
-            try await app.belfryServices.auditLog.entries(limit: limit, before: nil, on: app.db)
+        let page = try await withKeys(storage) { belfry in
+            try await belfry.services.auditLog.entries(limit: limit, before: nil, on: belfry.db)
         }
         output.say(
             page.entries.map { entry in
@@ -122,7 +122,7 @@ struct AuditCommand: AsyncParsableCommand {
 
 /// Runs `body` on the configured database, a refused name reported as a usage error.
 private func withKeys<T>(
-    _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
+    _ storage: StorageOptions, _ body: @escaping (CommandScope) async throws -> T
 ) async throws -> T {
     try await withStorage(storage, failures: [.invalidRequest], body)
 }

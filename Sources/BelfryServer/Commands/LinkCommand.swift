@@ -63,12 +63,12 @@ struct LinkCommand: AsyncParsableCommand {
         else {
             throw ValidationError("--base-url must be an http or https address, got \"\(base)\"")
         }
-        let link = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-            guard let model = try await UserModel.query(on: app.db).filter(\.$externalID == user).first() else {
+        let link = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+            guard let model = try await UserModel.query(on: belfry.db).filter(\.$externalID == user).first() else {
                 throw CommandFailure("no user \"\(user)\"; create it with PUT /v1/users/\(user)")
             }
-            return try app.belfry.webSigner.link(
-                page: page, userID: try model.requireID(), externalID: model.externalID, now: app.belfry.now(),
+            return try belfry.context.webSigner.link(
+                page: page, userID: try model.requireID(), externalID: model.externalID, now: belfry.context.now(),
                 lifetime: lifetime)
         }
         say("\(base)/\(page)?link=\(link)\(tenant.map { "&tenant=\($0)" } ?? "")")

@@ -56,10 +56,10 @@ struct MessagesCommand: AsyncParsableCommand {
             var filter = MessageLog.Filter(
                 event: event.flatMap(UUID.init(uuidString:)), channel: channel, status: status)
             let after = after.flatMap(UUID.init(uuidString:))
-            let messages = try await withStorage(storage, failures: [.userNotFound]) { app in
-                if let user { filter.user = try await UserModel.find(externalID: user, on: app.db).requireID() }
-                filter.since = window.map { app.belfry.now().addingTimeInterval(-TimeInterval($0)) }
-                return try await app.belfryServices.messageLog.page(filter, after: after, limit: limit, on: app.db)
+            let messages = try await withStorage(storage, failures: [.userNotFound]) { belfry in
+                if let user { filter.user = try await UserModel.find(externalID: user, on: belfry.db).requireID() }
+                filter.since = window.map { belfry.context.now().addingTimeInterval(-TimeInterval($0)) }
+                return try await belfry.services.messageLog.page(filter, after: after, limit: limit, on: belfry.db)
             }
             // The next page: the same filters, after the last message shown.
             let next =
@@ -99,8 +99,8 @@ struct MessagesCommand: AsyncParsableCommand {
 
         func run() async throws {
             let id = UUID(uuidString: id) ?? UUID()
-            let message = try await withStorage(storage, failures: [.notFound]) { app in
-                guard let message = try await app.belfryServices.messageLog.message(id, on: app.db) else {
+            let message = try await withStorage(storage, failures: [.notFound]) { belfry in
+                guard let message = try await belfry.services.messageLog.message(id, on: belfry.db) else {
                     throw BelfryError(.notFound, "no message \(id.uuidString.lowercased())")
                 }
                 return message

@@ -56,8 +56,8 @@ struct SendCommand: AsyncParsableCommand {
             fields = object
         }
         let batches = users.chunked(EventIntake.maxRecipients)
-        let (ids, replayed) = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-            let intake = app.belfryServices.eventIntake
+        let (ids, replayed) = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+            let intake = belfry.services.eventIntake
             let progress = Progress(total: users.count)
             var ids: [UUID] = []
             var replayed = 0
@@ -67,7 +67,7 @@ struct SendCommand: AsyncParsableCommand {
                     content: .init(title: title, body: body, url: url), data: fields,
                     idempotencyKey: idempotencyKey.map { "\($0)-\(index + 1)" })
                 do {
-                    let accepted = try await intake.accept(request, via: .command, on: app.db)
+                    let accepted = try await intake.accept(request, via: .command, on: belfry.db)
                     ids.append(accepted.id)
                     if accepted.replayed { replayed += 1 }
                 } catch let error as BelfryError {

@@ -21,12 +21,14 @@ struct TopicsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            let topics = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                let store = app.belfryServices.topics
+            let topics = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+                let store = belfry.services.topics
                 if let topic {
-                    return [TopicSummary(topic: topic, subscribers: try await store.subscribers(of: topic, on: app.db))]
+                    return [
+                        TopicSummary(topic: topic, subscribers: try await store.subscribers(of: topic, on: belfry.db))
+                    ]
                 }
-                return try await store.all(on: app.db)
+                return try await store.all(on: belfry.db)
             }
             output.say(
                 topics.map { [$0.topic, "\($0.subscribers)"] }, columns: ["topic", "subscribers"],
@@ -48,8 +50,8 @@ struct TopicsCommand: AsyncParsableCommand {
         func run(_ body: @escaping (TopicStore, any Database) async throws -> Int) async throws -> Int {
             try check(topic: topic, users: users)
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            return try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                try await body(app.belfryServices.topics, app.db)
+            return try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+                try await body(belfry.services.topics, belfry.db)
             }
         }
     }

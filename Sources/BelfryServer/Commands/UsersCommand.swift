@@ -29,8 +29,8 @@ struct UsersCommand: AsyncParsableCommand {
 
         func run() async throws {
             let settings = try ServerConfiguration.forCommand(.init(database: storage.database, config: storage.config))
-            let users = try await withConfiguredApp(settings, arguments: ["belfry"]) { app, _ in
-                let query = UserModel.query(on: app.db).sort(\.$externalID).limit(limit)
+            let users = try await withConfiguredApp(settings, arguments: ["belfry"]) { belfry, _ in
+                let query = UserModel.query(on: belfry.db).sort(\.$externalID).limit(limit)
                 if let after { query.filter(\.$externalID > after) }
                 return try await query.all()
             }
@@ -50,7 +50,7 @@ struct UsersCommand: AsyncParsableCommand {
 
         func validate() throws { try UserID.check(user) }
 
-        func run<T>(_ body: @escaping (Application) async throws -> T) async throws -> T {
+        func run<T>(_ body: @escaping (CommandScope) async throws -> T) async throws -> T {
             try await withUsers(storage, body)
         }
     }
@@ -64,9 +64,9 @@ struct UsersCommand: AsyncParsableCommand {
 
         func run() async throws {
             let user = target.user
-            let record = try await target.run { app in
-                let model = try await UserModel.find(externalID: user, on: app.db)
-                return model.record(tenants: try await model.tenantIDs(on: app.db))
+            let record = try await target.run { belfry in
+                let model = try await UserModel.find(externalID: user, on: belfry.db)
+                return model.record(tenants: try await model.tenantIDs(on: belfry.db))
             }
             try sayJSON(record, compact: output.json)
         }
@@ -94,9 +94,9 @@ struct UsersCommand: AsyncParsableCommand {
                     throw CommandFailure("not erased: the id typed was not \(user)")
                 }
             }
-            try await target.run { app in
-                try await UserErasure.erase(user, storage: app.belfry.database, on: app.db)
-                try await app.belfryServices.auditLog.record(.userErased, by: "cli", subject: user, on: app.db)
+            try await target.run { belfry in
+                try await UserErasure.erase(user, storage: belfry.context.database, on: belfry.db)
+                try await belfry.services.auditLog.record(.userErased, by: "cli", subject: user, on: belfry.db)
             }
             say("erased \(user)")
         }
@@ -123,9 +123,9 @@ struct DevicesCommand: AsyncParsableCommand {
 
         func run() async throws {
             let user = user
-            let devices = try await withUsers(storage) { app in
-                let model = try await UserModel.find(externalID: user, on: app.db)
-                return try await app.belfryServices.devices.devices(of: try model.requireID(), on: app.db)
+            let devices = try await withUsers(storage) { belfry in
+                let model = try await UserModel.find(externalID: user, on: belfry.db)
+                return try await belfry.services.devices.devices(of: try model.requireID(), on: belfry.db)
             }
             let rows = devices.map { device in
                 // Enough of the address to tell devices apart, not the credential itself: a token's
@@ -145,7 +145,7 @@ struct DevicesCommand: AsyncParsableCommand {
 
 /// Runs `body` on the configured database; a user it does not find is a usage error.
 private func withUsers<T>(
-    _ storage: StorageOptions, _ body: @escaping (Application) async throws -> T
+    _ storage: StorageOptions, _ body: @escaping (CommandScope) async throws -> T
 ) async throws -> T {
     try await withStorage(storage, failures: [.userNotFound], body)
 }

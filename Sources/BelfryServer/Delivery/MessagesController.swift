@@ -6,6 +6,7 @@ import Vapor
 /// `GET /v1/messages` and `GET /v1/messages/{message_id}`: the message log, for the backend's
 /// support and analytics (an API key with the `read` scope, or `admin`).
 struct MessagesController: RouteCollection {
+    let auth: Authenticator
     let messageLog: MessageLog
 
     static let defaultLimit = 50
@@ -17,7 +18,7 @@ struct MessagesController: RouteCollection {
     }
 
     @Sendable func list(req: Request) async throws -> Response {
-        try await req.requireServer(.read)
+        try await req.requireServer(auth, .read)
         var filter = MessageLog.Filter()
         if let user = req.query[String.self, at: "user"] {
             guard let model = try await UserModel.query(on: req.db).filter(\.$externalID == user).first() else {
@@ -64,7 +65,7 @@ struct MessagesController: RouteCollection {
     }
 
     @Sendable func show(req: Request) async throws -> Response {
-        try await req.requireServer(.read)
+        try await req.requireServer(auth, .read)
         let text = req.parameters.get("message_id") ?? ""
         guard let id = UUID(uuidString: text), let message = try await self.messageLog.message(id, on: req.db)
         else {

@@ -46,7 +46,7 @@ struct DevicesController: RouteCollection {
 
     /// The preference page's token registers and removes its browser's Web Push subscription.
     @Sendable func register(req: Request) async throws -> Response {
-        let subject = try await req.requireUserSubject(page: .preferences)
+        let subject = try await req.requireUserSubject(context.auth, page: .preferences)
         let user = try await req.user(for: subject)
         var body = try req.decodeBody(DeviceRegistration.self)
         if subject.page != nil, body.platform != .webPush {
@@ -86,13 +86,13 @@ struct DevicesController: RouteCollection {
     }
 
     @Sendable func list(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(context.auth)
         let devices = try await self.devices.devices(of: try user.requireID(), on: req.db)
         return try Response.json(DeviceList(devices: devices.map(\.record)))
     }
 
     @Sendable func remove(req: Request) async throws -> HTTPStatus {
-        let user = try await req.requireUser(page: .preferences)
+        let user = try await req.requireUser(context.auth, page: .preferences)
         let text = req.parameters.get("device_id") ?? ""
         // Another user's device answers exactly like one that does not exist.
         guard let id = UUID(uuidString: text),

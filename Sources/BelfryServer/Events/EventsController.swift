@@ -7,6 +7,7 @@ import Vapor
 /// `POST /v1/events` (trigger) and `GET /v1/events/{event_id}` (fan-out and delivery status), API key:
 /// decodes and authenticates; `EventIntake` checks and stores.
 struct EventsController: RouteCollection {
+    let auth: Authenticator
     let eventIntake: EventIntake
     let eventStatuses: EventStatusQuery
 
@@ -17,7 +18,7 @@ struct EventsController: RouteCollection {
     }
 
     @Sendable func trigger(req: Request) async throws -> Response {
-        try await req.requireServer(.publish)
+        try await req.requireServer(auth, .publish)
         var event = try req.decodeBody(EventRequest.self)
         if let header = req.headers.first(name: "Idempotency-Key") {
             if let key = event.idempotencyKey, key != header {
@@ -38,7 +39,7 @@ struct EventsController: RouteCollection {
     }
 
     @Sendable func status(req: Request) async throws -> Response {
-        try await req.requireServer(.read, .publish)
+        try await req.requireServer(auth, .read, .publish)
         guard let id = req.parameters.get("event_id").flatMap(UUID.init(uuidString:)) else {
             throw BelfryError(.eventNotFound, "no event \"\(req.parameters.get("event_id") ?? "")\"")
         }

@@ -157,8 +157,11 @@ extension RateLimiter.Decision {
 /// (no bearer, or a key of the configuration) are classified without leaving the event loop,
 /// and an async middleware costs every request a task (a third of `/healthz`'s rate).
 struct RateLimitMiddleware: Middleware {
+    let limiter: RateLimiter
+    /// Tells a request's caller: an API key or a user (a route reads what it found).
+    let auth: Authenticator
     /// For page routes: limit by address in this class. Nil: by credential (global).
-    var byAddress: RateLimits.Class?
+    var byAddress: RateLimits.Class? = nil
 
     func respond(to request: Request, chainingTo next: any Responder) -> EventLoopFuture<Response> {
         if let byAddress { return limit(request, byAddress, request.clientAddress, next) }
@@ -166,12 +169,12 @@ struct RateLimitMiddleware: Middleware {
             request.headers.bearerAuthorization?.token
             ?? (request.url.path == "/v1/me/stream" ? request.queryValue(named: "token") : nil)
         guard let bearer else { return next.respond(to: request) }
-        if case .server(let grant) = request.configuredKeyPrincipal(for: bearer) {
+        if case .server(let grant) = request.configuredKeyPrincipal(auth, for: bearer) {
             return limit(request, .api, "\(grant.name):\(grant.fingerprint)", next)
         }
         let promise = request.eventLoop.makePromise(of: (RateLimits.Class, String).self)
         promise.completeWithTask {
-            switch try? await request.principal(for: bearer) {
+            switch try? await request.principal(auth, for: bearer) {
             case .server(let grant): (.api, "\(grant.name):\(grant.fingerprint)")
             case .user(let subject): (.user, subject.userID.uuidString)
             case nil: (.public, request.clientAddress)
@@ -183,7 +186,7 @@ struct RateLimitMiddleware: Middleware {
     private func limit(
         _ request: Request, _ kind: RateLimits.Class, _ caller: String, _ next: any Responder
     ) -> EventLoopFuture<Response> {
-        guard let decision = request.belfry.rateLimiter.take(kind, caller: caller) else {
+        guard let decision = limiter.take(kind, caller: caller) else {
             return next.respond(to: request)
         }
         guard decision.allowed else {

@@ -3,19 +3,19 @@ import Vapor
 
 extension Request {
     /// The caller, from `Authorization: Bearer …`: an API key or a user token.
-    func principal() async throws -> Principal {
+    func principal(_ auth: Authenticator) async throws -> Principal {
         guard let bearer = headers.bearerAuthorization?.token else {
             throw BelfryError(
                 .unauthorized, "send an API key or a user token as \"Authorization: Bearer <token>\"",
                 .challenge("Bearer"))
         }
-        return try await principal(for: bearer)
+        return try await principal(auth, for: bearer)
     }
 
-    func principal(for bearer: String) async throws -> Principal {
+    func principal(_ auth: Authenticator, for bearer: String) async throws -> Principal {
         // Read once per request: the rate limit reads it before the route does.
         if let known = storage[KnownPrincipal.self], known.bearer == bearer { return known.principal }
-        let principal = try await verifiedPrincipal(for: bearer)
+        let principal = try await verifiedPrincipal(auth, for: bearer)
         storage[KnownPrincipal.self] = KnownPrincipal(bearer: bearer, principal: principal)
         return principal
     }
@@ -23,19 +23,19 @@ extension Request {
     /// The principal of `bearer` if it is a key of the configuration, found without leaving the
     /// event loop (the rate limit's fast path), and kept for the route as `principal(for:)` keeps
     /// what it finds.
-    func configuredKeyPrincipal(for bearer: String) -> Principal? {
-        guard let fingerprint = belfry.apiKeys.fingerprint(ifAccepting: bearer) else { return nil }
+    func configuredKeyPrincipal(_ auth: Authenticator, for bearer: String) -> Principal? {
+        guard let fingerprint = auth.apiKeys.fingerprint(ifAccepting: bearer) else { return nil }
         let principal = Principal.server(.environment(fingerprint: fingerprint))
         storage[KnownPrincipal.self] = KnownPrincipal(bearer: bearer, principal: principal)
         return principal
     }
 
     /// The grant of `key` if it is an API key: one of the configuration's, or an active stored one.
-    func apiKeyGrant(for key: String) async throws -> KeyGrant? {
-        if let fingerprint = belfry.apiKeys.fingerprint(ifAccepting: key) {
+    func apiKeyGrant(_ auth: Authenticator, for key: String) async throws -> KeyGrant? {
+        if let fingerprint = auth.apiKeys.fingerprint(ifAccepting: key) {
             return .environment(fingerprint: fingerprint)
         }
-        return try await belfry.keyStore.grant(for: key, on: db)
+        return try await auth.keyStore.grant(for: key, on: db)
     }
 
     /// The connection's address: never a forwarded-for header, which a client can write.
@@ -49,10 +49,10 @@ extension Request {
         var principal: Principal
     }
 
-    private func verifiedPrincipal(for bearer: String) async throws -> Principal {
-        if let grant = try await apiKeyGrant(for: bearer) { return .server(grant) }
+    private func verifiedPrincipal(_ auth: Authenticator, for bearer: String) async throws -> Principal {
+        if let grant = try await apiKeyGrant(auth, for: bearer) { return .server(grant) }
         do {
-            return .user(try await belfry.tokens.verify(bearer, now: belfry.now()))
+            return .user(try await auth.tokens.verify(bearer, now: auth.now()))
         } catch .expired {
             throw BelfryError(
                 .tokenExpired, "the user token has expired; mint a new one",
@@ -67,8 +67,8 @@ extension Request {
     /// Requires an API key whose scope is `admin` or one of `scopes` (`admin` alone when none
     /// are given).
     @discardableResult
-    func requireServer(_ scopes: KeyScope...) async throws -> KeyGrant {
-        guard case .server(let grant) = try await principal() else {
+    func requireServer(_ auth: Authenticator, _ scopes: KeyScope...) async throws -> KeyGrant {
+        guard case .server(let grant) = try await principal(auth) else {
             throw BelfryError(.forbidden, "this endpoint needs an API key, not a user token")
         }
         try Self.check(grant, allows: scopes.isEmpty ? [.admin] : scopes)
@@ -86,8 +86,8 @@ extension Request {
 
     /// Requires a user token for a user that still exists. A page's token passes only where
     /// `page` names its page: the routes that page's scripts call.
-    func requireUser(page: WebLayout.Page? = nil) async throws -> UserModel {
-        try await user(for: try await requireUserSubject(page: page))
+    func requireUser(_ auth: Authenticator, page: WebLayout.Page? = nil) async throws -> UserModel {
+        try await user(for: try await requireUserSubject(auth, page: page))
     }
 
     /// Requires a user token, without reading its user: the caller checks that the user still
@@ -96,13 +96,13 @@ extension Request {
     /// - Parameter allowingQueryToken: also accept the token as a `token` query parameter, for
     ///   browsers' EventSource, which cannot send headers. Request logs show paths only, not queries.
     func requireUserSubject(
-        allowingQueryToken: Bool = false, page: WebLayout.Page? = nil
+        _ auth: Authenticator, allowingQueryToken: Bool = false, page: WebLayout.Page? = nil
     ) async throws -> UserTokens.Subject {
         let principal: Principal
         if allowingQueryToken, headers.bearerAuthorization == nil, let token = queryValue(named: "token") {
-            principal = try await self.principal(for: token)
+            principal = try await self.principal(auth, for: token)
         } else {
-            principal = try await self.principal()
+            principal = try await self.principal(auth)
         }
         guard case .user(let subject) = principal else {
             throw BelfryError(
@@ -134,8 +134,8 @@ extension Request {
     /// Requires an API key, or a user token of the user named in the path (`user_id`). The
     /// caller is authenticated before the id is checked, so a malformed id without credentials
     /// is a 401, not a 422.
-    func requireServerOrPathUser() async throws -> UserModel {
-        let principal = try await principal()
+    func requireServerOrPathUser(_ auth: Authenticator) async throws -> UserModel {
+        let principal = try await principal(auth)
         let externalID = try userIDParameter()
         switch principal {
         case .server(let grant):

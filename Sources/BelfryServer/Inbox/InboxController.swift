@@ -28,7 +28,7 @@ struct InboxController: RouteCollection {
     }
 
     @Sendable func list(req: Request) async throws -> Response {
-        let user = try await req.requireUser(page: .inbox)
+        let user = try await req.requireUser(context.auth, page: .inbox)
         var filter = InboxStore.Filter()
         if let status = req.query[String.self, at: "status"] {
             guard let parsed = InboxStore.Status(rawValue: status) else {
@@ -39,7 +39,7 @@ struct InboxController: RouteCollection {
             filter.status = parsed
         }
         filter.category = req.query[String.self, at: "category"]
-        filter.tenant = try req.tenantFilter()
+        filter.tenant = try req.tenantFilter(in: context.workspace)
         let limitText = req.query[String.self, at: "limit"]
         guard let limit = limitText.map({ Int($0) }) ?? 20, (1...100).contains(limit) else {
             throw BelfryError.invalid("query parameter \"limit\" must be from 1 to 100, got \"\(limitText ?? "")\"")
@@ -57,13 +57,14 @@ struct InboxController: RouteCollection {
     }
 
     @Sendable func counts(req: Request) async throws -> Response {
-        let user = try await req.requireUser(page: .inbox)
+        let user = try await req.requireUser(context.auth, page: .inbox)
         return try Response.json(
-            try await store(req).counts(userID: try user.requireID(), tenant: try req.tenantFilter(), on: req.db))
+            try await store(req).counts(
+                userID: try user.requireID(), tenant: try req.tenantFilter(in: context.workspace), on: req.db))
     }
 
     private func mark(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
-        let user = try await req.requireUser(page: .inbox)
+        let user = try await req.requireUser(context.auth, page: .inbox)
         let text = req.parameters.get("notification_id") ?? ""
         // Another user's notification answers exactly like one that does not exist.
         let userID = try user.requireID()
@@ -77,7 +78,7 @@ struct InboxController: RouteCollection {
 
     /// A custom action chosen on a notification (seed 003's notification actions).
     @Sendable func respond(req: Request) async throws -> Response {
-        let user = try await req.requireUser(page: .inbox)
+        let user = try await req.requireUser(context.auth, page: .inbox)
         let text = req.parameters.get("notification_id") ?? ""
         let actionID = req.parameters.get("action_id") ?? ""
         let outcome: InboxStore.ActionOutcome =
@@ -102,9 +103,9 @@ struct InboxController: RouteCollection {
     }
 
     private func markAll(_ req: Request, _ mark: InboxStore.Mark) async throws -> Response {
-        let user = try await req.requireUser(page: .inbox)
+        let user = try await req.requireUser(context.auth, page: .inbox)
         let userID = try user.requireID()
-        let tenant = try req.tenantFilter()
+        let tenant = try req.tenantFilter(in: context.workspace)
         let updated = try await self.inboxChanges.markAll(
             mark, userID: userID, tenant: tenant, category: req.query[String.self, at: "category"], on: req.db)
         struct Answer: Encodable {
@@ -122,7 +123,7 @@ extension InboxController {
     /// parameter. A `counts` event comes first; `Last-Event-ID` replays what a reconnecting
     /// client missed in the last few minutes; a comment every 15 s keeps proxies from closing it.
     @Sendable func stream(req: Request) async throws -> Response {
-        let subject = try await req.requireUserSubject(allowingQueryToken: true, page: .inbox)
+        let subject = try await req.requireUserSubject(context.auth, allowingQueryToken: true, page: .inbox)
         let userID = subject.userID
         // Ids are "<instance>-<n>": one from another instance (the client reconnected elsewhere)
         // replays nothing, and the first `counts` brings the client up to date.
@@ -172,9 +173,9 @@ extension InboxController {
 
 extension Request {
     /// The optional `tenant` query parameter of inbox routes: absent means every tenant.
-    func tenantFilter() throws -> String? {
+    func tenantFilter(in workspace: WorkspaceConfig) throws -> String? {
         guard let tenant = query[String.self, at: "tenant"] else { return nil }
-        guard belfry.workspace.tenant(tenant) != nil else {
+        guard workspace.tenant(tenant) != nil else {
             throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
         return tenant

@@ -12,19 +12,23 @@ import Vapor
 /// fresh counts, since signals sent meanwhile are gone.
 final class InboxRelayListener: LifecycleHandler, Sendable {
     private let configuration: PostgresConnection.Configuration
+    private let context: BelfryContext
+    private let services: BelfryServices
     private let task = NIOLockedValueBox<Task<Void, Never>?>(nil)
     /// Whether LISTEN is in place: tests wait for it.
     let isListening = NIOLockedValueBox(false)
 
-    init(url: String) throws {
+    init(url: String, context: BelfryContext, services: BelfryServices) throws {
         var configuration = try SQLPostgresConfiguration(url: url)
         configuration.searchPath = nil
         self.configuration = configuration.coreConfiguration
+        self.context = context
+        self.services = services
     }
 
     func didBootAsync(_ application: Application) async throws {
-        let context = application.belfry
-        let services = application.belfryServices
+        let context = context
+        let services = services
         let database: @Sendable () -> any Database = { [unowned application] in application.db }
         let eventLoop = application.eventLoopGroup.any()
         let logger = application.logger

@@ -73,7 +73,7 @@ struct OperationsController: RouteCollection {
 
     /// `GET /v1/audit?limit=&before=` (an admin key): the audit log, newest first.
     @Sendable func audit(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(context.auth)
         let limit = try req.query.get(Int?.self, at: "limit") ?? 100
         guard (1...1000).contains(limit) else {
             throw BelfryError.invalid("query \"limit\" must be from 1 to 1000, got \(limit)")
@@ -94,7 +94,7 @@ struct OperationsController: RouteCollection {
     /// it with a user token to register the categories and actions with the OS; the ETag lets
     /// them keep a copy and ask again cheaply.
     @Sendable func config(req: Request) async throws -> Response {
-        _ = try await req.principal()
+        _ = try await req.principal(context.auth)
         let etag = "\"\(context.workspaceFingerprint)\""
         if let ifNoneMatch = req.headers.first(name: .ifNoneMatch),
             PreferenceStore.matches(ifNoneMatch, current: etag)

@@ -13,11 +13,11 @@ struct PreferencesController: RouteCollection {
 
     func boot(routes: any RoutesBuilder) throws {
         let me = routes.grouped("v1", "me", "preferences")
-        me.get(use: { req in try await show(req, user: try await req.requireUser(page: .preferences)) })
+        me.get(use: { req in try await show(req, user: try await req.requireUser(context.auth, page: .preferences)) })
         me.patch(
             "categories", ":category",
             use: { req in
-                let user = try await req.requireUser(page: .preferences)
+                let user = try await req.requireUser(context.auth, page: .preferences)
                 let change = PreferenceChange.category(
                     try req.pathParameter("category"),
                     try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
@@ -26,7 +26,7 @@ struct PreferencesController: RouteCollection {
         me.patch(
             "categories", ":category", "channels", ":channel",
             use: { req in
-                let user = try await req.requireUser(page: .preferences)
+                let user = try await req.requireUser(context.auth, page: .preferences)
                 let change = PreferenceChange.channelInCategory(
                     channel: try req.pathParameter("channel"), category: try req.pathParameter("category"),
                     try req.decodeBody(PreferenceBody<PreferenceOptions>.self).preference)
@@ -35,7 +35,7 @@ struct PreferencesController: RouteCollection {
         me.patch(
             "channels", ":channel",
             use: { req in
-                let user = try await req.requireUser(page: .preferences)
+                let user = try await req.requireUser(context.auth, page: .preferences)
                 let change = PreferenceChange.overallChannel(
                     try req.pathParameter("channel"),
                     try req.decodeBody(PreferenceBody<ChannelLevelPreferenceOptions>.self)
@@ -43,17 +43,19 @@ struct PreferencesController: RouteCollection {
                 return try await patch(req, user: user, change: change)
             })
         me.post(
-            "changes", use: { req in try await changeMany(req, user: try await req.requireUser(page: .preferences)) })
+            "changes",
+            use: { req in try await changeMany(req, user: try await req.requireUser(context.auth, page: .preferences)) }
+        )
 
         let server = routes.grouped("v1", "users", ":user_id", "preferences")
         server.get(use: { req in
-            try await show(req, user: try await req.requireServerOrPathUser())
+            try await show(req, user: try await req.requireServerOrPathUser(context.auth))
         })
         server.post(
             "changes",
             use: { req in
                 try await changeMany(
-                    req, user: try await req.requireServerOrPathUser())
+                    req, user: try await req.requireServerOrPathUser(context.auth))
             })
     }
 
@@ -72,7 +74,7 @@ struct PreferencesController: RouteCollection {
     }
 
     func show(_ req: Request, user: UserModel) async throws -> Response {
-        let scope = try req.preferenceScope()
+        let scope = try req.preferenceScope(in: context.workspace)
         let view = try await store(req).view(userID: try user.requireID(), scope: scope, on: req.db)
         if let ifNoneMatch = req.headers.first(name: .ifNoneMatch),
             PreferenceStore.matches(ifNoneMatch, current: view.etag)
@@ -83,7 +85,7 @@ struct PreferencesController: RouteCollection {
     }
 
     func patch(_ req: Request, user: UserModel, change: PreferenceChange) async throws -> Response {
-        let scope = try req.preferenceScope()
+        let scope = try req.preferenceScope(in: context.workspace)
         let expected = req.headers.first(name: .ifMatch).map { [scope: $0] } ?? [:]
         let views = try await self.preferenceChanges.change(
             userID: try user.requireID(), scopes: [scope], changes: [change], expected: expected, on: req.db)
@@ -140,8 +142,7 @@ struct PreferencesController: RouteCollection {
 extension Request {
     /// The scope a preference request reads or writes: `?tenant=` (the workspace default
     /// tenant when absent), or `?scope=defaults` for the user's own defaults.
-    func preferenceScope() throws -> PreferenceScope {
-        let workspace = belfry.workspace
+    func preferenceScope(in workspace: WorkspaceConfig) throws -> PreferenceScope {
         let tenant = query[String.self, at: "tenant"]
         switch query[String.self, at: "scope"] {
         case nil:

@@ -23,7 +23,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func addSubscribers(req: Request) async throws -> Response {
-        try await req.requireServer(.publish)
+        try await req.requireServer(context.auth, .publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
         let added = try await self.topics.subscribe(users, to: topic, on: req.db)
@@ -34,7 +34,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func removeSubscribers(req: Request) async throws -> Response {
-        try await req.requireServer(.publish)
+        try await req.requireServer(context.auth, .publish)
         let topic = try req.topicParameter()
         let users = try Self.users(req)
         let removed = try await self.topics.unsubscribe(users, from: topic, on: req.db)
@@ -45,12 +45,12 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func show(req: Request) async throws -> Response {
-        try await req.requireServer(.read, .publish)
+        try await req.requireServer(context.auth, .read, .publish)
         return try await summary(req, try req.topicParameter())
     }
 
     @Sendable func mine(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(context.auth)
         return try Response.json(
             UserTopics(topics: try await self.topics.topics(of: try user.requireID(), on: req.db)))
     }
@@ -58,7 +58,7 @@ struct TopicsController: RouteCollection {
     /// Only the topics the workspace lets users follow: the rest (a project's members, a private
     /// page's watchers) are the backend's to grant. Leaving any topic is always the user's choice.
     @Sendable func follow(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(context.auth)
         let topic = try req.topicParameter()
         guard context.workspace.userMayFollow(topic) else {
             throw BelfryError(
@@ -71,7 +71,7 @@ struct TopicsController: RouteCollection {
     }
 
     @Sendable func unfollow(req: Request) async throws -> Response {
-        let user = try await req.requireUser()
+        let user = try await req.requireUser(context.auth)
         let topic = try req.topicParameter()
         try await self.topics.unsubscribe(userID: try user.requireID(), from: topic, on: req.db)
         return try await mine(req: req)

@@ -19,7 +19,7 @@ struct QuietHoursController: RouteCollection {
 
     private func owner(_ req: Request) async throws -> UserModel {
         req.parameters.get("user_id") == nil
-            ? try await req.requireUser() : try await req.requireServerOrPathUser()
+            ? try await req.requireUser(context.auth) : try await req.requireServerOrPathUser(context.auth)
     }
 
     private func show(_ user: UserModel) throws -> Response {

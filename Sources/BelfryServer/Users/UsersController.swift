@@ -21,7 +21,7 @@ struct UsersController: RouteCollection {
     }
 
     @Sendable func upsert(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(context.auth)
         let externalID = try req.userIDParameter()
         // A field left out keeps its value; one sent as null clears it.
         let (body, cleared) = try req.decodeBodyAndNulls(UserUpsert.self)
@@ -78,14 +78,14 @@ struct UsersController: RouteCollection {
     }
 
     @Sendable func show(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(context.auth)
         let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
         return try Response.json(user.record(tenants: try await user.tenantIDs(on: req.db)))
     }
 
     /// Erases the user and everything stored about them.
     @Sendable func erase(req: Request) async throws -> HTTPStatus {
-        let grant = try await req.requireServer()
+        let grant = try await req.requireServer(context.auth)
         let externalID = try req.userIDParameter()
         try await UserErasure.erase(externalID, storage: context.database, on: req.db)
         req.logger.info("user erased", metadata: ["belfry.user": "\(externalID)"])
@@ -97,10 +97,10 @@ struct UsersController: RouteCollection {
     /// user out of every browser. Their page sessions and the page tokens minted from them stop
     /// working at their next request, on every instance; tokens the backend minted are not touched.
     @Sendable func signOutEverywhere(req: Request) async throws -> HTTPStatus {
-        let user = try await req.requireServerOrPathUser()
+        let user = try await req.requireServerOrPathUser(context.auth)
         let userID = try user.requireID()
         let actor: String =
-            switch try await req.principal() {
+            switch try await req.principal(context.auth) {
             case .server(let grant): grant.actor
             case .user: "user:\(user.externalID)"
             }
@@ -125,7 +125,7 @@ struct UsersController: RouteCollection {
     }
 
     @Sendable func mintToken(req: Request) async throws -> Response {
-        try await req.requireServer()
+        try await req.requireServer(context.auth)
         let user = try await UserModel.find(externalID: try req.userIDParameter(), on: req.db)
         let hasBody = (req.body.data?.readableBytes ?? 0) > 0
         let lifetime = hasBody ? try req.decodeBody(TokenRequest.self).ttlSeconds : nil

@@ -14,7 +14,9 @@ struct UnsubscribeController: RouteCollection {
     let preferenceChanges: PreferenceChanges
 
     func boot(routes: any RoutesBuilder) throws {
-        let pages = routes.grouped(WebErrorMiddleware(), RateLimitMiddleware(byAddress: .public))
+        let pages = routes.grouped(
+            WebErrorMiddleware(),
+            RateLimitMiddleware(limiter: context.rateLimiter, auth: context.auth, byAddress: .public))
         pages.get("unsubscribe", ":token", use: confirm)
         pages.post("unsubscribe", ":token", use: unsubscribe)
     }
@@ -29,7 +31,7 @@ struct UnsubscribeController: RouteCollection {
 
     private func target(_ req: Request) async throws -> Target {
         guard let token = req.parameters.get("token"),
-            let link = req.webSigner.verify(token, as: UnsubscribeLink.self), link.kind == "unsubscribe"
+            let link = context.webSigner.verify(token, as: UnsubscribeLink.self), link.kind == "unsubscribe"
         else {
             throw BelfryError(.invalidLink, "This unsubscribe link is not valid. Use the link in a recent email.")
         }

@@ -21,7 +21,8 @@ struct WebController: RouteCollection {
         pages.post("preferences", use: savePreferences)
         pages.get("inbox", use: inbox)
         pages.post("inbox", use: changeInbox)
-        pages.grouped(RateLimitMiddleware(byAddress: .public)).post("web", "session", use: signIn)
+        pages.grouped(RateLimitMiddleware(limiter: context.rateLimiter, auth: context.auth, byAddress: .public)).post(
+            "web", "session", use: signIn)
         routes.post("web", "session", "token", use: apiToken)
         pages.post("web", "signout", use: signOut)
         routes.get("web", ":file", use: asset)
@@ -65,7 +66,7 @@ struct WebController: RouteCollection {
                 subject.userID, [.preferences, .inbox], Int(subject.expiresAt.timeIntervalSince1970)
             )
         } else {
-            guard let link, let parsed = req.webSigner.verify(link, as: WebLink.self), parsed.kind == "link" else {
+            guard let link, let parsed = context.webSigner.verify(link, as: WebLink.self), parsed.kind == "link" else {
                 throw BelfryError(.invalidLink, "This link is not valid. Ask for a new one.")
             }
             guard parsed.exp > Int(now.timeIntervalSince1970) else {
@@ -97,13 +98,13 @@ struct WebController: RouteCollection {
         }
         guard let grant = try await grant(token: token, link: link, page: page, req) else { return nil }
         let tenant = req.query[String.self, at: "tenant"].flatMap { context.workspace.tenant($0)?.id }
-        if let (session, user) = try await req.webSession(), user.id == grant.user.id,
+        if let (session, user) = try await req.webSession(context), user.id == grant.user.id,
             session.opens(page, at: context.now())
         {
             return Self.redirect(req, to: page, tenant: tenant)
         }
         let nonce = randomToken(bytes: 16)
-        var fields = [("page", page.rawValue), ("_csrf", req.webSigner.csrfToken(nonce: "signin:\(nonce)"))]
+        var fields = [("page", page.rawValue), ("_csrf", context.webSigner.csrfToken(nonce: "signin:\(nonce)"))]
         if let token { fields.append(("token", token)) } else if let link { fields.append(("link", link)) }
         if let tenant { fields.append(("tenant", tenant)) }
         let response = WebResponse.html(
@@ -123,7 +124,7 @@ struct WebController: RouteCollection {
             throw BelfryError.badRequest("A sign-in names its page: preferences or inbox.")
         }
         guard let nonce = req.cookies[WebSignIn.cookieName]?.string,
-            req.webSigner.checkCSRF(form["_csrf"], nonce: "signin:\(nonce)")
+            context.webSigner.checkCSRF(form["_csrf"], nonce: "signin:\(nonce)")
         else {
             throw BelfryError(
                 .csrfFailed, "This sign-in did not start on this site, or has expired. Open your link again.")
@@ -132,12 +133,12 @@ struct WebController: RouteCollection {
             throw BelfryError(.invalidLink, "This sign-in carries no token or link. Open your link again.")
         }
         let now = context.now()
-        let existing = try await req.webSession()?.0
-        let session = try req.webSigner.session(
+        let existing = try await req.webSession(context)?.0
+        let session = try context.webSigner.session(
             for: grant.user, pages: grant.pages, until: grant.until, now: now, adding: existing)
         let response = Self.redirect(
             req, to: page, tenant: form["tenant"].flatMap { context.workspace.tenant($0)?.id })
-        response.cookies[WebSession.cookieName] = try req.sessionCookie(session)
+        response.cookies[WebSession.cookieName] = try req.sessionCookie(session, context)
         response.cookies[WebSignIn.cookieName] = HTTPCookies.Value(
             string: "", expires: Date(timeIntervalSince1970: 0), maxAge: 0, path: "/web/session", isSecure: true,
             isHTTPOnly: true, sameSite: .strict)
@@ -162,7 +163,7 @@ struct WebController: RouteCollection {
 
     /// The signed-in session, if it opens `page`, or a page saying how to sign in.
     private func requireSession(_ req: Request, page: WebLayout.Page) async throws -> (WebSession, UserModel) {
-        guard let signedIn = try await req.webSession() else {
+        guard let signedIn = try await req.webSession(context) else {
             throw BelfryError(.notSignedIn, "You are not signed in. Open this page from the link in your app or email.")
         }
         guard signedIn.0.opens(page, at: context.now()) else {
@@ -179,7 +180,7 @@ struct WebController: RouteCollection {
     ) async throws -> (WebSession, UserModel) {
         let (session, user) = try await requireSession(req, page: page)
         let candidate = form["_csrf"] ?? req.headers.first(name: "X-CSRF-Token")
-        guard req.webSigner.checkCSRF(candidate, for: session) else {
+        guard context.webSigner.checkCSRF(candidate, for: session) else {
             throw BelfryError(
                 .csrfFailed, "This form has expired or did not come from this site. Reload the page and try again.")
         }
@@ -205,7 +206,7 @@ struct WebController: RouteCollection {
         let token = try await pageToken(req, page: page, session: session, user: user)
         return WebLayout(
             page: page, title: title, userName: user.externalID, unread: counts.unread,
-            csrf: req.webSigner.csrfToken(for: session), apiToken: token.token, scripts: scripts)
+            csrf: context.webSigner.csrfToken(for: session), apiToken: token.token, scripts: scripts)
     }
 
     /// Ends this browser's session: the cookie is cleared and a page says so. The page's script
@@ -252,7 +253,8 @@ struct WebController: RouteCollection {
             case "all": .init(text: "Saved for all your sites.", isError: false)
             default: nil
             }
-        return try await renderPreferences(req, session: session, user: user, tenant: try req.webTenant(), flash: flash)
+        return try await renderPreferences(
+            req, session: session, user: user, tenant: try req.webTenant(in: context.workspace), flash: flash)
     }
 
     private func renderPreferences(
@@ -264,7 +266,8 @@ struct WebController: RouteCollection {
         let page = PreferenceCenterPage(
             workspace: context.workspace, data: view.data.showing(context.settings.channelsShownToUsers),
             tenant: tenant, etag: view.etag,
-            userTenants: try await user.tenantIDs(on: req.db), flash: flash, csrf: req.webSigner.csrfToken(for: session)
+            userTenants: try await user.tenantIDs(on: req.db), flash: flash,
+            csrf: context.webSigner.csrfToken(for: session)
         )
         let layout = try await layout(
             req, page: .preferences, title: "Notification preferences", session: session, user: user,
@@ -277,7 +280,7 @@ struct WebController: RouteCollection {
     @Sendable func savePreferences(req: Request) async throws -> Response {
         let form = try WebForm.parse(req)
         let (session, user) = try await requireSessionForChange(req, page: .preferences, form: form)
-        let tenant = try req.webTenant(form["tenant"])
+        let tenant = try req.webTenant(form["tenant"], in: context.workspace)
         let userID = try user.requireID()
         let store = self.preferenceStore
         let current = try await store.view(userID: userID, scope: .tenant(tenant), on: req.db)
@@ -429,9 +432,9 @@ struct WebController: RouteCollection {
 
 extension Request {
     /// `?tenant=` (or a form's tenant) for a page: the workspace default when absent.
-    func webTenant(_ given: String? = nil) throws -> String {
-        let id = given ?? query[String.self, at: "tenant"] ?? belfry.workspace.defaultTenant
-        guard belfry.workspace.tenant(id) != nil else {
+    func webTenant(_ given: String? = nil, in workspace: WorkspaceConfig) throws -> String {
+        let id = given ?? query[String.self, at: "tenant"] ?? workspace.defaultTenant
+        guard workspace.tenant(id) != nil else {
             throw BelfryError(.tenantNotFound, "There is no site \"\(id)\" here.")
         }
         return id

@@ -139,14 +139,12 @@ struct WebSigner: Sendable {
 }
 
 extension Request {
-    var webSigner: WebSigner { belfry.webSigner }
-
     /// The signed-in browser's session and user, or `nil` when there is no valid, unexpired
     /// session of a user who has not signed out everywhere since.
-    func webSession() async throws -> (WebSession, UserModel)? {
+    func webSession(_ context: BelfryContext) async throws -> (WebSession, UserModel)? {
         guard let cookie = cookies[WebSession.cookieName]?.string,
-            let session = webSigner.verify(cookie, as: WebSession.self), session.kind == "session",
-            session.exp > Int(belfry.now().timeIntervalSince1970),
+            let session = context.webSigner.verify(cookie, as: WebSession.self), session.kind == "session",
+            session.exp > Int(context.now().timeIntervalSince1970),
             let user = try await UserModel.find(session.uid, on: db), user.sessionEpoch == session.ep
         else { return nil }
         return (session, user)
@@ -155,9 +153,10 @@ extension Request {
     /// The session cookie for `session`: `Secure` always (browsers accept it on http://127.0.0.1
     /// and localhost too, which count as secure contexts), `HttpOnly`, `SameSite=Lax` so that a
     /// link followed from an email arrives signed in.
-    func sessionCookie(_ session: WebSession) throws -> HTTPCookies.Value {
+    func sessionCookie(_ session: WebSession, _ context: BelfryContext) throws -> HTTPCookies.Value {
         HTTPCookies.Value(
-            string: try webSigner.sign(session), maxAge: max(0, session.exp - Int(belfry.now().timeIntervalSince1970)),
+            string: try context.webSigner.sign(session),
+            maxAge: max(0, session.exp - Int(context.now().timeIntervalSince1970)),
             path: "/", isSecure: true, isHTTPOnly: true, sameSite: .lax)
     }
 }

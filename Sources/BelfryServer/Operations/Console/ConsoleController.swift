@@ -43,7 +43,8 @@ struct ConsoleController: RouteCollection {
     func boot(routes: any RoutesBuilder) throws {
         let console = routes.grouped("admin").grouped(WebErrorMiddleware())
         console.get(use: overview)
-        console.grouped(RateLimitMiddleware(byAddress: .signin)).post("session", use: signIn)
+        console.grouped(RateLimitMiddleware(limiter: context.rateLimiter, auth: context.auth, byAddress: .signin)).post(
+            "session", use: signIn)
         console.post("signout", use: signOut)
         console.get("events", use: eventSearch)
         console.get("events", ":event_id", use: event)
@@ -68,7 +69,7 @@ struct ConsoleController: RouteCollection {
     /// The key a console sign-in offers, if it is an admin key: one of the configuration's, or
     /// a stored key with the admin scope.
     private func adminGrant(_ key: String, _ req: Request) async throws -> KeyGrant? {
-        guard let grant = try await req.apiKeyGrant(for: key), grant.scope == .admin else { return nil }
+        guard let grant = try await req.apiKeyGrant(context.auth, for: key), grant.scope == .admin else { return nil }
         return grant
     }
 
@@ -90,7 +91,7 @@ struct ConsoleController: RouteCollection {
         let response = req.redirect(to: "/admin", redirectType: .normal)
         WebResponse.secure(response)
         response.cookies[ConsoleSession.cookieName] = HTTPCookies.Value(
-            string: try req.webSigner.sign(session), maxAge: ConsoleSession.lifetime, path: "/admin",
+            string: try context.webSigner.sign(session), maxAge: ConsoleSession.lifetime, path: "/admin",
             isSecure: true, isHTTPOnly: true, sameSite: .strict)
         req.logger.info("console session started")
         try await self.auditLog.record(
@@ -117,7 +118,7 @@ struct ConsoleController: RouteCollection {
     /// not signed out since.
     private func session(_ req: Request) async throws -> ConsoleSession? {
         guard let cookie = req.cookies[ConsoleSession.cookieName]?.string,
-            let session = req.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
+            let session = context.webSigner.verify(cookie, as: ConsoleSession.self), session.kind == "console",
             session.exp > Int(context.now().timeIntervalSince1970)
         else { return nil }
         let keyActive =
@@ -139,7 +140,7 @@ struct ConsoleController: RouteCollection {
 
     private func requireSessionForChange(_ req: Request, form: [String: String]) async throws -> ConsoleSession {
         let session = try await requireSession(req)
-        guard req.webSigner.checkCSRF(form["_csrf"], nonce: session.csrfNonce) else {
+        guard context.webSigner.checkCSRF(form["_csrf"], nonce: session.csrfNonce) else {
             throw BelfryError(
                 .csrfFailed, "This form has expired or did not come from this site. Reload the page and try again.")
         }
@@ -156,7 +157,7 @@ struct ConsoleController: RouteCollection {
         let flash = req.query[Int.self, at: "retried"].map(Self.retried)
         return WebResponse.html(
             ConsolePages.overview(
-                data, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
+                data, csrf: context.webSigner.csrfToken(nonce: session.csrfNonce),
                 openStreams: context.inboxHub.openStreams,
                 flash: flash, categories: context.workspace.categories))
     }
@@ -169,7 +170,7 @@ struct ConsoleController: RouteCollection {
         }
         let flash = req.query[Int.self, at: "retried"].map(Self.retried)
         return WebResponse.html(
-            ConsolePages.event(detail, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce), flash: flash))
+            ConsolePages.event(detail, csrf: context.webSigner.csrfToken(nonce: session.csrfNonce), flash: flash))
     }
 
     /// Queues the event's failed and dead deliveries again, then goes back where the button was.
@@ -286,7 +287,7 @@ struct ConsoleController: RouteCollection {
         return WebResponse.html(
             ConsolePages.eventSearch(
                 events, filters: filters, older: older, categories: context.workspace.categories,
-                csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+                csrf: context.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     /// The user search: an external id that exists leads to the user's page.
@@ -304,7 +305,7 @@ struct ConsoleController: RouteCollection {
             notFound = String(id.prefix(64))
         }
         return WebResponse.html(
-            ConsolePages.userSearch(notFound: notFound, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+            ConsolePages.userSearch(notFound: notFound, csrf: context.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     /// A user's details, devices, preferences per site and messages with their attempts.
@@ -321,7 +322,7 @@ struct ConsoleController: RouteCollection {
         return WebResponse.html(
             ConsolePages.user(
                 detail, older: detail.older.map { $0.uuidString.lowercased() },
-                csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+                csrf: context.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     /// A test notification to one existing user, through the API's intake; then its event page.
@@ -351,7 +352,8 @@ struct ConsoleController: RouteCollection {
         let flash = req.query[String.self, at: "revoked"].map { "The key \"\($0)\" is revoked." }
         return WebResponse.html(
             ConsolePages.keys(
-                try await context.keyStore.list(on: req.db), csrf: req.webSigner.csrfToken(nonce: session.csrfNonce),
+                try await context.keyStore.list(on: req.db),
+                csrf: context.webSigner.csrfToken(nonce: session.csrfNonce),
                 flash: flash))
     }
 
@@ -374,7 +376,7 @@ struct ConsoleController: RouteCollection {
         let before = req.query[String.self, at: "before"].flatMap(UUID.init(uuidString:))
         let page = try await self.auditLog.entries(limit: 100, before: before, on: req.db)
         return WebResponse.html(
-            ConsolePages.audit(page, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+            ConsolePages.audit(page, csrf: context.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     /// `GET /admin/templates`: a category's content previewed from sample data in each language.
@@ -405,7 +407,8 @@ struct ConsoleController: RouteCollection {
                 form.problem = "The sample data must be a JSON object, such as {\"page\": \"Glocke\"}."
             }
         }
-        return WebResponse.html(ConsolePages.templates(form, csrf: req.webSigner.csrfToken(nonce: session.csrfNonce)))
+        return WebResponse.html(
+            ConsolePages.templates(form, csrf: context.webSigner.csrfToken(nonce: session.csrfNonce)))
     }
 
     private static func retried(_ count: Int) -> String {
@@ -426,7 +429,7 @@ struct ConsoleController: RouteCollection {
     /// an `overview` event carries the sections that changed, as HTML by element id.
     @Sendable func live(req: Request) async throws -> Response {
         let session = try await requireSession(req)
-        let csrf = req.webSigner.csrfToken(nonce: session.csrfNonce)
+        let csrf = context.webSigner.csrfToken(nonce: session.csrfNonce)
         let db = req.db
         var headers = HTTPHeaders()
         headers.replaceOrAdd(name: .contentType, value: "text/event-stream")
