@@ -115,57 +115,12 @@ extension Fanout {
     private func closeBatches(on db: any Database) async throws -> Outcome {
         let sql = db.sql
         let now = now()
-        let due = sql.select()
-            .columns("id", "user_id", "category", "tenant", "first_event_id", "count")
-            .from(Tables.batches)
-            .where("open_key", .isNot, SQLLiteral.null)
-            .where("closes_at", .lessThanOrEqual, now)
-            .orderBy("closes_at")
-            .limit(Self.batchesPerClose)
-        let batches = try await storage.lockingSkipLocked(due).all().map { row in
-            OpenBatch(
-                id: try row.decode(column: "id", as: UUID.self),
-                userID: try row.decode(column: "user_id", as: UUID.self),
-                category: try row.decode(column: "category", as: String.self),
-                tenant: try row.decode(column: "tenant", as: String.self),
-                firstEvent: try row.decode(column: "first_event_id", as: UUID.self),
-                count: try row.decode(column: "count", as: Int.self))
-        }
+        let batches = try await dueBatches(now: now, on: sql)
         guard !batches.isEmpty else { return Outcome(processed: false) }
+        let items = try await items(of: batches, on: sql)
+        let audience = try await audience(of: batches, on: sql)
 
-        var items: [UUID: [NotificationBatch.Item]] = [:]
-        for row in try await sql.select()
-            .columns("batch_id", "event_id", "title", "body", "url", "data", "created_at")
-            .from(Tables.batchItems).where("batch_id", .in, batches.map(\.id))
-            .orderBy("batch_id").orderBy("position").all()
-        {
-            items[try row.decode(column: "batch_id", as: UUID.self), default: []].append(
-                NotificationBatch.Item(
-                    eventID: try row.decode(column: "event_id", as: UUID.self),
-                    title: try row.decode(column: "title", as: String.self),
-                    body: try row.decode(column: "body", as: String.self),
-                    url: try row.decode(column: "url", as: String?.self),
-                    data: try row.decode(column: "data", as: String?.self).flatMap(JSONValue.storedData),
-                    createdAt: try row.decode(column: "created_at", as: Date.self)))
-        }
-        let userIDs = Array(Set(batches.map(\.userID)))
-        var users: [UUID: Recipient] = [:]
-        var externalIDs: [UUID: String] = [:]
-        for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) }).from(UserModel.schema)
-            .where("id", .in, userIDs).all()
-        {
-            let (externalID, recipient) = try Self.recipient(from: row)
-            users[recipient.id] = recipient
-            externalIDs[recipient.id] = externalID
-        }
         var closed: [StatusEvent] = []
-        let devices = try await devices.deliverableDevices(of: userIDs, on: sql)
-        var preferences: [String: [UUID: [PreferenceScope: PreferenceSelections]]] = [:]
-        for tenant in Set(batches.map(\.tenant)) {
-            preferences[tenant] = try await preferenceSets(
-                of: Array(Set(batches.filter { $0.tenant == tenant }.map(\.userID))), tenants: [tenant], on: sql)
-        }
-
         var rows = notificationRows()
         var skips: [UUID: [String: [SkipReason: Int]]] = [:]
         for open in batches {
@@ -173,11 +128,12 @@ extension Fanout {
             // A batch whose category left the workspace config, or stopped batching, closes with
             // nothing to send; a user erased meanwhile took their batches along.
             if let category = workspace.category(open.category), let rule = category.batch,
-                let user = users[open.userID]
+                let user = audience.users[open.userID]
             {
-                let userDevices = devices[user.id] ?? []
+                let userDevices = audience.devices[user.id] ?? []
                 let delivering = channels(
-                    of: category, for: user, tenant: open.tenant, stored: preferences[open.tenant]?[user.id] ?? [:],
+                    of: category, for: user, tenant: open.tenant,
+                    stored: audience.preferences[open.tenant]?[user.id] ?? [:],
                     devices: userDevices, skips: &skips[open.firstEvent, default: [:]])
                 var plans =
                     delivering.isEmpty ? [] : [Plan(user: user, due: now, delivering: delivering, devices: userDevices)]
@@ -203,16 +159,7 @@ extension Fanout {
                 .run()
             if statusEvents?.wants(.batchClosed) == true {
                 closed.append(
-                    StatusEvent(
-                        type: .batchClosed,
-                        data: [
-                            "batch": .string(open.id.uuidString.lowercased()),
-                            "user": externalIDs[open.userID].map(JSONValue.string) ?? .null,
-                            "event": .string(open.firstEvent.uuidString.lowercased()),
-                            "category": .string(open.category), "tenant": .string(open.tenant),
-                            "count": .number(Double(open.count)),
-                            "notification": notificationID.map { .string($0.uuidString.lowercased()) } ?? .null,
-                        ]))
+                    Self.batchClosed(open, user: audience.externalIDs[open.userID], notification: notificationID))
             }
         }
         try await statusEvents?.queue(closed, on: db)
@@ -222,6 +169,88 @@ extension Fanout {
         try await sql.delete(from: Tables.batchItems).where("batch_id", .in, batches.map(\.id)).run()
         try await EventSkips.add(skips, storage: storage, on: db)
         return Outcome(processed: true, rows: rows)
+    }
+
+    /// The open batches whose window has ended, oldest first, locked against other workers.
+    private func dueBatches(now: Date, on sql: any SQLDatabase) async throws -> [OpenBatch] {
+        let due = sql.select()
+            .columns("id", "user_id", "category", "tenant", "first_event_id", "count")
+            .from(Tables.batches)
+            .where("open_key", .isNot, SQLLiteral.null)
+            .where("closes_at", .lessThanOrEqual, now)
+            .orderBy("closes_at")
+            .limit(Self.batchesPerClose)
+        return try await storage.lockingSkipLocked(due).all().map { row in
+            OpenBatch(
+                id: try row.decode(column: "id", as: UUID.self),
+                userID: try row.decode(column: "user_id", as: UUID.self),
+                category: try row.decode(column: "category", as: String.self),
+                tenant: try row.decode(column: "tenant", as: String.self),
+                firstEvent: try row.decode(column: "first_event_id", as: UUID.self),
+                count: try row.decode(column: "count", as: Int.self))
+        }
+    }
+
+    /// Each batch's items, in the order they joined it.
+    private func items(
+        of batches: [OpenBatch], on sql: any SQLDatabase
+    ) async throws -> [UUID: [NotificationBatch.Item]] {
+        var items: [UUID: [NotificationBatch.Item]] = [:]
+        for row in try await sql.select()
+            .columns("batch_id", "event_id", "title", "body", "url", "data", "created_at")
+            .from(Tables.batchItems).where("batch_id", .in, batches.map(\.id))
+            .orderBy("batch_id").orderBy("position").all()
+        {
+            items[try row.decode(column: "batch_id", as: UUID.self), default: []].append(
+                NotificationBatch.Item(
+                    eventID: try row.decode(column: "event_id", as: UUID.self),
+                    title: try row.decode(column: "title", as: String.self),
+                    body: try row.decode(column: "body", as: String.self),
+                    url: try row.decode(column: "url", as: String?.self),
+                    data: try row.decode(column: "data", as: String?.self).flatMap(JSONValue.storedData),
+                    createdAt: try row.decode(column: "created_at", as: Date.self)))
+        }
+        return items
+    }
+
+    /// The batches' users as fan-out reads them: who they are, their devices and preferences.
+    private struct BatchAudience {
+        var users: [UUID: Recipient] = [:]
+        var externalIDs: [UUID: String] = [:]
+        var devices: [UUID: [DeviceStore.Device]] = [:]
+        var preferences: [String: [UUID: [PreferenceScope: PreferenceSelections]]] = [:]
+    }
+
+    private func audience(of batches: [OpenBatch], on sql: any SQLDatabase) async throws -> BatchAudience {
+        let userIDs = Array(Set(batches.map(\.userID)))
+        var audience = BatchAudience()
+        for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) }).from(UserModel.schema)
+            .where("id", .in, userIDs).all()
+        {
+            let (externalID, recipient) = try Self.recipient(from: row)
+            audience.users[recipient.id] = recipient
+            audience.externalIDs[recipient.id] = externalID
+        }
+        audience.devices = try await devices.deliverableDevices(of: userIDs, on: sql)
+        for tenant in Set(batches.map(\.tenant)) {
+            audience.preferences[tenant] = try await preferenceSets(
+                of: Array(Set(batches.filter { $0.tenant == tenant }.map(\.userID))), tenants: [tenant], on: sql)
+        }
+        return audience
+    }
+
+    /// `batch.closed`: the batch, its user and first event, and the notification it became.
+    private static func batchClosed(_ open: OpenBatch, user: String?, notification: UUID?) -> StatusEvent {
+        StatusEvent(
+            type: .batchClosed,
+            data: [
+                "batch": .string(open.id.uuidString.lowercased()),
+                "user": user.map(JSONValue.string) ?? .null,
+                "event": .string(open.firstEvent.uuidString.lowercased()),
+                "category": .string(open.category), "tenant": .string(open.tenant),
+                "count": .number(Double(open.count)),
+                "notification": notification.map { .string($0.uuidString.lowercased()) } ?? .null,
+            ])
     }
 }
 

@@ -46,6 +46,52 @@ extension EventIntake {
         guard workspace.tenant(tenant) != nil else {
             throw BelfryError(.tenantNotFound, "no tenant \"\(tenant)\" in this workspace")
         }
+        var problems = audienceProblems(event)
+        let (text, variants) = renderContent(
+            event, category: category, tenant: tenant, workspace: workspace, problems: &problems)
+        // The default, then each language: every text some recipient will read.
+        let every = variants?.every ?? [(nil, text)]
+        if problems.isEmpty {
+            for (tag, variant) in every { problems += contentProblems(variant, in: tag) }
+        }
+        if let url = event.content.imageURL, let problem = urlProblem(url, field: "content.image_url") {
+            problems.append(problem)
+        }
+        if let schema = category.dataSchema {
+            problems += dataProblems(event.data ?? [:], schema: schema, category: category.id)
+        }
+        if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
+            problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
+        }
+        let data = try encodedData(event.data, problems: &problems)
+        if let key = event.idempotencyKey, key.isEmpty || key.count > 255 {
+            problems.append("the idempotency key must have 1 to 255 characters")
+        }
+        let (notBefore, calendar) = event.schedule.map { when($0, now: now, problems: &problems) } ?? (now, nil)
+        if problems.isEmpty {
+            for (tag, variant) in every {
+                problems += pushSizeProblems(
+                    variant, in: tag, event: event, category: category, tenant: tenant, data: data, workspace: workspace
+                )
+                if !problems.isEmpty { break }
+            }
+        }
+        if !problems.isEmpty {
+            throw BelfryError.invalid(problems.joined(separator: "; "))
+        }
+        // One notification per person, however often the list names them; none for those left out.
+        let excluded = Set(event.exclude ?? [])
+        var seen = excluded
+        let recipients = event.recipients.filter { seen.insert($0).inserted }
+        return Checked(
+            category: category, tenant: tenant, recipients: recipients, topic: event.topic,
+            exclude: Array(excluded).sorted(), content: event.content, text: text, variants: variants, data: data,
+            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
+            ttlSeconds: event.ttlSeconds, contentAvailable: event.push?.contentAvailable)
+    }
+
+    /// The recipients, the topic and the exclusions: who the event is for.
+    private static func audienceProblems(_ event: EventRequest) -> [String] {
         var problems: [String] = []
         if let topic = event.topic {
             if !event.recipients.isEmpty {
@@ -68,6 +114,14 @@ extension EventIntake {
         if let exclude = event.exclude, exclude.count > maxRecipients {
             problems.append("field \"exclude\" may list at most \(maxRecipients) user ids, got \(exclude.count)")
         }
+        return problems
+    }
+
+    /// The event's text: as given, or the category's templates rendered in each language.
+    private static func renderContent(
+        _ event: EventRequest, category: CategoryDefinition, tenant: String, workspace: WorkspaceConfig,
+        problems: inout [String]
+    ) -> (RenderedContent, LocalizedContent?) {
         var text = RenderedContent(
             title: event.content.title ?? "", body: event.content.body ?? "", url: event.content.url)
         var variants: LocalizedContent?
@@ -87,90 +141,62 @@ extension EventIntake {
                     "field \"content.\(field)\" is required: category \"\(category.id)\" has no content templates")
             }
         }
-        // The default, then each language: every text some recipient will read.
-        let every = variants?.every ?? [(nil, text)]
-        if problems.isEmpty {
-            for (tag, variant) in every { problems += contentProblems(variant, in: tag) }
+        return (text, variants)
+    }
+
+    /// The event's data as stored (JSON), within the depth and size every reader takes.
+    private static func encodedData(_ data: [String: JSONValue]?, problems: inout [String]) throws -> String? {
+        guard let fields = data else { return nil }
+        // Every reader of the data (the inbox, the streams, each provider) decodes it again
+        // inside the notification around it: one limit here keeps all of them well within
+        // what their decoders take.
+        let depth = JSONValue.object(fields).depth
+        if depth > maxDataDepth {
+            problems.append("field \"data\" nests \(depth) levels deep; at most \(maxDataDepth) allowed")
         }
-        if let url = event.content.imageURL, let problem = urlProblem(url, field: "content.image_url") {
-            problems.append(problem)
+        let encoded = try JSONEncoder().encode(fields)
+        if encoded.count > maxDataBytes {
+            problems.append("field \"data\" is \(encoded.count) bytes as JSON; at most \(maxDataBytes) allowed")
         }
-        if let schema = category.dataSchema {
-            problems += dataProblems(event.data ?? [:], schema: schema, category: category.id)
-        }
-        if let ttl = event.ttlSeconds, !(0...maxTTL).contains(ttl) {
-            problems.append("field \"ttl_seconds\" must be from 0 to \(maxTTL), got \(ttl)")
-        }
-        var data: String?
-        if let fields = event.data {
-            // Every reader of the data (the inbox, the streams, each provider) decodes it again
-            // inside the notification around it: one limit here keeps all of them well within
-            // what their decoders take.
-            let depth = JSONValue.object(fields).depth
-            if depth > maxDataDepth {
-                problems.append("field \"data\" nests \(depth) levels deep; at most \(maxDataDepth) allowed")
-            }
-            let encoded = try JSONEncoder().encode(fields)
-            if encoded.count > maxDataBytes {
-                problems.append("field \"data\" is \(encoded.count) bytes as JSON; at most \(maxDataBytes) allowed")
-            }
-            data = String(decoding: encoded, as: UTF8.self)
-        }
-        if let key = event.idempotencyKey, key.isEmpty || key.count > 255 {
-            problems.append("the idempotency key must have 1 to 255 characters")
-        }
+        return String(decoding: encoded, as: UTF8.self)
+    }
+
+    /// When the event is due: now, a time, a delay, or a calendar rule read in each recipient's
+    /// time zone.
+    private static func when(
+        _ schedule: EventRequest.Schedule, now: Date, problems: inout [String]
+    ) -> (notBefore: Date, calendar: CalendarRule?) {
         var notBefore = now
         var calendar: CalendarRule?
-        if let schedule = event.schedule {
-            let year: TimeInterval = 366 * 24 * 3600
-            let given = [schedule.sendAt != nil, schedule.delaySeconds != nil, schedule.calendar != nil].filter { $0 }
-            if given.count != 1 {
-                problems.append("field \"schedule\" takes one of \"send_at\", \"delay_seconds\" or \"calendar\"")
-            }
-            if let sendAt = schedule.sendAt {
-                if sendAt.timeIntervalSince(now) > year {
-                    problems.append("field \"schedule.send_at\" must be within a year")
-                }
-                notBefore = max(now, sendAt)
-            }
-            if let delay = schedule.delaySeconds {
-                if !(0...Int(year)).contains(delay) {
-                    problems.append("field \"schedule.delay_seconds\" must be from 0 to \(Int(year)), got \(delay)")
-                }
-                notBefore = now.addingTimeInterval(TimeInterval(max(delay, 0)))
-            }
-            if let rule = schedule.calendar {
-                problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
-                if rule.problems.isEmpty, rule.nextDate(after: now, in: .gmt) == nil {
-                    problems.append("field \"schedule.calendar\": no date matches it (such as 30 February)")
-                }
-                if rule.repeats {
-                    problems.append(
-                        "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
-                }
-                calendar = rule
-            }
+        let year: TimeInterval = 366 * 24 * 3600
+        let given = [schedule.sendAt != nil, schedule.delaySeconds != nil, schedule.calendar != nil].filter { $0 }
+        if given.count != 1 {
+            problems.append("field \"schedule\" takes one of \"send_at\", \"delay_seconds\" or \"calendar\"")
         }
-        if problems.isEmpty {
-            for (tag, variant) in every {
-                problems += pushSizeProblems(
-                    variant, in: tag, event: event, category: category, tenant: tenant, data: data, workspace: workspace
-                )
-                if !problems.isEmpty { break }
+        if let sendAt = schedule.sendAt {
+            if sendAt.timeIntervalSince(now) > year {
+                problems.append("field \"schedule.send_at\" must be within a year")
             }
+            notBefore = max(now, sendAt)
         }
-        if !problems.isEmpty {
-            throw BelfryError.invalid(problems.joined(separator: "; "))
+        if let delay = schedule.delaySeconds {
+            if !(0...Int(year)).contains(delay) {
+                problems.append("field \"schedule.delay_seconds\" must be from 0 to \(Int(year)), got \(delay)")
+            }
+            notBefore = now.addingTimeInterval(TimeInterval(max(delay, 0)))
         }
-        // One notification per person, however often the list names them; none for those left out.
-        let excluded = Set(event.exclude ?? [])
-        var seen = excluded
-        let recipients = event.recipients.filter { seen.insert($0).inserted }
-        return Checked(
-            category: category, tenant: tenant, recipients: recipients, topic: event.topic,
-            exclude: Array(excluded).sorted(), content: event.content, text: text, variants: variants, data: data,
-            idempotencyKey: event.idempotencyKey, notBefore: notBefore, calendar: calendar, schedule: event.schedule,
-            ttlSeconds: event.ttlSeconds, contentAvailable: event.push?.contentAvailable)
+        if let rule = schedule.calendar {
+            problems += rule.problems.map { "field \"schedule.calendar\": \($0)" }
+            if rule.problems.isEmpty, rule.nextDate(after: now, in: .gmt) == nil {
+                problems.append("field \"schedule.calendar\": no date matches it (such as 30 February)")
+            }
+            if rule.repeats {
+                problems.append(
+                    "field \"schedule.calendar.repeats\": events are sent once; trigger one event per occurrence")
+            }
+            calendar = rule
+        }
+        return (notBefore, calendar)
     }
 
     /// Four weeks, the longest any push service keeps a message.
