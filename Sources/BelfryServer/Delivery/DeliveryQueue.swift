@@ -601,66 +601,10 @@ final class DeliveryQueue: Sendable {
         }
         var groups: [Resolution: [UUID]] = [:]
         for (attempt, resolution) in resolved { groups[resolution, default: []].append(attempt.delivery.id) }
-        let attemptRows: [[BulkValue]] = resolved.map { attempt, resolution in
-            [
-                .id(UUID()), .id(attempt.delivery.id), .integer(attempt.delivery.attempt), .date(attempt.started),
-                .date(attempt.finished), .text(attempt.result.outcome), .integer(resolution.providerStatus),
-                .text(resolution.error),
-            ]
-        }
         let recorded: Set<UUID> = try await storage.write(database()) { [groups] db in
-            var recorded: Set<UUID> = []
-            for (resolution, ids) in groups {
-                for chunk in ids.chunked(500) {
-                    let rows = try await db.sql.update(Tables.deliveries)
-                        .set("status", to: resolution.status.rawValue)
-                        .set("next_attempt_at", to: resolution.next)
-                        .set("lease_expires_at", to: Date?.none)
-                        .set("last_error", to: resolution.error)
-                        .set("last_status", to: resolution.providerStatus)
-                        .set("updated_at", to: now)
-                        .where("id", .in, Array(chunk))
-                        .where("worker", .equal, self.name)
-                        .where("status", .equal, DeliveryStatus.running.rawValue)
-                        .returning("id")
-                        .all()
-                    for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
-                }
-            }
-            // A delivery erased with its user during the attempt has nowhere to log it.
-            let unrecorded = results.map(\.delivery.id).filter { !recorded.contains($0) }
-            var existing = recorded
-            if !unrecorded.isEmpty {
-                for row in try await db.sql.select().column("id").from(Tables.deliveries).where("id", .in, unrecorded)
-                    .all()
-                {
-                    existing.insert(try row.decode(column: "id", as: UUID.self))
-                }
-            }
-            let logged = zip(results, attemptRows).filter { existing.contains($0.0.delivery.id) }.map(\.1)
-            try await self.storage.insert(
-                into: Tables.deliveryAttempts,
-                columns: [
-                    "id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error",
-                ],
-                rows: logged, rowsPerStatement: 500, on: db)
-            var skips: [UUID: [String: [SkipReason: Int]]] = [:]
-            for attempt in results {
-                switch attempt.result {
-                case .retire(let device, let reason, _):
-                    try await self.devices.retire(device, reason: reason, now: now, on: db.sql)
-                case .skipped(let reason) where recorded.contains(attempt.delivery.id):
-                    skips[attempt.delivery.eventID, default: [:]][attempt.delivery.channel.id, default: [:]][
-                        reason, default: 0] += 1
-                default:
-                    break
-                }
-            }
-            try await EventSkips.add(skips, storage: self.storage, on: db)
-            if let statusEvents = self.statusEvents {
-                let events = resolved.filter { recorded.contains($0.0.delivery.id) }.flatMap(Self.statusEvents)
-                try await statusEvents.queue(events.filter { statusEvents.wants($0.type) }, on: db)
-            }
+            let recorded = try await self.setStates(groups, now: now, on: db)
+            try await self.logAttempts(resolved, recorded: recorded, on: db)
+            try await self.applyEffects(resolved, recorded: recorded, now: now, on: db)
             return recorded
         }
         for (attempt, resolution) in resolved {
@@ -675,6 +619,84 @@ final class DeliveryQueue: Sendable {
                     "a delivery's lease expired during its attempt",
                     metadata: ["belfry.delivery.id": "\(attempt.delivery.id)"])
             }
+        }
+    }
+
+    /// Each delivery's new state, one statement for all that end alike; the ids this worker
+    /// still held (the others' leases passed to another worker meanwhile).
+    private func setStates(
+        _ groups: [Resolution: [UUID]], now: Date, on db: any Database
+    ) async throws -> Set<UUID> {
+        var recorded: Set<UUID> = []
+        for (resolution, ids) in groups {
+            for chunk in ids.chunked(500) {
+                let rows = try await db.sql.update(Tables.deliveries)
+                    .set("status", to: resolution.status.rawValue)
+                    .set("next_attempt_at", to: resolution.next)
+                    .set("lease_expires_at", to: Date?.none)
+                    .set("last_error", to: resolution.error)
+                    .set("last_status", to: resolution.providerStatus)
+                    .set("updated_at", to: now)
+                    .where("id", .in, Array(chunk))
+                    .where("worker", .equal, self.name)
+                    .where("status", .equal, DeliveryStatus.running.rawValue)
+                    .returning("id")
+                    .all()
+                for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
+            }
+        }
+        return recorded
+    }
+
+    /// The attempt log's rows, for every delivery still there.
+    private func logAttempts(
+        _ resolved: [(AttemptResult, Resolution)], recorded: Set<UUID>, on db: any Database
+    ) async throws {
+        // A delivery erased with its user during the attempt has nowhere to log it.
+        let unrecorded = resolved.map(\.0.delivery.id).filter { !recorded.contains($0) }
+        var existing = recorded
+        if !unrecorded.isEmpty {
+            for row in try await db.sql.select().column("id").from(Tables.deliveries).where("id", .in, unrecorded)
+                .all()
+            {
+                existing.insert(try row.decode(column: "id", as: UUID.self))
+            }
+        }
+        let logged: [[BulkValue]] = resolved.filter { existing.contains($0.0.delivery.id) }.map {
+            attempt, resolution in
+            [
+                .id(UUID()), .id(attempt.delivery.id), .integer(attempt.delivery.attempt), .date(attempt.started),
+                .date(attempt.finished), .text(attempt.result.outcome), .integer(resolution.providerStatus),
+                .text(resolution.error),
+            ]
+        }
+        try await storage.insert(
+            into: Tables.deliveryAttempts,
+            columns: ["id", "delivery_id", "attempt", "started_at", "finished_at", "outcome", "status_code", "error"],
+            rows: logged, rowsPerStatement: 500, on: db)
+    }
+
+    /// What the results change beyond their deliveries: devices retired, the events' skips, and
+    /// the status events.
+    private func applyEffects(
+        _ resolved: [(AttemptResult, Resolution)], recorded: Set<UUID>, now: Date, on db: any Database
+    ) async throws {
+        var skips: [UUID: [String: [SkipReason: Int]]] = [:]
+        for (attempt, _) in resolved {
+            switch attempt.result {
+            case .retire(let device, let reason, _):
+                try await devices.retire(device, reason: reason, now: now, on: db.sql)
+            case .skipped(let reason) where recorded.contains(attempt.delivery.id):
+                skips[attempt.delivery.eventID, default: [:]][attempt.delivery.channel.id, default: [:]][
+                    reason, default: 0] += 1
+            default:
+                break
+            }
+        }
+        try await EventSkips.add(skips, storage: storage, on: db)
+        if let statusEvents {
+            let events = resolved.filter { recorded.contains($0.0.delivery.id) }.flatMap(Self.statusEvents)
+            try await statusEvents.queue(events.filter { statusEvents.wants($0.type) }, on: db)
         }
     }
 

@@ -394,49 +394,14 @@ struct Fanout: Sendable {
         _ event: DueEvent, category: CategoryDefinition, recipients: [String], audience: Audience, now: Date,
         on db: any Database
     ) async throws -> Planned {
-        let tenantDefinition = workspace.tenant(event.tenant)
         let decodedData = event.data.flatMap(JSONValue.storedData)
         var planned = Planned(event: event.id, rows: notificationRows())
         // Each recipient's skips, when an endpoint wants to hear of them.
-        let reportsSkips = statusEvents?.wants(.messageSkipped) == true
-        var skipped: [(user: String, channel: String, reason: SkipReason)] = []
-        var externalIDs: [UUID: String] = [:]
+        var report = SkipReport(enabled: statusEvents?.wants(.messageSkipped) == true)
         // First what each recipient gets by the rule, then the throttle, then the rows.
-        var plans: [Plan] = []
-        for recipient in recipients {
-            guard let user = audience.users[recipient] else { continue }
-            // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
-            let due =
-                event.calendar.flatMap { $0.nextDate(after: event.acceptedAt, in: user.timeZone ?? .gmt) }.map {
-                    max($0, now)
-                } ?? now
-            // A tenant that names its apps reaches only devices of those apps.
-            let userDevices = (audience.devices[user.id] ?? []).filter {
-                tenantDefinition?.allows(app: $0.app) ?? true
-            }
-            // Counted straight into the event's skips, or first per recipient when reported.
-            var own: [String: [SkipReason: Int]] = [:]
-            let delivering =
-                reportsSkips
-                ? channels(
-                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
-                    devices: userDevices, skips: &own)
-                : channels(
-                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
-                    devices: userDevices, skips: &planned.skips)
-            if reportsSkips {
-                externalIDs[user.id] = recipient
-                for (channel, reasons) in own {
-                    for (reason, count) in reasons {
-                        planned.skips[channel, default: [:]][reason, default: 0] += count
-                        skipped.append((recipient, channel, reason))
-                    }
-                }
-            }
-            if !delivering.isEmpty {
-                plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
-            }
-        }
+        var plans = ruled(
+            event, category: category, recipients: recipients, audience: audience, now: now,
+            skips: &planned.skips, report: &report)
         if let rule = category.batch {
             // A digest: the event joins each user's open batch; the batch's one notification
             // meets the throttle and goes out when the batch closes.
@@ -448,12 +413,12 @@ struct Fanout: Sendable {
                 on: db)
             planned.batched = plans.count
         } else {
-            let before = reportsSkips ? plans : []
+            let before = report.enabled ? plans : []
             try await throttle(&plans, category: category, now: now, skips: &planned.skips, on: db)
             for (old, new) in zip(before, plans) where old.delivering.count != new.delivering.count {
                 let kept = Set(new.delivering.map(\.id))
                 for channel in old.delivering where !kept.contains(channel.id) {
-                    skipped.append((externalIDs[old.user.id] ?? "", channel.id, .throttled))
+                    report.entries.append((report.externalIDs[old.user.id] ?? "", channel.id, .throttled))
                 }
             }
             let literal = NotificationRows.Content(
@@ -475,18 +440,75 @@ struct Fanout: Sendable {
                     now: now, isFollowed: isFollowed)
             }
         }
-        let common: [String: JSONValue] = [
-            "event": .string(event.id.uuidString.lowercased()), "category": .string(category.id),
-            "tenant": .string(event.tenant),
-        ]
-        planned.skipped = skipped.map { user, channel, reason in
-            StatusEvent(
-                type: .messageSkipped,
-                data: common.merging([
-                    "user": .string(user), "channel": .string(channel), "reason": .string(reason.rawValue),
-                ]) { _, new in new })
-        }
+        planned.skipped = report.statusEvents(event: event.id, category: category.id, tenant: event.tenant)
         return planned
+    }
+
+    /// The skips of each recipient, kept when an endpoint wants to hear of them.
+    private struct SkipReport {
+        var enabled: Bool
+        var externalIDs: [UUID: String] = [:]
+        var entries: [(user: String, channel: String, reason: SkipReason)] = []
+
+        /// `message.skipped`, one per recipient and channel left out.
+        func statusEvents(event: UUID, category: String, tenant: String) -> [StatusEvent] {
+            let common: [String: JSONValue] = [
+                "event": .string(event.uuidString.lowercased()), "category": .string(category),
+                "tenant": .string(tenant),
+            ]
+            return entries.map { user, channel, reason in
+                StatusEvent(
+                    type: .messageSkipped,
+                    data: common.merging([
+                        "user": .string(user), "channel": .string(channel), "reason": .string(reason.rawValue),
+                    ]) { _, new in new })
+            }
+        }
+    }
+
+    /// What each recipient gets by the category's rule, their preferences and devices: the
+    /// channels left out are counted in `skips`, and in `report` when it is on.
+    private func ruled(
+        _ event: DueEvent, category: CategoryDefinition, recipients: [String], audience: Audience, now: Date,
+        skips: inout [String: [SkipReason: Int]], report: inout SkipReport
+    ) -> [Plan] {
+        let tenantDefinition = workspace.tenant(event.tenant)
+        var plans: [Plan] = []
+        for recipient in recipients {
+            guard let user = audience.users[recipient] else { continue }
+            // A calendar rule is read in the recipient's own time zone (UTC when Belfry does not know it).
+            let due =
+                event.calendar.flatMap { $0.nextDate(after: event.acceptedAt, in: user.timeZone ?? .gmt) }.map {
+                    max($0, now)
+                } ?? now
+            // A tenant that names its apps reaches only devices of those apps.
+            let userDevices = (audience.devices[user.id] ?? []).filter {
+                tenantDefinition?.allows(app: $0.app) ?? true
+            }
+            // Counted straight into the event's skips, or first per recipient when reported.
+            var own: [String: [SkipReason: Int]] = [:]
+            let delivering =
+                report.enabled
+                ? channels(
+                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
+                    devices: userDevices, skips: &own)
+                : channels(
+                    of: category, for: user, tenant: event.tenant, stored: audience.preferences[user.id] ?? [:],
+                    devices: userDevices, skips: &skips)
+            if report.enabled {
+                report.externalIDs[user.id] = recipient
+                for (channel, reasons) in own {
+                    for (reason, count) in reasons {
+                        skips[channel, default: [:]][reason, default: 0] += count
+                        report.entries.append((recipient, channel, reason))
+                    }
+                }
+            }
+            if !delivering.isEmpty {
+                plans.append(Plan(user: user, due: due, delivering: delivering, devices: userDevices))
+            }
+        }
+        return plans
     }
 
     /// Writes what was planned for one or more events: their rows, reports and skips.
