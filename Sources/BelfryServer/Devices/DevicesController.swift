@@ -148,78 +148,89 @@ struct DevicesController: RouteCollection {
         try check(body.appVersion, "app_version", max: 64)
         try check(body.userAgent, "user_agent", max: 512)
         switch body.platform {
-        case .apns:
-            guard let token = body.token else {
-                throw BelfryError.invalid("field \"token\" is required for apns devices")
-            }
-            guard token.count % 2 == 0, (64...200).contains(token.count), token.allSatisfy(\.isHexDigit) else {
-                throw BelfryError.invalid(
-                    "field \"token\" must be an even number (64 to 200) of hex digits, got \(token.count) characters")
-            }
-            guard let environment = body.environment else {
-                throw BelfryError.invalid(
-                    "field \"environment\" is required for apns devices: \"sandbox\" or \"production\"")
-            }
-            guard let authorization = body.authorization else {
-                throw BelfryError.invalid(
-                    "field \"authorization\" is required for apns devices: "
-                        + PushAuthorization.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
-            }
-            guard body.subscription == nil else {
-                throw BelfryError.invalid("field \"subscription\" is for web_push devices")
-            }
-            return DeviceStore.Registration(
-                platform: .apns, address: token.lowercased(), environment: environment, topic: body.topic,
-                authorization: authorization, settings: body.settings ?? PushSettings(), locale: body.locale,
-                appVersion: body.appVersion, userAgent: body.userAgent)
-        case .fcm:
-            guard let token = body.token else {
-                throw BelfryError.invalid(
-                    "field \"token\" is required for fcm devices: the app's FCM registration token")
-            }
-            guard (20...4096).contains(token.utf8.count),
-                token.unicodeScalars.allSatisfy({
-                    $0.isASCII && ($0.properties.isAlphabetic || "0123456789-_:.".unicodeScalars.contains($0))
-                })
-            else {
-                throw BelfryError.invalid(
-                    "field \"token\" must be an FCM registration token: 20 to 4096 letters, digits, "
-                        + "\"-\", \"_\", \":\" or \".\", got \(token.count) characters")
-            }
-            for (value, field) in [(body.environment?.rawValue, "environment"), (body.topic, "topic")]
-            where value != nil {
-                throw BelfryError.invalid("field \"\(field)\" is for apns devices")
-            }
-            guard body.subscription == nil else {
-                throw BelfryError.invalid("field \"subscription\" is for web_push devices")
-            }
-            // Android asks for the notification permission only from version 13 on: an app that
-            // does not say has it.
-            return DeviceStore.Registration(
-                platform: .fcm, address: token, authorization: body.authorization ?? .authorized,
-                settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
-                userAgent: body.userAgent)
-        case .webPush:
-            guard let subscription = body.subscription else {
-                throw BelfryError.invalid(
-                    "field \"subscription\" is required for web_push devices: the browser's PushSubscription.toJSON()")
-            }
-            if body.token != nil { throw BelfryError.invalid("field \"token\" is for apns and fcm devices") }
-            if body.environment != nil { throw BelfryError.invalid("field \"environment\" is for apns devices") }
-            let endpoint = subscription.endpoint
-            if let problem = PushEndpoint.problem(with: endpoint, allowingLoopback: allowingLoopback) {
-                throw BelfryError.invalid("field \"subscription.endpoint\" \(problem)")
-            }
-            do {
-                _ = try WebPushSubscriberKeys(p256dh: subscription.keys.p256dh, auth: subscription.keys.auth)
-            } catch {
-                throw BelfryError.invalid("field \"subscription.\(error.field)\": \(error.description)")
-            }
-            return DeviceStore.Registration(
-                platform: .webPush, address: endpoint, p256dh: subscription.keys.p256dh,
-                authSecret: subscription.keys.auth, authorization: body.authorization ?? .authorized,
-                settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
-                userAgent: body.userAgent)
+        case .apns: return try apns(body)
+        case .fcm: return try fcm(body)
+        case .webPush: return try webPush(body, allowingLoopback: allowingLoopback)
         }
+    }
+
+    private static func apns(_ body: DeviceRegistration) throws -> DeviceStore.Registration {
+        guard let token = body.token else {
+            throw BelfryError.invalid("field \"token\" is required for apns devices")
+        }
+        guard token.count % 2 == 0, (64...200).contains(token.count), token.allSatisfy(\.isHexDigit) else {
+            throw BelfryError.invalid(
+                "field \"token\" must be an even number (64 to 200) of hex digits, got \(token.count) characters")
+        }
+        guard let environment = body.environment else {
+            throw BelfryError.invalid(
+                "field \"environment\" is required for apns devices: \"sandbox\" or \"production\"")
+        }
+        guard let authorization = body.authorization else {
+            throw BelfryError.invalid(
+                "field \"authorization\" is required for apns devices: "
+                    + PushAuthorization.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+        }
+        guard body.subscription == nil else {
+            throw BelfryError.invalid("field \"subscription\" is for web_push devices")
+        }
+        return DeviceStore.Registration(
+            platform: .apns, address: token.lowercased(), environment: environment, topic: body.topic,
+            authorization: authorization, settings: body.settings ?? PushSettings(), locale: body.locale,
+            appVersion: body.appVersion, userAgent: body.userAgent)
+    }
+
+    private static func fcm(_ body: DeviceRegistration) throws -> DeviceStore.Registration {
+        guard let token = body.token else {
+            throw BelfryError.invalid(
+                "field \"token\" is required for fcm devices: the app's FCM registration token")
+        }
+        guard (20...4096).contains(token.utf8.count),
+            token.unicodeScalars.allSatisfy({
+                $0.isASCII && ($0.properties.isAlphabetic || "0123456789-_:.".unicodeScalars.contains($0))
+            })
+        else {
+            throw BelfryError.invalid(
+                "field \"token\" must be an FCM registration token: 20 to 4096 letters, digits, "
+                    + "\"-\", \"_\", \":\" or \".\", got \(token.count) characters")
+        }
+        for (value, field) in [(body.environment?.rawValue, "environment"), (body.topic, "topic")]
+        where value != nil {
+            throw BelfryError.invalid("field \"\(field)\" is for apns devices")
+        }
+        guard body.subscription == nil else {
+            throw BelfryError.invalid("field \"subscription\" is for web_push devices")
+        }
+        // Android asks for the notification permission only from version 13 on: an app that
+        // does not say has it.
+        return DeviceStore.Registration(
+            platform: .fcm, address: token, authorization: body.authorization ?? .authorized,
+            settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
+            userAgent: body.userAgent)
+    }
+
+    private static func webPush(
+        _ body: DeviceRegistration, allowingLoopback: Bool
+    ) throws -> DeviceStore.Registration {
+        guard let subscription = body.subscription else {
+            throw BelfryError.invalid(
+                "field \"subscription\" is required for web_push devices: the browser's PushSubscription.toJSON()")
+        }
+        if body.token != nil { throw BelfryError.invalid("field \"token\" is for apns and fcm devices") }
+        if body.environment != nil { throw BelfryError.invalid("field \"environment\" is for apns devices") }
+        let endpoint = subscription.endpoint
+        if let problem = PushEndpoint.problem(with: endpoint, allowingLoopback: allowingLoopback) {
+            throw BelfryError.invalid("field \"subscription.endpoint\" \(problem)")
+        }
+        do {
+            _ = try WebPushSubscriberKeys(p256dh: subscription.keys.p256dh, auth: subscription.keys.auth)
+        } catch {
+            throw BelfryError.invalid("field \"subscription.\(error.field)\": \(error.description)")
+        }
+        return DeviceStore.Registration(
+            platform: .webPush, address: endpoint, p256dh: subscription.keys.p256dh,
+            authSecret: subscription.keys.auth, authorization: body.authorization ?? .authorized,
+            settings: body.settings ?? PushSettings(), locale: body.locale, appVersion: body.appVersion,
+            userAgent: body.userAgent)
     }
 }

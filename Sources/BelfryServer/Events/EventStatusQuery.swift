@@ -68,56 +68,10 @@ struct EventStatusQuery: Sendable {
             )
             .from(Tables.events).where("id", .in, ids).all()
         guard !events.isEmpty else { return [:] }
-
-        var notifications: [UUID: (all: Int, inInbox: Int?, toAnnounce: Int)] = [:]
-        for row in try await sql.select().column("event_id")
-            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
-            .column(SQLRaw("SUM(CASE WHEN announce_at IS NOT NULL THEN 1 ELSE 0 END)"), as: "to_announce")
-            .from(Tables.notifications).where("event_id", .in, ids).groupBy("event_id").all()
-        {
-            notifications[try row.decode(column: "event_id", as: UUID.self)] = (
-                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self),
-                try row.decode(column: "to_announce", as: Int?.self) ?? 0
-            )
-        }
-        var deliveries: [UUID: [String: [String: Int]]] = [:]
-        for row in try await sql.select().columns("event_id", "channel", "status")
-            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
-            .from(Tables.deliveries).where("event_id", .in, ids)
-            .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
-            .groupBy("event_id").groupBy("channel").groupBy("status").all()
-        {
-            deliveries[try row.decode(column: "event_id", as: UUID.self), default: [:]][
-                try row.decode(column: "channel", as: String.self), default: [:]][
-                    try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
-        }
-        var skipped: [UUID: [String: [String: Int]]] = [:]
-        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from(Tables.eventSkips)
-            .where("event_id", .in, ids).all()
-        {
-            skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
-                try row.decode(column: "channel", as: String.self), default: [:]][
-                    try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
-        }
-        // The newest error of each channel's deliveries not sent; of errors from the same
-        // moment, a final one (failed, dead) before one that will be retried.
-        var lastErrors: [UUID: [String: String]] = [:]
-        let newest = SQLRaw(
-            "ROW_NUMBER() OVER (PARTITION BY event_id, channel ORDER BY updated_at DESC, "
-                + "CASE WHEN status IN ('\(DeliveryStatus.failed.rawValue)', '\(DeliveryStatus.dead.rawValue)') "
-                + "THEN 0 ELSE 1 END, id DESC)")
-        let ranked = sql.select().columns("event_id", "channel", "last_error").column(newest, as: "rank")
-            .from(Tables.deliveries).where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
-            .where("status", .notEqual, DeliveryStatus.sent.rawValue)
-        for row in try await sql.select().columns("event_id", "channel", "last_error")
-            .from(SQLAlias(SQLGroupExpression(ranked.query), as: SQLIdentifier("ranked")))
-            .where("rank", .equal, 1).all()
-        {
-            lastErrors[try row.decode(column: "event_id", as: UUID.self), default: [:]][
-                try row.decode(column: "channel", as: String.self)] = try row.decode(
-                    column: "last_error", as: String.self)
-        }
+        let notifications = try await notificationCounts(of: ids, on: sql)
+        let deliveries = try await deliveryCounts(of: ids, on: sql)
+        let skipped = try await skips(of: ids, on: sql)
+        let lastErrors = try await lastErrors(of: ids, on: sql)
 
         let inboxChannel = workspace.channels.first { $0.kind == .inbox }?.id
         var statuses: [UUID: EventStatus] = [:]
@@ -154,6 +108,78 @@ struct EventStatusQuery: Sendable {
                 batched: try event.decode(column: "batched", as: Int.self))
         }
         return statuses
+    }
+
+    /// Each event's notifications: all, those in the inbox, and those still to be announced.
+    private func notificationCounts(
+        of ids: [UUID], on sql: any SQLDatabase
+    ) async throws -> [UUID: (all: Int, inInbox: Int?, toAnnounce: Int)] {
+        var notifications: [UUID: (all: Int, inInbox: Int?, toAnnounce: Int)] = [:]
+        for row in try await sql.select().column("event_id")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .column(SQLRaw("SUM(CASE WHEN in_inbox THEN 1 ELSE 0 END)"), as: "inbox")
+            .column(SQLRaw("SUM(CASE WHEN announce_at IS NOT NULL THEN 1 ELSE 0 END)"), as: "to_announce")
+            .from(Tables.notifications).where("event_id", .in, ids).groupBy("event_id").all()
+        {
+            notifications[try row.decode(column: "event_id", as: UUID.self)] = (
+                try row.decode(column: "n", as: Int.self), try row.decode(column: "inbox", as: Int?.self),
+                try row.decode(column: "to_announce", as: Int?.self) ?? 0
+            )
+        }
+        return notifications
+    }
+
+    /// Each event's deliveries by channel and status (skipped ones are counted in `skips`).
+    private func deliveryCounts(of ids: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [String: [String: Int]]]
+    {
+        var deliveries: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "status")
+            .column(SQLFunction("COUNT", args: SQLLiteral.all), as: "n")
+            .from(Tables.deliveries).where("event_id", .in, ids)
+            .where("status", .notEqual, DeliveryStatus.skipped.rawValue)
+            .groupBy("event_id").groupBy("channel").groupBy("status").all()
+        {
+            deliveries[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "status", as: String.self)] = try row.decode(column: "n", as: Int.self)
+        }
+        return deliveries
+    }
+
+    /// Each event's channels left out, by channel and reason.
+    private func skips(of ids: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [String: [String: Int]]] {
+        var skipped: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("event_id", "channel", "reason", "count").from(Tables.eventSkips)
+            .where("event_id", .in, ids).all()
+        {
+            skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self), default: [:]][
+                    try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
+        }
+        return skipped
+    }
+
+    /// The newest error of each channel's deliveries not sent, by event.
+    private func lastErrors(of ids: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [String: String]] {
+        // The newest error of each channel's deliveries not sent; of errors from the same
+        // moment, a final one (failed, dead) before one that will be retried.
+        var lastErrors: [UUID: [String: String]] = [:]
+        let newest = SQLRaw(
+            "ROW_NUMBER() OVER (PARTITION BY event_id, channel ORDER BY updated_at DESC, "
+                + "CASE WHEN status IN ('\(DeliveryStatus.failed.rawValue)', '\(DeliveryStatus.dead.rawValue)') "
+                + "THEN 0 ELSE 1 END, id DESC)")
+        let ranked = sql.select().columns("event_id", "channel", "last_error").column(newest, as: "rank")
+            .from(Tables.deliveries).where("event_id", .in, ids).where("last_error", .isNot, SQLLiteral.null)
+            .where("status", .notEqual, DeliveryStatus.sent.rawValue)
+        for row in try await sql.select().columns("event_id", "channel", "last_error")
+            .from(SQLAlias(SQLGroupExpression(ranked.query), as: SQLIdentifier("ranked")))
+            .where("rank", .equal, 1).all()
+        {
+            lastErrors[try row.decode(column: "event_id", as: UUID.self), default: [:]][
+                try row.decode(column: "channel", as: String.self)] = try row.decode(
+                    column: "last_error", as: String.self)
+        }
+        return lastErrors
     }
 }
 

@@ -94,7 +94,27 @@ struct ConsoleData: Sendable {
         let pending = Outbox.pending(in: outbox)
         let deadTotal = outbox[.dead, default: [:]].values.reduce(0, +)
         let failedTotal = outbox[.failed, default: [:]].values.reduce(0, +)
+        let chart = try await chart(pending: pending.values.reduce(0, +), on: sql)
+        var overview = Overview(
+            events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
+            since: chart.since, depth: chart.depth, sent: chart.sent, unsent: chart.unsent)
+        // Reports, not rows: a row may bundle many.
+        for row in try await sql.select().column("status").column(
+            SQLFunction("SUM", args: SQLColumn("reports")), as: "n"
+        )
+        .from(Tables.statusEvents).groupBy("status").all() {
+            overview.statusCounts[try row.decode(column: "status", as: String.self)] = try row.decode(
+                column: "n", as: Int.self)
+        }
+        overview.statusEnded = try await endedStatusEvents(on: sql)
+        return overview
+    }
 
+    /// The last hour a minute at a time: the queue's depth (the current minute's is `pending`),
+    /// and the deliveries sent and not sent.
+    private func chart(
+        pending: Int, on sql: any SQLDatabase
+    ) async throws -> (since: Date, depth: [Int?], sent: [Int], unsent: [Int]) {
         // Whole minutes, the last one the current minute.
         let nowMinute = Int64(now().timeIntervalSince1970 / 60)
         let first = nowMinute - Int64(Self.chartMinutes) + 1
@@ -105,7 +125,7 @@ struct ConsoleData: Sendable {
             let index = Int(try row.decode(column: "minute", as: Int64.self) - first)
             if depth.indices.contains(index) { depth[index] = try row.decode(column: "depth", as: Int.self) }
         }
-        depth[Self.chartMinutes - 1] = pending.values.reduce(0, +)
+        depth[Self.chartMinutes - 1] = pending
         var sent = [Int](repeating: 0, count: Self.chartMinutes)
         var unsent = sent
         let since = Date(timeIntervalSince1970: TimeInterval(first * 60))
@@ -135,19 +155,12 @@ struct ConsoleData: Sendable {
             let index = try row.decode(column: "bucket", as: Int.self)
             if sent.indices.contains(index) { sent[index] += try row.decode(column: "n", as: Int.self) }
         }
-        var overview = Overview(
-            events: events, ended: ended, deadTotal: deadTotal, failedTotal: failedTotal, pending: pending,
-            since: since, depth: depth, sent: sent,
-            unsent: unsent)
-        // Reports, not rows: a row may bundle many.
-        for row in try await sql.select().column("status").column(
-            SQLFunction("SUM", args: SQLColumn("reports")), as: "n"
-        )
-        .from(Tables.statusEvents).groupBy("status").all() {
-            overview.statusCounts[try row.decode(column: "status", as: String.self)] = try row.decode(
-                column: "n", as: Int.self)
-        }
-        overview.statusEnded = try await sql.select()
+        return (since, depth, sent, unsent)
+    }
+
+    /// The status event rows that failed or died, newest first.
+    private func endedStatusEvents(on sql: any SQLDatabase) async throws -> [StatusEventRow] {
+        try await sql.select()
             .columns("id", "endpoint", "type", "status", "attempts", "reports", "last_error", "updated_at")
             .from(Tables.statusEvents)
             .where(
@@ -165,7 +178,6 @@ struct ConsoleData: Sendable {
                     lastError: try row.decode(column: "last_error", as: String?.self),
                     updatedAt: try row.decode(column: "updated_at", as: Date.self))
             }
-        return overview
     }
 
     /// The minute of `column` counted from `since`, in the database's own date arithmetic.

@@ -615,53 +615,59 @@ enum ConsolePages {
                     "No delivery rows: inbox notifications available at once are written at fan-out and need none."
                 }
             } else {
-                el("table", .class("data")) {
-                    el("thead") {
-                        el("tr") {
-                            for heading in ["Channel", "User", "Status", "Attempts", "Last error", "Attempt log"] {
-                                el("th", .init("scope", "col")) { heading }
-                            }
-                            el("td") {}
-                        }
-                    }
-                    el("tbody") {
-                        for delivery in detail.deliveries {
-                            el("tr") {
-                                el("td") {
-                                    delivery.channel
-                                    if let device = delivery.device {
-                                        el("span", .class("muted mono")) { " device \(device.uuidString.lowercased())" }
-                                    }
-                                }
-                                el("td") { delivery.user }
-                                el("td") {
-                                    el("span", .class("state state-\(delivery.status)")) { delivery.status }
-                                    if delivery.status == DeliveryStatus.queued.rawValue {
-                                        el("span", .class("muted")) { " next \(timestamp(delivery.nextAttemptAt))" }
-                                    }
-                                }
-                                el("td") { "\(delivery.attempts)" }
-                                el("td", .class("error-text")) {
-                                    [delivery.lastStatus.map { "HTTP \($0)" }, delivery.lastError.map { inWords($0) }]
-                                        .compactMap { $0 }.joined(separator: ": ")
-                                }
-                                el("td") {
-                                    attemptList(delivery.attemptLog, showingErrors: true)
-                                }
-                                el("td") {
-                                    if ended.contains(delivery.status) {
-                                        deliveryRetryForm(delivery.id, csrf: csrf, returnTo: "event")
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }.labellingCells()
+                deliveryTable(detail.deliveries, csrf: csrf)
                 if detail.more > 0 {
                     el("p", .class("muted")) { "\(detail.more) more deliveries are not listed." }
                 }
             }
         }
+    }
+
+    /// An event's deliveries, each with its attempt log and, once ended, a retry button.
+    private static func deliveryTable(_ deliveries: [ConsoleData.DeliveryRow], csrf: String) -> HTML {
+        let ended = DeadLetters.retryable.map(\.rawValue)
+        return el("table", .class("data")) {
+            el("thead") {
+                el("tr") {
+                    for heading in ["Channel", "User", "Status", "Attempts", "Last error", "Attempt log"] {
+                        el("th", .init("scope", "col")) { heading }
+                    }
+                    el("td") {}
+                }
+            }
+            el("tbody") {
+                for delivery in deliveries {
+                    el("tr") {
+                        el("td") {
+                            delivery.channel
+                            if let device = delivery.device {
+                                el("span", .class("muted mono")) { " device \(device.uuidString.lowercased())" }
+                            }
+                        }
+                        el("td") { delivery.user }
+                        el("td") {
+                            el("span", .class("state state-\(delivery.status)")) { delivery.status }
+                            if delivery.status == DeliveryStatus.queued.rawValue {
+                                el("span", .class("muted")) { " next \(timestamp(delivery.nextAttemptAt))" }
+                            }
+                        }
+                        el("td") { "\(delivery.attempts)" }
+                        el("td", .class("error-text")) {
+                            [delivery.lastStatus.map { "HTTP \($0)" }, delivery.lastError.map { inWords($0) }]
+                                .compactMap { $0 }.joined(separator: ": ")
+                        }
+                        el("td") {
+                            attemptList(delivery.attemptLog, showingErrors: true)
+                        }
+                        el("td") {
+                            if ended.contains(delivery.status) {
+                                deliveryRetryForm(delivery.id, csrf: csrf, returnTo: "event")
+                            }
+                        }
+                    }
+                }
+            }
+        }.labellingCells()
     }
 
     /// A delivery's attempts, oldest first: time, outcome and the provider's status (and its

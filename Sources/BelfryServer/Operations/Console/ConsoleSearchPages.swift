@@ -89,32 +89,7 @@ extension ConsolePages {
             if detail.devices.isEmpty {
                 el("p", .class("empty")) { "No push devices." }
             } else {
-                el("table", .class("data")) {
-                    el("thead") {
-                        el("tr") {
-                            for heading in ["Platform", "App", "Address", "Permission", "State", "Registered"] {
-                                el("th", .init("scope", "col")) { heading }
-                            }
-                        }
-                    }
-                    el("tbody") {
-                        for device in detail.devices {
-                            el("tr") {
-                                el("td") { device.platform.rawValue }
-                                el("td") { device.app ?? "the server's" }
-                                el("td", .class("mono")) {
-                                    String((device.token ?? device.endpoint ?? "").prefix(12)) + "…"
-                                }
-                                el("td") { device.authorization.rawValue }
-                                el("td") {
-                                    device.retiredAt.map { "retired \(timestamp($0)): \(device.retiredReason ?? "")" }
-                                        ?? "active"
-                                }
-                                el("td") { timestamp(device.createdAt) }
-                            }
-                        }
-                    }
-                }.labellingCells()
+                deviceTable(detail.devices)
             }
             el("h2") { "Preferences" }
             el("dl", .class("facts")) {
@@ -131,45 +106,78 @@ extension ConsolePages {
                     "No deliveries: inbox notifications available at once are written at fan-out and need none."
                 }
             } else {
-                el("table", .class("data")) {
-                    el("thead") {
-                        el("tr") {
-                            for heading in ["Created", "Event", "Channel", "Status", "Attempts"] {
-                                el("th", .init("scope", "col")) { heading }
-                            }
-                        }
-                    }
-                    el("tbody") {
-                        for message in detail.messages {
-                            el("tr") {
-                                el("td") { timestamp(message.createdAt) }
-                                el("td") {
-                                    el("a", .href("/admin/events/\(message.eventID.uuidString.lowercased())")) {
-                                        message.title.isEmpty ? message.category : message.title
-                                    }
-                                    el("span", .class("muted")) { " \(message.category)" }
-                                }
-                                el("td") { message.channel }
-                                el("td") {
-                                    el("span", .class("state state-\(message.status)")) {
-                                        message.status
-                                    }
-                                    if let error = message.lastError {
-                                        el("span", .class("error-text")) { " \(inWords(error))" }
-                                    }
-                                }
-                                el("td") {
-                                    // The status column shows the last error already.
-                                    attemptList(message.attempts, showingErrors: false)
-                                }
-                            }
-                        }
-                    }
-                }.labellingCells()
+                messageTable(detail.messages)
                 if let older {
                     el("p") { el("a", .href("/admin/users/\(user.id)?before=\(older)")) { "Older messages" } }
                 }
             }
         }
+    }
+
+    private static func deviceTable(_ devices: [DeviceRecord]) -> HTML {
+        el("table", .class("data")) {
+            el("thead") {
+                el("tr") {
+                    for heading in ["Platform", "App", "Address", "Permission", "State", "Registered"] {
+                        el("th", .init("scope", "col")) { heading }
+                    }
+                }
+            }
+            el("tbody") {
+                for device in devices {
+                    el("tr") {
+                        el("td") { device.platform.rawValue }
+                        el("td") { device.app ?? "the server's" }
+                        el("td", .class("mono")) {
+                            String((device.token ?? device.endpoint ?? "").prefix(12)) + "…"
+                        }
+                        el("td") { device.authorization.rawValue }
+                        el("td") {
+                            device.retiredAt.map { "retired \(timestamp($0)): \(device.retiredReason ?? "")" }
+                                ?? "active"
+                        }
+                        el("td") { timestamp(device.createdAt) }
+                    }
+                }
+            }
+        }.labellingCells()
+    }
+
+    private static func messageTable(_ messages: [MessageRecord]) -> HTML {
+        el("table", .class("data")) {
+            el("thead") {
+                el("tr") {
+                    for heading in ["Created", "Event", "Channel", "Status", "Attempts"] {
+                        el("th", .init("scope", "col")) { heading }
+                    }
+                }
+            }
+            el("tbody") {
+                for message in messages {
+                    el("tr") {
+                        el("td") { timestamp(message.createdAt) }
+                        el("td") {
+                            el("a", .href("/admin/events/\(message.eventID.uuidString.lowercased())")) {
+                                message.title.isEmpty ? message.category : message.title
+                            }
+                            el("span", .class("muted")) { " \(message.category)" }
+                        }
+                        el("td") { message.channel }
+                        el("td") {
+                            el("span", .class("state state-\(message.status)")) {
+                                message.status
+                            }
+                            if let error = message.lastError {
+                                el("span", .class("error-text")) { " \(inWords(error))" }
+                            }
+                        }
+                        el("td") {
+                            // The status column shows the last error already.
+                            attemptList(message.attempts, showingErrors: false)
+                        }
+                    }
+                }
+            }
+        }.labellingCells()
     }
 }
