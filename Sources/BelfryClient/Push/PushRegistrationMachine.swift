@@ -278,7 +278,15 @@ struct PushRegistrationMachine: Equatable {
         case (_, _) where !isCurrent:
             guard Self.answers(state.step, input) else { return [] }
             return finish()
+        default:
+            // Not the answer this step waits for (a timer that fired late, say) gives nil: no effects.
+            return permissionResult(input) ?? tokenResult(input) ?? registrationResult(input) ?? []
+        }
+    }
 
+    /// The answers of the permission steps: the system's settings and its prompt.
+    private mutating func permissionResult(_ input: Input) -> [Effect]? {
+        switch (state.step, input) {
         case (.provisionalSettings, .settings(let settings)):
             guard settings.authorizationStatus == .notDetermined else { return recheck() }
             state.step = .provisionalPrompt
@@ -287,21 +295,9 @@ struct PushRegistrationMachine: Equatable {
             // The trial needs the device at the server, or nothing can arrive quietly.
             if granted { state.wantsOn = true }
             return recheck()
-
         case (.reconcileSettings, .settings(let settings)):
             state.systemSettings = settings
             return reconcile(settings)
-        case (.revoking, .removed(let error)):
-            var effects: [Effect] = []
-            if error == nil {
-                state.record = nil
-                effects.append(.save(nil))
-            }
-            state.phase = .denied
-            return effects + finish()
-        case (.askingToken, .tokenAsked):
-            return finish()
-
         case (.subscribeSettings(let asking), .settings(let settings)):
             if asking, settings.authorizationStatus == .notDetermined {
                 state.phase = .requestingPermission
@@ -325,6 +321,23 @@ struct PushRegistrationMachine: Equatable {
             return [.readSettings]
         case (.promptSettings, .settings(let settings)):
             return subscribe(with: settings)
+        case (.prominentSettings, .settings(let settings)):
+            guard settings.authorizationStatus == .provisional else { return finish() }
+            state.phase = .requestingPermission
+            state.step = .prominentPrompt
+            return [.requestAuthorization(configuration.authorizationOptions.subtracting(.provisional))]
+        case (.prominentPrompt, .prompted):
+            return recheck()
+        default:
+            return nil
+        }
+    }
+
+    /// The answers of the token steps: a pause between asks, the ask, and its timeout.
+    private mutating func tokenResult(_ input: Input) -> [Effect]? {
+        switch (state.step, input) {
+        case (.askingToken, .tokenAsked):
+            return finish()
         case (.pausing(let attempt, let settings), .paused(let paused)) where paused == attempt:
             return askForToken(attempt: attempt, settings: settings)
         case (.awaitingToken(let attempt, let settings), .tokenTimedOut(let timedOut)) where timedOut == attempt:
@@ -337,7 +350,22 @@ struct PushRegistrationMachine: Equatable {
             }
             state.step = .pausing(attempt: attempt + 1, settings: settings)
             return [.pause(attempt: attempt + 1, seconds: configuration.tokenRetryDelays[attempt])]
+        default:
+            return nil
+        }
+    }
 
+    /// The server's answers: a registration, a removal.
+    private mutating func registrationResult(_ input: Input) -> [Effect]? {
+        switch (state.step, input) {
+        case (.revoking, .removed(let error)):
+            var effects: [Effect] = []
+            if error == nil {
+                state.record = nil
+                effects.append(.save(nil))
+            }
+            state.phase = .denied
+            return effects + finish()
         case (.registering(let token, let settings, let replaced, let then), .registered(let deviceID, let now)):
             guard let user = state.user else { return finish() }
             let record = PushSubscriptionRecord(
@@ -364,25 +392,14 @@ struct PushRegistrationMachine: Equatable {
             return after(then)
         case (.removingReplaced(let then), .removed):
             return after(then)
-
-        case (.prominentSettings, .settings(let settings)):
-            guard settings.authorizationStatus == .provisional else { return finish() }
-            state.phase = .requestingPermission
-            state.step = .prominentPrompt
-            return [.requestAuthorization(configuration.authorizationOptions.subtracting(.provisional))]
-        case (.prominentPrompt, .prompted):
-            return recheck()
-
         case (.disabling, .removed(let error)):
             // A failed removal keeps the subscription; the toggle flips back.
             if let error { return finish(error) }
             state.record = nil
             state.phase = Self.phase(unsubscribedWith: state.systemSettings?.authorizationStatus)
             return [.save(nil)] + finish()
-
         default:
-            // Not the answer this step waits for (a timer that fired late, say).
-            return []
+            return nil
         }
     }
 
