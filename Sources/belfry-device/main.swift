@@ -262,8 +262,20 @@ func backend(_ options: Options, _ method: String, _ path: String, _ json: Strin
     return data
 }
 
+/// The simulated app: its client, the scripted OS and the settings screen's model.
 @MainActor
-func run(_ options: Options) async throws {
+struct Device {
+    let belfry: BelfryClient
+    let tokens: ClosureTokenProvider
+    let authorizer: ScriptedAuthorizer
+    let registration: PushRegistration
+    let model: PushSettingsModel
+    /// What the OS gave on the earlier runs, which the server has.
+    let tokenAtLaunch: String
+}
+
+@MainActor
+func makeDevice(_ options: Options) async throws -> Device {
     if options.userToken == nil {
         let tenants = options.tenants.map { "\"\($0)\"" }.joined(separator: ",")
         _ = try await backend(options, "PUT", "v1/users/\(options.user)", #"{"tenants": [\#(tenants)]}"#)
@@ -308,7 +320,17 @@ func run(_ options: Options) async throws {
         client: belfry, registration: registration, sync: TenantPreferenceSync(client: belfry),
         pushChannel: options.pushChannel ?? (options.platform == .fcm ? "android_push" : "ios_push"),
         openSystemSettings: { say("  os: opening Settings") })
+    return Device(
+        belfry: belfry, tokens: tokens, authorizer: authorizer, registration: registration, model: model,
+        tokenAtLaunch: tokenAtLaunch)
+}
 
+@MainActor
+func run(_ options: Options) async throws {
+    let device = try await makeDevice(options)
+    let (belfry, tokens, authorizer, registration, model) = (
+        device.belfry, device.tokens, device.authorizer, device.registration, device.model
+    )
     await model.signIn(user: options.user, tenants: options.tenants)
     show(model, "Settings > Push Notifications, signed in as \(options.user)")
 
@@ -325,45 +347,15 @@ func run(_ options: Options) async throws {
         await model.setType(setting.category, isOn: setting.on)
         show(model, "after the type toggle (written to \(options.tenants.joined(separator: ", ")))")
     }
-    for category in options.trigger {
-        say("\n▶ the backend sends \(options.user) a \(category) event")
-        let data = try await backend(
-            options, "POST", "v1/events",
-            #"{"category": "\#(category)", "recipients": ["\#(options.user)"], "content": {"title": "A \#(category) notification", "body": "from belfry-device"}}"#
-        )
-        let object = try JSONSerialization.jsonObject(with: data) as? [String: Any]
-        if let id = object?["event_id"] as? String {
-            try await Task.sleep(for: .seconds(2))
-            let status = try await backend(options, "GET", "v1/events/\(id)")
-            say("   event \(id): \(String(decoding: status, as: UTF8.self))")
-        }
-    }
+    try await triggerEvents(options)
     if options.newToken {
-        let old = tokenAtLaunch
-        say("\n▶ the OS gives this launch a new device token")
-        // The launch's recheck asked for the token; it arrives after the token delay.
-        try await Task.sleep(for: .seconds((options.tokenDelay ?? 0) + 1))
-        await registration.settled()
-        let now = registration.record?.token ?? old
-        say("   token \(old.prefix(16))… → \(now.prefix(16))…: \(now == old ? "unchanged" : "replaced on the server")")
+        try await replaceToken(options, device)
     }
     if options.categories {
-        say("\n▶ the app registers the workspace's notification categories with the OS")
-        for category in try await belfry.registerNotificationCategories(with: PrintingRegistrar()) {
-            let actions = category.actions.map { "\($0.title) (\($0.foreground ? "opens the app" : "background"))" }
-            say("   \(category.identifier): \(actions.isEmpty ? "no actions" : actions.joined(separator: ", "))")
-        }
+        try await showCategories(belfry)
     }
     if let place = options.foreground {
-        let navigation = NavigationState(isBellVisible: place == "bell", isReadingArticle: place == "article")
-        let settings = await authorizer.notificationSettings()
-        let shown = ForegroundPresentation.decide(
-            settings: settings.authorizationStatus.allowsDelivery ? settings.pushSettings : nil,
-            authorization: settings.authorizationStatus, navigation: navigation)
-        say(
-            "\n▶ a notification arrives while the user is \(place == "elsewhere" ? "elsewhere in the app" : "on the \(place)")"
-        )
-        say("   shown as: \(shown)")
+        await arrive(in: place, authorizer: authorizer)
     }
     try await deliveredFlows(options, belfry: belfry, tokens: tokens)
     if options.revokeAfter {
@@ -379,6 +371,58 @@ func run(_ options: Options) async throws {
         await registration.settled()
         say("   the device was removed behind the scenes")
     }
+}
+
+/// The backend sends the user an event of each category in `--trigger`, and reads its status.
+func triggerEvents(_ options: Options) async throws {
+    for category in options.trigger {
+        say("\n▶ the backend sends \(options.user) a \(category) event")
+        let data = try await backend(
+            options, "POST", "v1/events",
+            #"{"category": "\#(category)", "recipients": ["\#(options.user)"], "content": {"title": "A \#(category) notification", "body": "from belfry-device"}}"#
+        )
+        let object = try JSONSerialization.jsonObject(with: data) as? [String: Any]
+        if let id = object?["event_id"] as? String {
+            try await Task.sleep(for: .seconds(2))
+            let status = try await backend(options, "GET", "v1/events/\(id)")
+            say("   event \(id): \(String(decoding: status, as: UTF8.self))")
+        }
+    }
+}
+
+/// The OS gives this launch a new token: the registration replaces the old one on the server.
+@MainActor
+func replaceToken(_ options: Options, _ device: Device) async throws {
+    let old = device.tokenAtLaunch
+    say("\n▶ the OS gives this launch a new device token")
+    // The launch's recheck asked for the token; it arrives after the token delay.
+    try await Task.sleep(for: .seconds((options.tokenDelay ?? 0) + 1))
+    await device.registration.settled()
+    let now = device.registration.record?.token ?? old
+    say("   token \(old.prefix(16))… → \(now.prefix(16))…: \(now == old ? "unchanged" : "replaced on the server")")
+}
+
+/// The app registers the workspace's notification categories with the OS.
+func showCategories(_ belfry: BelfryClient) async throws {
+    say("\n▶ the app registers the workspace's notification categories with the OS")
+    for category in try await belfry.registerNotificationCategories(with: PrintingRegistrar()) {
+        let actions = category.actions.map { "\($0.title) (\($0.foreground ? "opens the app" : "background"))" }
+        say("   \(category.identifier): \(actions.isEmpty ? "no actions" : actions.joined(separator: ", "))")
+    }
+}
+
+/// A notification arrives while the user is at `place`: shown, or not, as the SDK decides.
+@MainActor
+func arrive(in place: String, authorizer: ScriptedAuthorizer) async {
+    let navigation = NavigationState(isBellVisible: place == "bell", isReadingArticle: place == "article")
+    let settings = await authorizer.notificationSettings()
+    let shown = ForegroundPresentation.decide(
+        settings: settings.authorizationStatus.allowsDelivery ? settings.pushSettings : nil,
+        authorization: settings.authorizationStatus, navigation: navigation)
+    say(
+        "\n▶ a notification arrives while the user is \(place == "elsewhere" ? "elsewhere in the app" : "on the \(place)")"
+    )
+    say("   shown as: \(shown)")
 }
 
 /// Issue 37's flows on the simulated device: an action chosen on a delivered notification, a
