@@ -43,7 +43,9 @@ struct CommandFailure: Error, CustomStringConvertible {
 
 /// Options every command that opens the database takes.
 struct StorageOptions: ParsableArguments {
-    @ArgumentParser.Option(help: "The config file (JSON). Default: $BELFRY_CONFIG, else the built-in demo workspace.")
+    @ArgumentParser.Option(
+        help: "The config file (JSON). Default: $\(ServerSetting.config.environment), else the built-in demo workspace."
+    )
     var config: String?
 
     @ArgumentParser.Option(help: "A SQLite file path or a postgres:// URL. Default: $DATABASE_URL, else belfry.sqlite.")
@@ -221,7 +223,7 @@ private func announceDevelopmentKey(_ report: StartupReport) {
             """
             Created a development API key. It is shown only this once and stored as a digest:
                 \(key)
-            Set BELFRY_API_KEY to use keys of your own instead.
+            Set \(ServerSetting.apiKeys.environment) to use keys of your own instead.
 
             """.utf8))
 }
@@ -229,10 +231,12 @@ private func announceDevelopmentKey(_ report: StartupReport) {
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "serve", abstract: "Run the Belfry server.")
 
-    @ArgumentParser.Option(help: "The address to listen on. Default: $BELFRY_HOSTNAME, else 127.0.0.1.")
+    @ArgumentParser.Option(
+        help: "The address to listen on. Default: $\(ServerSetting.hostname.environment), else 127.0.0.1.")
     var hostname: String?
 
-    @ArgumentParser.Option(help: "The port to listen on (0 picks a free one). Default: $BELFRY_PORT, else 8080.")
+    @ArgumentParser.Option(
+        help: "The port to listen on (0 picks a free one). Default: $\(ServerSetting.port.environment), else 8080.")
     var port: Int?
 
     @OptionGroup var storage: StorageOptions
@@ -261,12 +265,12 @@ struct ServeCommand: AsyncParsableCommand {
                   database: \(settings.database)
                   API keys: \(report.usesDevelopmentKey ? "the development key stored in the database" : "\(settings.apiKeys.count) configured")
                   workers:  \(noWorkers ? "off (--no-workers)" : "fan-out and delivery")
-                  apns:     \(settings.apns.map { "key \($0.keyID), team \($0.teamID), \($0.url.map(origin) ?? "Apple's hosts")" } ?? "off (set BELFRY_APNS_KEY_PATH, BELFRY_APNS_KEY_ID and BELFRY_APNS_TEAM_ID)")
-                  fcm:      \(settings.fcm.map { "on (\(origin(of: $0.url)))" } ?? "off (set BELFRY_FCM_SERVICE_ACCOUNT_PATH)")
-                  web push: \(settings.vapidSubject.map { "on (VAPID subject \($0))" } ?? "off (set BELFRY_VAPID_SUBJECT)")
+                  apns:     \(settings.apns.map { "key \($0.keyID), team \($0.teamID), \($0.url.map(origin) ?? "Apple's hosts")" } ?? "off (set \(ServerSetting.apnsKey.environment), \(ServerSetting.apnsKeyID.environment) and \(ServerSetting.apnsTeamID.environment))")
+                  fcm:      \(settings.fcm.map { "on (\(origin(of: $0.url)))" } ?? "off (set \(ServerSetting.fcmServiceAccount.environment))")
+                  web push: \(settings.vapidSubject.map { "on (VAPID subject \($0))" } ?? "off (set \(ServerSetting.vapidSubject.environment))")
                   apps:     \(settings.apps.isEmpty ? "none in the config file" : settings.apps.map { "\($0.id) (\($0.platform.rawValue))" }.joined(separator: ", "))
-                  webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set BELFRY_WEBHOOK_URL and BELFRY_WEBHOOK_SECRET)")
-                  email:    \(settings.email.map { "\($0.smtp), from \($0.from), links to \(settings.publicURL ?? "http://\(settings.hostname):\(settings.port)")" } ?? "off (set BELFRY_SMTP_URL and BELFRY_EMAIL_FROM)")
+                  webhook:  \(settings.webhook.map { "\(origin(of: $0.url)) (signed)" } ?? "off (set \(ServerSetting.webhookURL.environment) and \(ServerSetting.webhookSecret.environment))")
+                  email:    \(settings.email.map { "\($0.smtp), from \($0.from), links to \(settings.publicURL ?? "http://\(settings.hostname):\(settings.port)")" } ?? "off (set \(ServerSetting.smtpURL.environment) and \(ServerSetting.emailFrom.environment))")
                 """)
             try await app.startup()
             let port = app.http.server.shared.localAddress?.port ?? settings.port

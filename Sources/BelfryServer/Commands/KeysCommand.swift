@@ -64,7 +64,7 @@ struct KeysCommand: AsyncParsableCommand {
                         key.revokedAt.map { "revoked \($0.ISO8601Format())" } ?? "active",
                     ]
                 }, columns: ["name", "scope", "fingerprint", "created_at", "last_used", "state"],
-                empty: "no keys (the BELFRY_API_KEY keys are not listed)")
+                empty: "no keys (the \(ServerSetting.apiKeys.environment) keys are not listed)")
         }
     }
 

@@ -23,7 +23,9 @@ struct LinkCommand: AsyncParsableCommand {
     var tenant: String?
 
     @ArgumentParser.Option(
-        help: "The server's address as users reach it, e.g. https://notify.example.org. Default: BELFRY_PUBLIC_URL.")
+        help:
+            "The server's address as users reach it, e.g. https://notify.example.org. Default: \(ServerSetting.publicURL.environment)."
+    )
     var baseURL: String?
 
     @OptionGroup var storage: StorageOptions
@@ -55,7 +57,8 @@ struct LinkCommand: AsyncParsableCommand {
         // Never a guess: a link to the wrong host or port reaches nobody.
         guard let given = baseURL ?? settings.publicURL else {
             throw ValidationError(
-                "a link needs the address users reach the server at: set BELFRY_PUBLIC_URL or pass --base-url")
+                "a link needs the address users reach the server at: set \(ServerSetting.publicURL.environment) or pass --base-url"
+            )
         }
         let base = given.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         guard let components = URLComponents(string: base), components.scheme == "http" || components.scheme == "https",

@@ -39,7 +39,9 @@ struct DevicesController: RouteCollection {
         }
         guard settings.vapidSubject != nil else {
             throw BelfryError(
-                .webPushOff, "this server does not send Web Push (the operator has not set BELFRY_VAPID_SUBJECT)")
+                .webPushOff,
+                "this server does not send Web Push (the operator has not set \(ServerSetting.vapidSubject.environment))"
+            )
         }
         return try Response.json(Key(publicKey: context.vapidKey.publicKeyBase64URL))
     }

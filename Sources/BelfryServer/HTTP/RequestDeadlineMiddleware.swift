@@ -15,7 +15,8 @@ struct RequestDeadlineMiddleware: Middleware {
                 "request not read within the deadline", metadata: ["belfry.timeout_seconds": "\(seconds)"])
             return BelfryError(
                 .requestTimeout,
-                "the request was not received within \(seconds) s (BELFRY_REQUEST_TIMEOUT); send it again")
+                "the request was not received within \(seconds) s (\(ServerSetting.requestTimeout.environment)); send it again"
+            )
         }
     }
 }

@@ -143,7 +143,7 @@ extension InboxController {
             stream.finish()
             throw BelfryError(
                 .rateLimited,
-                "a user may hold \(limit) streams open at once (BELFRY_MAX_STREAMS_PER_USER); close one first",
+                "a user may hold \(limit) streams open at once (\(ServerSetting.maxStreamsPerUser.environment)); close one first",
                 .retryAfter(seconds: 15))
         }
         let first: String

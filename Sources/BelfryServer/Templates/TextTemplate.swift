@@ -30,7 +30,7 @@ struct TextTemplate: Sendable {
     /// `{{{name}}}` inserts it as it is (a whole URL given in `data`).
     enum Kind: String, Sendable {
         case text = "TEXT"
-        case url = "BELFRY_URL"
+        case url = "PERCENT_ENCODED"
     }
 
     /// The compiled template for `text`, compiled once per process.

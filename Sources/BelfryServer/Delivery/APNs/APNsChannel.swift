@@ -21,7 +21,8 @@ struct APNsChannel: DeliveryProvider {
         }
         guard let provider = providers[device.app] else { return ByApp<APNsProvider>.missing(device.app, .apns) }
         guard let topic = device.topic ?? provider.configuration.topic else {
-            return .failed(reason: "no APNs topic: set BELFRY_APNS_TOPIC or register the device with one")
+            return .failed(
+                reason: "no APNs topic: set \(ServerSetting.apnsTopic.environment) or register the device with one")
         }
         guard
             let request = APNsPayload.request(

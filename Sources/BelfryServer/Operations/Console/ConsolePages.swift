@@ -56,7 +56,9 @@ enum ConsolePages {
                     "input", .type("password"), .id("api-key"), .name("api_key"),
                     .init("autocomplete", "current-password"),
                     .flag("required"))
-                el("p", .class("hint")) { "An admin API key: one of BELFRY_API_KEY, or made with belfry keys create." }
+                el("p", .class("hint")) {
+                    "An admin API key: one of \(ServerSetting.apiKeys.environment), or made with belfry keys create."
+                }
                 el("button", .type("submit")) { "Sign in" }
             }
         }
@@ -487,7 +489,7 @@ enum ConsolePages {
                 el("p", .class("flash"), .role("status")) { flash }
             }
             el("p", .class("muted")) {
-                "Keys made with belfry keys create NAME --scope admin|publish|read. The keys of BELFRY_API_KEY are "
+                "Keys made with belfry keys create NAME --scope admin|publish|read. The keys of \(ServerSetting.apiKeys.environment) are "
                     + "admin keys and not listed here."
             }
             if keys.isEmpty {
