@@ -58,6 +58,7 @@ let package = Package(
                 "BelfryWebPush",
                 "BelfryMail",
                 "BelfryHTTP2",
+                "BelfryJSON",
                 .product(name: "Vapor", package: "vapor"),
                 .product(name: "Mustache", package: "swift-mustache"),
                 .product(name: "Fluent", package: "fluent"),

@@ -105,3 +105,84 @@ struct ProviderResultTests {
                 == .failed(reason: "the webhook answered 404", status: 404))
     }
 }
+
+@Suite("The webhook's body, written directly")
+struct WebhookBodyTests {
+    /// What `JSONEncoder` makes of the same delivery: the envelope the body replaced.
+    static func encoded(_ delivery: Delivery, action: NotificationAction?) throws -> Data {
+        let content = delivery.content
+        return try JSONCoding.encoder.encode(
+            WebhookChannel.Envelope(
+                type: action == nil ? "notification.delivered" : "notification.action",
+                deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,
+                user: ["id": delivery.externalUserID],
+                notification: .init(
+                    id: content.notificationID, category: content.category.id, tenant: content.tenant,
+                    title: content.title, body: content.body, url: content.url,
+                    data: content.data.flatMap(JSONValue.storedData).map(JSONValue.object),
+                    createdAt: content.createdAt, batch: content.batch, locale: content.locale),
+                action: action))
+    }
+
+    static func parsed(_ data: Data) throws -> NSDictionary {
+        try #require(try JSONSerialization.jsonObject(with: data) as? NSDictionary)
+    }
+
+    @Test("the body is the JSON the encoder wrote: escapes, dates, data, digests, actions, locales")
+    func sameAsTheEncoder() throws {
+        let category = try #require(WorkspaceConfig.demo.categories.first)
+        let channel = try #require(WorkspaceConfig.demo.channels.first { $0.kind == .webhook })
+        let texts = ["plain", "quote \" backslash \\ slash / tab \t newline \n bell \u{07}", "Grüße 🔔 ١٢٣", ""]
+        let dates = [
+            Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_795_000_000.999),
+            Date(timeIntervalSince1970: 951_782_400.5),  // 2000-02-29
+            Date(timeIntervalSince1970: 4_107_542_399),  // 2100-02-28T23:59:59
+        ]
+        let batch = NotificationBatch(
+            count: 3,
+            items: [
+                .init(
+                    eventID: UUID(), title: "one", body: "b", url: nil, data: ["n": .number(1)],
+                    createdAt: dates[1])
+            ])
+        var compared = 0
+        for (index, text) in texts.enumerated() {
+            for (dateIndex, date) in dates.enumerated() {
+                let variant = (index + dateIndex) % 4
+                let content = DeliveryContent(
+                    deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "t/\(text)",
+                    title: text, body: text + "!", url: variant == 0 ? nil : "https://example.org/\(index)?a=b&c",
+                    data: variant == 1 ? nil : #"{"page":"\#(index)","nested":{"list":[1,2.5,true,null,"\/x"]}}"#,
+                    createdAt: date, batch: variant == 2 ? batch : nil, locale: variant == 3 ? "de-AT" : nil)
+                let delivery = Delivery(
+                    id: UUID(), eventID: UUID(), channel: channel, attempt: index + 1, userID: UUID(),
+                    externalUserID: "user \(text)", content: content, payload: .webhook(action: nil))
+                for action in [nil, NotificationAction(id: "yes", title: "Yes \(text)", opensApp: true)] {
+                    let written = try WebhookChannel.body(of: delivery, action: action)
+                    #expect(
+                        try Self.parsed(written) == Self.parsed(try Self.encoded(delivery, action: action)),
+                        "\(String(decoding: written, as: UTF8.self))")
+                    compared += 1
+                }
+            }
+        }
+        #expect(compared == 32)
+    }
+
+    @Test("data that is not a JSON object is left out, as the encoder left it out")
+    func damagedData() throws {
+        let category = try #require(WorkspaceConfig.demo.categories.first)
+        let channel = try #require(WorkspaceConfig.demo.channels.first { $0.kind == .webhook })
+        for data in ["[1,2]", "{\"a\":", "not json", "{\"a\":1} trailing"] {
+            let delivery = Delivery(
+                id: UUID(), eventID: UUID(), channel: channel, attempt: 1, userID: UUID(), externalUserID: "u",
+                content: DeliveryContent(
+                    deliveryID: UUID(), notificationID: UUID(), category: category, tenant: "t", title: "T",
+                    body: "B", data: data, createdAt: Date()),
+                payload: .webhook(action: nil))
+            let notification = try #require(
+                try Self.parsed(WebhookChannel.body(of: delivery, action: nil))["notification"] as? NSDictionary)
+            #expect(notification["data"] == nil, "\(data)")
+        }
+    }
+}

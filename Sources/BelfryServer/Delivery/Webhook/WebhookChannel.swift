@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BelfryCore
+import BelfryJSON
 import Crypto
 import Foundation
 import NIOCore
@@ -18,6 +19,8 @@ struct WebhookChannel: DeliveryProvider {
     let now: @Sendable () -> Date
     /// The key of the Standard Webhooks signature, derived once from the secret.
     let standardKey: SymmetricKey
+    /// The key of `Belfry-Signature`: the secret's bytes.
+    let signingKey: SymmetricKey
 
     init(url: String, secret: String, client: HTTPClient, now: @escaping @Sendable () -> Date) {
         self.url = url
@@ -25,6 +28,7 @@ struct WebhookChannel: DeliveryProvider {
         self.client = client
         self.now = now
         standardKey = Self.standardKey(secret)
+        signingKey = SymmetricKey(data: Data(secret.utf8))
     }
 
     var maxAttempts: Int { 8 }
@@ -89,9 +93,50 @@ struct WebhookChannel: DeliveryProvider {
     }
 
     static func signature(secret: String, timestamp: Int, body: Data) -> String {
-        let message = Data("\(timestamp).".utf8) + body
-        let mac = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: Data(secret.utf8)))
-        return "t=\(timestamp),v1=" + mac.hexEncoded
+        signature(key: SymmetricKey(data: Data(secret.utf8)), timestamp: timestamp, body: body)
+    }
+
+    /// `Belfry-Signature` with the secret's key made once.
+    static func signature(key: SymmetricKey, timestamp: Int, body: Data) -> String {
+        var hmac = HMAC<SHA256>(key: key)
+        hmac.update(data: Data("\(timestamp).".utf8))
+        hmac.update(data: body)
+        return "t=\(timestamp),v1=" + hmac.finalize().hexEncoded
+    }
+
+    /// The request's body: the JSON `Envelope` encodes to, written directly (a tenth of the
+    /// time `JSONEncoder` takes, which was most of a delivery's own work). The event's data is
+    /// JSON already, stored at intake; it goes in as it is when it is an object.
+    static func body(of delivery: Delivery, action: NotificationAction?) throws -> Data {
+        let content = delivery.content
+        var json = JSONBytes()
+        if let action {
+            json.field("action", raw: String(decoding: try JSONCoding.encoder.encode(action), as: UTF8.self))
+        }
+        json.field("attempt", delivery.attempt)
+        json.field("delivery_id", delivery.id.uuidString)
+        json.field("event_id", delivery.eventID.uuidString)
+        json.open("notification")
+        if let batch = content.batch {
+            json.field("batch", raw: String(decoding: try JSONCoding.encoder.encode(batch), as: UTF8.self))
+        }
+        json.field("body", content.body)
+        json.field("category", content.category.id)
+        json.field("created_at", date: content.createdAt)
+        if let data = content.data, data.utf8.first == UInt8(ascii: "{"), JSONSyntax.problem(in: data.utf8) == nil {
+            json.field("data", raw: data)
+        }
+        json.field("id", content.notificationID.uuidString)
+        if let locale = content.locale { json.field("locale", locale) }
+        json.field("tenant", content.tenant)
+        json.field("title", content.title)
+        if let url = content.url { json.field("url", url) }
+        json.close()
+        json.field("type", action == nil ? "notification.delivered" : "notification.action")
+        json.open("user")
+        json.field("id", delivery.externalUserID)
+        json.close()
+        return json.finish()
     }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
@@ -101,17 +146,7 @@ struct WebhookChannel: DeliveryProvider {
         }
         let body: Data
         do {
-            let data = content.data.flatMap(JSONValue.storedData).map(JSONValue.object)
-            body = try JSONCoding.encoder.encode(
-                Envelope(
-                    type: action == nil ? "notification.delivered" : "notification.action",
-                    deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,
-                    user: ["id": delivery.externalUserID],
-                    notification: .init(
-                        id: content.notificationID, category: content.category.id, tenant: content.tenant,
-                        title: content.title, body: content.body, url: content.url, data: data,
-                        createdAt: content.createdAt, batch: content.batch, locale: content.locale),
-                    action: action))
+            body = try Self.body(of: delivery, action: action)
         } catch {
             return .failed(reason: "could not encode the webhook body: \(error)")
         }
@@ -121,7 +156,7 @@ struct WebhookChannel: DeliveryProvider {
             body, to: url, id: delivery.id.uuidString.lowercased(), key: standardKey, timestamp: timestamp,
             headers: [
                 ("Belfry-Delivery", delivery.id.uuidString),
-                ("Belfry-Signature", Self.signature(secret: secret, timestamp: timestamp, body: body)),
+                ("Belfry-Signature", Self.signature(key: signingKey, timestamp: timestamp, body: body)),
             ], client: client, timeout: timeout, failure: "webhook request failed", now: now)
     }
 
