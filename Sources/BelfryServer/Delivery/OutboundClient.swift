@@ -18,7 +18,7 @@ extension TLSConfiguration {
 extension HTTPClient {
     /// HTTP/1.1 connections the outbound client keeps to one host; the webhook's and each push
     /// service's share of the delivery queue's slots follows it.
-    static let outboundConnectionsPerHost = 64
+    static let outboundConnectionsPerHost = 128
 
     /// The client the webhook and Web Push use, and the benchmarks too: it keeps connections
     /// open (HTTP/2 where the server offers it, so one connection carries many requests at
