@@ -35,6 +35,9 @@ extension HTTPClient {
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
         configuration.httpVersion = .automatic
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = outboundConnectionsPerHost
+        // Belfry bootstraps no tracer: without one the client skips building each request's
+        // span attributes (2 % of the CPU while webhooks are sent).
+        configuration.tracing.tracer = nil
         return HTTPClient(eventLoopGroup: eventLoopGroup, configuration: configuration)
     }
 }
