@@ -7,7 +7,9 @@ subscribed to a topic (not timed); one event to the topic is posted, and the clo
 202 until nginx has logged N webhook requests: fan-out, the queue, the signed POST and the
 recorded result, all of it. Then h2load (Debian's nghttp2-client) sends the same number of POSTs
 of the same body size to the same nginx over HTTP/1.1, and the script prints both rates and
-their ratio.
+their ratio. When `belfry-bench` is built beside `belfry`, it also sends as many deliveries
+through the webhook channel alone (the outbound client, signing and body, no queue or database)
+and prints that rate, its CPU per request, and how much of it the queue reached.
 
 With `--status-events 1` it measures twice, on fresh SQLite files (`PATH` and `PATH-status`):
 first as above, then with a status endpoint (the workspace file's `webhooks`) taking
@@ -137,6 +139,21 @@ def h2load_rate(port, count, body_size, work):
     return float(match.group(1))
 
 
+def channel_rate(binary, port, count):
+    """The webhook channel alone (`belfry-bench webhook`, beside `belfry`): signed POSTs of a
+    typical notification to the same nginx, 128 at a time, without the queue. None when that
+    binary is not built."""
+    bench = os.path.join(os.path.dirname(os.path.abspath(binary)), "belfry-bench")
+    if not os.path.exists(bench):
+        return None
+    output = subprocess.run([bench, "webhook", f"http://127.0.0.1:{port}/bench", str(count), "128"],
+                            check=True, capture_output=True, text=True).stdout
+    result = json.loads(output)
+    if result["sent"] != count:
+        sys.exit(f"belfry-bench webhook: {result['sent']} of {count} answered 200")
+    return count / result["seconds"], result["cpu_seconds"] / count
+
+
 def measure(args, database, port, work, status_events):
     """One run on `database`: the time from the 202 to the last webhook request, to every result
     recorded and (with status events) to the last status event; the body size; peak memory."""
@@ -230,6 +247,7 @@ def main():
                 times[status] = measure(args, name, port, work, status)[0]
             rounds.append((times[False], times[True]))
         reference = h2load_rate(port, args.recipients, body_size, work)
+        channel = channel_rate(args.binary, port, args.recipients)
     finally:
         nginx.terminate()
         nginx.wait(timeout=10)
@@ -242,6 +260,9 @@ def main():
           f"(all {sent} recorded as sent after {recorded:.2f} s)")
     print(f"h2load --h1 -c 16, same count and size: {reference:,.0f} requests/s")
     print(f"ratio:           {rate / reference:.3f} of h2load")
+    if channel:
+        print(f"the webhook channel alone (belfry-bench webhook, 128 at a time): {channel[0]:,.0f} requests/s, "
+              f"{channel[1] * 1e6:.0f} µs of CPU each; the queue reached {rate / channel[0]:.2f} of it")
     print(f"server memory:   {peak:.0f} MiB peak")
     if with_status:
         status_elapsed, status_recorded, _, _, status_peak, status_last = with_status

@@ -17,6 +17,7 @@ import NIOPosix
 //   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
+//   belfry-bench webhook URL [COUNT] [CONCURRENCY]  the webhook channel alone, as JSON (scripts/benchmark_delivery.py)
 //   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
 let arguments = Array(CommandLine.arguments.dropFirst())
 func number(_ index: Int, default value: Int) -> Int {
@@ -34,6 +35,11 @@ case "webpush-encrypt":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: 0)
 case "webpush-interop":
     webPushInterop()
+case "webhook" where arguments.count > 1:
+    let result = try await WebhookBenchmark.run(
+        url: arguments[1], count: number(2, default: 20_000), concurrency: number(3, default: 128),
+        eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+    print(#"{"sent": \#(result.sent), "seconds": \#(result.seconds), "cpu_seconds": \#(result.cpuSeconds)}"#)
 case "email":
     let result = try await EmailBenchmark.run(
         count: number(2, default: 2_000), connections: number(3, default: 1), port: number(1, default: 25),

@@ -1,0 +1,35 @@
+import AsyncHTTPClient
+import BelfryCore
+import Foundation
+import NIOCore
+
+/// The webhook channel alone, without the queue: signed POSTs of a typical notification to
+/// `url` through the outbound client, the ceiling `scripts/benchmark_delivery.py` compares the
+/// queue with.
+package enum WebhookBenchmark {
+    /// Sends `count` deliveries with at most `concurrency` in flight.
+    /// - Returns: how many the receiver took (2xx), the seconds and this process's CPU seconds.
+    package static func run(
+        url: String, count: Int, concurrency: Int, eventLoopGroup: any EventLoopGroup
+    ) async throws -> (sent: Int, seconds: Double, cpuSeconds: Double) {
+        let client = try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: nil)
+        let channel = WebhookChannel(
+            url: url, secret: "benchmark-secret-0123456789", client: client, now: { Date() })
+        let webhook = ChannelDefinition(id: "webhook", kind: .webhook, name: "Webhook")
+        let content = PushBenchmark.sampleContent()
+        @Sendable func delivery() -> Delivery {
+            Delivery(
+                id: UUID(), eventID: UUID(), channel: webhook, attempt: 1, userID: UUID(), externalUserID: "reader-1",
+                content: content, payload: .webhook(action: nil))
+        }
+        // One request first, so that timing starts with a connection open, as the queue's does.
+        _ = await channel.deliver(delivery())
+        let cpu = ProcessFigures.cpuSeconds
+        let (sent, seconds) = try await PushBenchmark.run(count: count, concurrency: concurrency) {
+            await channel.deliver(delivery()) == .delivered(status: 200)
+        }
+        let cpuSeconds = ProcessFigures.cpuSeconds - cpu
+        try await client.shutdown()
+        return (sent, seconds, cpuSeconds)
+    }
+}
