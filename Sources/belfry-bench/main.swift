@@ -17,6 +17,7 @@ import NIOPosix
 //   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
+//   belfry-bench apns-server                  the APNs test server alone, until stopped; its settings as JSON (scripts/benchmark_apns_queue.py)
 //   belfry-bench webhook URL [COUNT] [CONCURRENCY]  the webhook channel alone, as JSON (scripts/benchmark_delivery.py)
 //   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -35,6 +36,8 @@ case "webpush-encrypt":
     try await benchmarkWebPush(count: number(1, default: 5_000), concurrency: 0)
 case "webpush-interop":
     webPushInterop()
+case "apns-server":
+    try await runAPNsServer()
 case "webhook" where arguments.count > 1:
     let result = try await WebhookBenchmark.run(
         url: arguments[1], count: number(2, default: 20_000), concurrency: number(3, default: 128),
@@ -59,6 +62,27 @@ default:
 
 /// This process's CPU time so far, user and system, in seconds.
 func processCPUSeconds() -> Double { ProcessFigures.cpuSeconds }
+
+/// Runs the APNs test server (its own event loop, as in `benchmarkAPNs`) until the process is
+/// stopped, and prints what `belfry serve` needs to reach it: its URL, and files with its key and
+/// its certificate authority.
+func runAPNsServer() async throws {
+    let server = try await APNsTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-apns-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+    let keyPath = folder.appendingPathComponent("key.p8")
+    let authorityPath = folder.appendingPathComponent("ca.pem")
+    try Data(server.keyPEM.utf8).write(to: keyPath)
+    try Data(server.authority.certificatePEM.utf8).write(to: authorityPath)
+    let settings: [String: String] = [
+        "url": server.url, "key_path": keyPath.path, "key_id": server.keyID, "team_id": server.teamID,
+        "ca_path": authorityPath.path,
+    ]
+    // Written straight to the pipe: the script reads the line while this keeps running.
+    FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+    while true { try await Task.sleep(for: .seconds(3600)) }
+}
 
 func benchmarkAPNs(count: Int, concurrency: Int) async throws {
     // The server has an event loop of its own, as it has under h2load (another process): the

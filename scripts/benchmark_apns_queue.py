@@ -1,0 +1,117 @@
+"""APNs through the queue: one event to many devices, from the 202 to every push answered.
+
+Starts the APNs test server in a process of its own (`belfry-bench apns-server`: real TLS and
+HTTP/2, ES256 provider tokens checked, 200 for every push), then `belfry serve` on a fresh
+database with a workspace of one category on an APNs channel, pointed at that server. N users,
+each with one authorized APNs device, are subscribed to a topic (not timed); one event to the
+topic is posted, and the clock runs from its 202 until the event's status counts N pushes sent:
+fan-out, the claims, the payloads, the provider tokens, the HTTP/2 streams and the recorded
+results, all of it. Then `belfry-bench apns N 100` sends as many pushes through the APNs client
+alone to its own test server, and the script prints both rates and their ratio (issue 30's
+target: at least 0.5).
+
+Usage: python3 scripts/benchmark_apns_queue.py --binary .build/release/belfry --database PATH_OR_URL [--devices N]
+"""
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from benchmark_support import KEY, arguments, call, memory_mib, start_server
+
+WORKSPACE = {
+    "channels": [{"id": "ios_push", "kind": "apns", "name": "iOS push"}],
+    "categories": [
+        {"id": "announcement", "name": "Announcements", "description": "News for every reader.",
+         "channels": ["ios_push"]},
+    ],
+    "tenants": [{"id": "main", "name": "Main"}],
+}
+
+
+def register_device(base, user, index):
+    """Mints the user's token (API key) and registers one authorized APNs device with it."""
+    token = call(base, "POST", f"/v1/users/{user}/tokens")["token"]
+    body = json.dumps({"platform": "apns", "token": f"{index:064x}", "environment": "production",
+                       "authorization": "authorized"}).encode()
+    request = urllib.request.Request(base + "/v1/me/devices", data=body, method="POST")
+    request.add_header("Authorization", f"Bearer {token}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        if response.status not in (200, 201):
+            sys.exit(f"registering a device answered {response.status}")
+
+
+def client_rate(bench, count):
+    """`belfry-bench apns COUNT 100`: the APNs client alone, pushes a second."""
+    output = subprocess.run([bench, "apns", str(count), "100"], check=True, capture_output=True, text=True).stdout
+    match = re.search(r"belfry: (\d+) sent, (\d+) failed in ([0-9.]+) s", output)
+    if not match or int(match.group(2)) != 0:
+        sys.exit("belfry-bench apns did not send every push:\n" + output)
+    return int(match.group(1)) / float(match.group(3))
+
+
+def main():
+    args = arguments(("--devices", int, 20_000))
+    bench = os.path.join(os.path.dirname(os.path.abspath(args.binary)), "belfry-bench")
+    if not os.path.exists(bench):
+        sys.exit(f"build belfry-bench beside {args.binary} (swift build -c release --product belfry-bench)")
+    work = tempfile.mkdtemp(prefix="belfry-apns-queue-")
+    apns = subprocess.Popen([bench, "apns-server"], stdout=subprocess.PIPE, text=True)
+    server = None
+    try:
+        settings = json.loads(apns.stdout.readline())
+        os.environ.update({
+            "BELFRY_APNS_URL": settings["url"], "BELFRY_APNS_KEY_PATH": settings["key_path"],
+            "BELFRY_APNS_KEY_ID": settings["key_id"], "BELFRY_APNS_TEAM_ID": settings["team_id"],
+            "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_EXTRA_CA_FILE": settings["ca_path"],
+        })
+        config = os.path.join(work, "workspace.json")
+        with open(config, "w") as file:
+            json.dump(WORKSPACE, file)
+        server, base, _ = start_server(args.binary, args.database, config)
+        users = [f"reader-{i}" for i in range(args.devices)]
+        for offset in range(0, len(users), 10_000):
+            call(base, "PUT", "/v1/topics/everyone/subscribers", {"users": users[offset:offset + 10_000]})
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            list(pool.map(lambda pair: register_device(base, pair[1], pair[0]), enumerate(users)))
+
+        started = time.time()
+        accepted = call(base, "POST", "/v1/events", {
+            "category": "announcement", "topic": "everyone",
+            "content": {"title": "A new edition is out", "body": "Read what changed this week"},
+        })
+        deadline = time.monotonic() + 600
+        while True:
+            status = call(base, "GET", f"/v1/events/{accepted['event_id']}")
+            counts = status["deliveries"].get("ios_push", {})
+            if counts.get("sent", 0) >= args.devices:
+                break
+            if time.monotonic() > deadline:
+                sys.exit(f"only {counts} of {args.devices} pushes recorded in 600 s")
+            time.sleep(0.02)
+        elapsed = time.time() - started
+        peak = memory_mib(server.pid, "VmHWM")
+    finally:
+        if server:
+            server.terminate()
+            server.wait(timeout=30)
+        apns.terminate()
+        apns.wait(timeout=10)
+
+    rate = args.devices / elapsed
+    reference = client_rate(bench, args.devices)
+    print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
+    print(f"202 to {args.devices} pushes recorded as sent: {elapsed:.2f} s  ->  {rate:,.0f} pushes/s")
+    print(f"the APNs client alone (belfry-bench apns {args.devices} 100): {reference:,.0f} pushes/s")
+    print(f"ratio:           {rate / reference:.3f} of the client alone (target: at least 0.5)")
+    print(f"server memory:   {peak:.0f} MiB peak")
+
+
+if __name__ == "__main__":
+    main()
