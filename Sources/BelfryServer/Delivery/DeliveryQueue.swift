@@ -53,6 +53,9 @@ final class DeliveryQueue: Sendable {
     private let held = NIOLockedValueBox<Set<UUID>>([])
     /// When the pipeline last claimed deliveries.
     private let lastClaimed = NIOLockedValueBox<Date>(.distantPast)
+    /// Set when the deliveries of a claim could not be read (or sent back): the pipeline then
+    /// returns the running deliveries it does not hold before it claims again.
+    private let readFailed = NIOLockedValueBox(false)
 
     /// Whether deliveries are under way here, or were claimed in the last second: what the
     /// status event sender yields to.
@@ -127,22 +130,37 @@ final class DeliveryQueue: Sendable {
                             continue
                         }
                     }
+                    if readFailed.withLockedValue({ failed in
+                        defer { failed = false }; return failed
+                    }) {
+                        // A claim whose read failed: its deliveries are running and held by no one.
+                        failures += 1
+                        lostClaims = true
+                        continue
+                    }
                     let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
                     var drained = wanted.isEmpty
                     if !wanted.isEmpty {
                         do {
                             let groups = wanted.map { (channels[$0.key] ?? [], $0.value) }
-                            let deliveries = try await withDeadline(Self.storageDeadline, "a claim", clock: clock) {
-                                try await self.claim(groups)
+                            let claimed = try await withDeadline(Self.storageDeadline, "a claim", clock: clock) {
+                                try await self.claimIDs(groups)
                             }
                             failures = 0
-                            held.withLockedValue { $0.formUnion(deliveries.map(\.id)) }
-                            if !deliveries.isEmpty { lastClaimed.withLockedValue { $0 = self.now() } }
+                            held.withLockedValue { $0.formUnion(claimed.map(\.id)) }
+                            if !claimed.isEmpty { lastClaimed.withLockedValue { $0 = self.now() } }
+                            // Their slots are taken now, so that the next claim, made while these
+                            // are read and sent, asks only for the rest.
+                            let claimedByKind = Dictionary(grouping: claimed, by: \.kind).mapValues(\.count)
+                            for (kind, count) in claimedByKind { slots.reserve(kind, count: count) }
                             // A kind that got all it asked for may have more due: claim again at
                             // once. Only when every kind got less is the queue drained for now.
-                            let claimedByKind = Dictionary(grouping: deliveries, by: \.channel.kind).mapValues(\.count)
                             drained = !wanted.contains { kind, asked in claimedByKind[kind, default: 0] >= asked }
-                            try await start(deliveries, in: &attempts, results: pending)
+                            if !claimed.isEmpty {
+                                attempts.addTask {
+                                    await self.readAndStart(claimed, results: pending, clock: clock)
+                                }
+                            }
                         } catch {
                             failures += 1
                             lostClaims = true
@@ -163,31 +181,64 @@ final class DeliveryQueue: Sendable {
         }
     }
 
-    /// Starts an attempt for each delivery whose origin has a free slot; the others go back to
-    /// the queue for a little while, their origin busy with slower sends.
-    private func start(
-        _ deliveries: [Delivery], in attempts: inout DiscardingTaskGroup, results: PendingResults
-    ) async throws {
-        var busyOrigins: [UUID] = []
-        for delivery in deliveries {
-            let kind = delivery.channel.kind
-            let origin = providers[kind]?.origin(of: delivery)
-            // The claim took no more than the kind's free slots, so only an origin can be full.
-            guard slots.tryAcquire(kind, origin: origin) else {
-                busyOrigins.append(delivery.id)
-                continue
+    /// Reads claimed deliveries whole and starts an attempt for each whose origin has a free
+    /// slot (its kind's slot was reserved at the claim); the others go back to the queue for a
+    /// little while, their origin busy with slower sends. Runs beside the next claim. A read
+    /// that fails gives the slots back and leaves the deliveries to `returnLostClaims`.
+    private func readAndStart(
+        _ claimed: [(id: UUID, kind: ChannelKind)], results: PendingResults, clock: any ServiceClock
+    ) async {
+        let deliveries: [Delivery]
+        do {
+            deliveries = try await withDeadline(Self.storageDeadline, "reading claims", clock: clock) {
+                try await self.read(claimed: claimed.map(\.id), now: self.now())
             }
-            attempts.addTask {
-                let result = await self.perform(delivery)
-                await results.add(result)
-                self.slots.release(kind, origin: origin)
-            }
+        } catch {
+            held.withLockedValue { $0.subtract(claimed.map(\.id)) }
+            for item in claimed { slots.release(item.kind, origin: nil) }
+            onStorageFailure(error)
+            logger.error(
+                "the delivery queue could not read the deliveries it claimed",
+                metadata: ["belfry.error": "\(String(reflecting: error))"])
+            readFailed.withLockedValue { $0 = true }
+            signal.wake()
+            return
         }
-        if !busyOrigins.isEmpty {
-            // No longer held: should the release fail, the next sweep returns them.
-            held.withLockedValue { $0.subtract(busyOrigins) }
-            try await withDeadline(Self.storageDeadline, "returning claims") { [busyOrigins] in
-                try await self.release(busyOrigins, postponedBy: min(self.lease / 4, 5))
+        // Claimed rows the read did not return (failed as orphans, or erased with their user
+        // meanwhile) give their slots back.
+        let read = Set(deliveries.map(\.id))
+        for item in claimed where !read.contains(item.id) {
+            held.withLockedValue { _ = $0.remove(item.id) }
+            slots.release(item.kind, origin: nil)
+        }
+        var busyOrigins: [UUID] = []
+        await withDiscardingTaskGroup { attempts in
+            for delivery in deliveries {
+                let kind = delivery.channel.kind
+                let origin = providers[kind]?.origin(of: delivery)
+                guard slots.takeOrigin(kind, origin: origin) else {
+                    slots.release(kind, origin: nil)
+                    busyOrigins.append(delivery.id)
+                    continue
+                }
+                attempts.addTask {
+                    let result = await self.perform(delivery)
+                    await results.add(result)
+                    self.slots.release(kind, origin: origin)
+                }
+            }
+            if !busyOrigins.isEmpty {
+                // No longer held: should the release fail, the next sweep returns them.
+                held.withLockedValue { $0.subtract(busyOrigins) }
+                do {
+                    try await withDeadline(Self.storageDeadline, "returning claims") { [busyOrigins] in
+                        try await self.release(busyOrigins, postponedBy: min(self.lease / 4, 5))
+                    }
+                } catch {
+                    onStorageFailure(error)
+                    readFailed.withLockedValue { $0 = true }
+                    signal.wake()
+                }
             }
         }
     }
@@ -359,13 +410,23 @@ final class DeliveryQueue: Sendable {
     /// of channels (nil: any channel), in one statement; then reads them whole (content,
     /// device, badge) in one query.
     func claim(_ wanted: [(channels: [String]?, limit: Int)]) async throws -> [Delivery] {
-        let now = self.now()
-        let statement = claimStatement(wanted, now: now)
-        let ids: [UUID] = try await storage.write(database()) { db in
-            try await db.sql.raw(statement).all().map { try $0.decode(column: "id", as: UUID.self) }
+        let claimed = try await claimIDs(wanted)
+        guard !claimed.isEmpty else { return [] }
+        return try await read(claimed: claimed.map(\.id), now: now())
+    }
+
+    /// Marks due deliveries as running under this worker's lease, as `claim` does, and returns
+    /// their ids and channel kinds, not yet read.
+    func claimIDs(_ wanted: [(channels: [String]?, limit: Int)]) async throws -> [(id: UUID, kind: ChannelKind)] {
+        let statement = claimStatement(wanted, now: now())
+        let kinds = Dictionary(workspace.channels.map { ($0.id, $0.kind) }) { first, _ in first }
+        return try await storage.write(database()) { db in
+            try await db.sql.raw(statement).all().map { row in
+                let channel = try row.decode(column: "channel", as: String.self)
+                // A channel that left the config is failed by the read, as an orphan.
+                return (try row.decode(column: "id", as: UUID.self), kinds[channel] ?? .inbox)
+            }
         }
-        guard !ids.isEmpty else { return [] }
-        return try await read(claimed: ids, now: now)
     }
 
     /// `UPDATE … WHERE id IN (the due rows of each group) RETURNING id`. Each group's rows are
@@ -396,7 +457,7 @@ final class DeliveryQueue: Sendable {
             UPDATE deliveries SET status = \(bind: DeliveryStatus.running.rawValue), attempts = attempts + 1,
               lease_expires_at = \(bind: now.addingTimeInterval(lease)), worker = \(bind: name), updated_at = \(bind: now)
             WHERE id IN (\(due.joined(separator: " UNION ALL ")))
-            RETURNING id
+            RETURNING id, channel
             """
     }
 

@@ -49,6 +49,25 @@ final class DeliverySlots: Sendable {
         }
     }
 
+    /// Takes `count` of `kind`'s slots for deliveries claimed and not yet read (their origins
+    /// unknown yet): the next claim then asks only for what is left. Each is later given its
+    /// origin (`takeOrigin`) or given back (`release(kind, origin: nil)`).
+    func reserve(_ kind: ChannelKind, count: Int) {
+        guard count > 0 else { return }
+        state.withLockedValue { $0.running[kind, default: 0] += count }
+    }
+
+    /// Gives a reserved slot of `kind` its `origin`, if that origin has room.
+    func takeOrigin(_ kind: ChannelKind, origin: String?) -> Bool {
+        guard let origin else { return true }
+        return state.withLockedValue { state in
+            let key = Self.key(kind, origin)
+            guard state.byOrigin[key, default: 0] < limit(of: kind).perOrigin else { return false }
+            state.byOrigin[key, default: 0] += 1
+            return true
+        }
+    }
+
     /// Takes a slot if one is free for `kind` and `origin` now.
     func tryAcquire(_ kind: ChannelKind, origin: String?) -> Bool {
         state.withLockedValue { state in take(kind, origin, &state) }
