@@ -466,7 +466,7 @@ final class DeliveryQueue: Sendable {
     private func read(claimed ids: [UUID], now: Date) async throws -> [Delivery] {
         var orphans: [(UUID, String)] = []
         var deliveries: [Delivery] = []
-        for row in try await database().sql.raw(Self.claimed(ids, now: now)).all() {
+        for row in try await database().sql.raw(claimed(ids, now: now)).all() {
             let id = try row.decode(column: "delivery_id", as: UUID.self)
             let channelID = try row.decode(column: "channel", as: String.self)
             let categoryID = try row.decode(column: "category", as: String.self)
@@ -478,7 +478,7 @@ final class DeliveryQueue: Sendable {
                 orphans.append((id, "category \"\(categoryID)\" is no longer in the workspace config"))
                 continue
             }
-            deliveries.append(try Self.delivery(row, id: id, channel: channel, category: category))
+            deliveries.append(try delivery(row, id: id, channel: channel, category: category))
         }
         if !orphans.isEmpty {
             try await storage.write(database()) { [orphans] db in
@@ -496,7 +496,7 @@ final class DeliveryQueue: Sendable {
         return deliveries
     }
 
-    private static func delivery(
+    private func delivery(
         _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery {
         let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
@@ -534,7 +534,7 @@ final class DeliveryQueue: Sendable {
     }
 
     /// What the row's channel kind needs, from the claim's columns.
-    private static func payload(
+    private func payload(
         _ row: any SQLRow, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery.Payload {
         let action = try row.decode(column: "action_id", as: String?.self).map { id in
@@ -553,7 +553,7 @@ final class DeliveryQueue: Sendable {
         case .apns, .fcm, .webPush:
             let hasDevice = try row.decode(column: "device_row_id", as: UUID?.self) != nil
             return .push(
-                hasDevice ? try DeviceStore.device(row, prefix: "device_").pushDevice : nil,
+                hasDevice ? try devices.device(row, prefix: "device_").pushDevice : nil,
                 unread: try row.decode(column: "unread", as: Int.self))
         case .email:
             return .email(
@@ -564,7 +564,7 @@ final class DeliveryQueue: Sendable {
 
     /// Claimed deliveries with everything their providers need: the notification's content,
     /// the event's image and time to live, the device, and for push the user's unread count.
-    private static func claimed(_ ids: [UUID], now: Date) -> SQLQueryString {
+    private func claimed(_ ids: [UUID], now: Date) -> SQLQueryString {
         """
         SELECT deliveries.id AS delivery_id, deliveries.event_id, deliveries.notification_id, deliveries.channel,
           deliveries.attempts, deliveries.kind, deliveries.action_id, deliveries.user_id, users.external_id,
@@ -575,7 +575,7 @@ final class DeliveryQueue: Sendable {
           notifications.data, notifications.batch, notifications.created_at, events.image_url, events.ttl_seconds,
           events.content_available,
           events.created_at AS event_created_at,
-          devices.id AS device_row_id, \(unsafeRaw: DeviceStore.prefixedColumns(of: "devices", prefix: "device_")),
+          devices.id AS device_row_id, \(unsafeRaw: devices.prefixedColumns(of: "devices", prefix: "device_")),
           CASE WHEN deliveries.device_id IS NULL THEN 0 ELSE (
             SELECT COUNT(*) FROM notifications AS inbox
             WHERE inbox.user_id = deliveries.user_id AND inbox.in_inbox = \(true) AND inbox.read_at IS NULL

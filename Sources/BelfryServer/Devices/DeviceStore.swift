@@ -190,15 +190,21 @@ struct DeviceStore: Sendable {
             .run()
     }
 
-    /// A device from a row of `columns`; with a `prefix`, from columns selected as
-    /// `<prefix><column>` beside another table's (see `prefixedColumns`).
-    static func device(_ row: any SQLRow, prefix: String = "") throws -> Device {
-        try device(PrefixedRow(row: row, prefix: prefix))
+    /// A device from a query that selected its columns beside another table's, named
+    /// `<prefix><column>` (see `prefixedColumns`): how the delivery queue reads a claimed push's
+    /// device in the same query as its delivery.
+    func device(_ row: any SQLRow, prefix: String) throws -> Device {
+        try Self.device(PrefixedRow(row: row, prefix: prefix))
     }
 
-    /// `columns` of `table`, named `<prefix><column>` in the result.
-    static func prefixedColumns(of table: String, prefix: String) -> String {
-        columns.map { "\(table).\($0) AS \(prefix)\($0)" }.joined(separator: ", ")
+    /// A device from a row of `columns`.
+    private static func device(_ row: any SQLRow) throws -> Device {
+        try device(PrefixedRow(row: row, prefix: ""))
+    }
+
+    /// The device columns of `table`, named `<prefix><column>` in the result.
+    func prefixedColumns(of table: String, prefix: String) -> String {
+        Self.columns.map { "\(table).\($0) AS \(prefix)\($0)" }.joined(separator: ", ")
     }
 
     private struct PrefixedRow {
