@@ -51,14 +51,14 @@ extension Request {
             throw BelfryError(.unsupportedMediaType, "send the body as application/json")
         }
         // Foundation's decoder takes some text that is not JSON (a trailing comma); refuse it,
-        // saying where.
-        if let problem = JSONSyntax.problem(in: buffer.readableBytesView) {
-            throw BelfryError.badRequest("the body is not valid JSON: \(problem)")
+        // saying where. The same pass reads the keys: the unknown ones, and the nulls.
+        let fields: JSONSyntax.KeyFindings
+        switch JSONSyntax.check(buffer.readableBytesView, keys: .init(allowed: keys, nested: nested)) {
+        case .success(let found): fields = found
+        case .failure(let problem): throw BelfryError.badRequest("the body is not valid JSON: \(problem)")
         }
-        let keyReader = JSONDecoder()
-        keyReader.userInfo = [UnknownKeys.allowed: keys, UnknownKeys.nested: nested]
-        let fields = try? keyReader.decode(UnknownKeys.self, from: buffer)
-        if let unknown = fields?.found, !unknown.isEmpty {
+        let unknown = fields.unknown
+        if !unknown.isEmpty {
             // Each object with an unknown field says what it takes.
             let takes = Set(unknown.map(\.object)).sorted().map { object in
                 object.isEmpty
@@ -70,7 +70,7 @@ extension Request {
                     + takes.joined(separator: "; "))
         }
         do {
-            return (try Self.bodyDecoder.decode(Body.self, from: buffer), fields?.nulls ?? [])
+            return (try Self.bodyDecoder.decode(Body.self, from: buffer), fields.nulls)
         } catch let error as DecodingError {
             if case .dataCorrupted(let context) = error, context.codingPath.isEmpty {
                 throw BelfryError.badRequest("the body is not valid JSON")
@@ -85,74 +85,4 @@ extension Request {
         decoder.dateDecodingStrategy = .belfryISO8601
         return decoder
     }()
-}
-
-/// Any key of a JSON object in a request body.
-private struct BodyKey: CodingKey {
-    var stringValue: String
-    var intValue: Int? { nil }
-    init(stringValue: String) { self.stringValue = stringValue }
-    init?(intValue: Int) { nil }
-}
-
-/// The keys of a JSON body that a request does not take, and its top-level nulls, found without
-/// decoding any value: only the top-level object and the nested objects of the fields named are
-/// walked, so a list of 10 000 recipients is skipped, not read.
-private struct UnknownKeys: Decodable {
-    static let allowed = CodingUserInfoKey(rawValue: "belfry.allowedKeys")!
-    static let nested = CodingUserInfoKey(rawValue: "belfry.nestedKeys")!
-
-    /// Each unknown key's path (`content.zz`, `changes[2].x`) and the path of the object it is
-    /// in, as `nested` names it (`content`, `changes`; empty for the body), in key order.
-    var found: [(path: String, object: String)] = []
-    /// The top-level keys whose value is `null`.
-    var nulls: Set<String> = []
-
-    init(from decoder: any Decoder) throws {
-        guard let object = try? decoder.container(keyedBy: BodyKey.self) else { return }
-        for key in object.allKeys where (try? object.decodeNil(forKey: key)) == true {
-            nulls.insert(key.stringValue)
-        }
-        found = Self.unknown(
-            in: object, allowed: decoder.userInfo[Self.allowed] as? Set<String> ?? [],
-            nested: decoder.userInfo[Self.nested] as? [String: Set<String>] ?? [:], path: "", object: "")
-    }
-
-    private static func unknown(
-        in container: KeyedDecodingContainer<BodyKey>, allowed: Set<String>, nested: [String: Set<String>],
-        path: String,
-        object: String
-    ) -> [(path: String, object: String)] {
-        var unknown: [(path: String, object: String)] = []
-        for key in container.allKeys.sorted(by: { $0.stringValue < $1.stringValue }) {
-            let childPath = path.isEmpty ? key.stringValue : "\(path).\(key.stringValue)"
-            guard allowed.contains(key.stringValue) else {
-                unknown.append((childPath, object))
-                continue
-            }
-            let childObject = object.isEmpty ? key.stringValue : "\(object).\(key.stringValue)"
-            guard let inner = nested[childObject] else { continue }
-            if let child = try? container.nestedContainer(keyedBy: BodyKey.self, forKey: key) {
-                unknown += Self.unknown(in: child, allowed: inner, nested: nested, path: childPath, object: childObject)
-            } else if var list = try? container.nestedUnkeyedContainer(forKey: key) {
-                var index = 0
-                while !list.isAtEnd {
-                    if let element = try? list.nestedContainer(keyedBy: BodyKey.self) {
-                        unknown += Self.unknown(
-                            in: element, allowed: inner, nested: nested, path: "\(childPath)[\(index)]",
-                            object: childObject)
-                    } else if (try? list.decode(Skipped.self)) == nil {
-                        break
-                    }
-                    index += 1
-                }
-            }
-        }
-        return unknown
-    }
-
-    /// Any value, left unread.
-    private struct Skipped: Decodable {
-        init(from decoder: any Decoder) throws {}
-    }
 }
