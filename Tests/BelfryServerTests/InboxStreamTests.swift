@@ -199,8 +199,11 @@ struct InboxStreamTests {
 
     @Test("a notification scheduled for later is streamed when it becomes due")
     func scheduledBecomesDue() async throws {
-        // 2027-03-01 08:00 UTC; ada's notification is due at 10:00 her time (UTC, as Belfry does not know her zone).
-        let clock = TestClock(Date(timeIntervalSince1970: 1_803_888_000))
+        // 2027-03-01 09:30 UTC; ada's notification is due at 10:00 her time (UTC, as Belfry does
+        // not know her zone). Half an hour later her stream's token (an hour) is still valid: the
+        // hub checks expiry against this clock every second, and an expired token would end the
+        // stream before the notification, as it did once on a slow machine.
+        let clock = TestClock(Date(timeIntervalSince1970: 1_803_893_400))
         try await withBelfry(.sqlite, clock: clock) { app in
             try await Self.serving(app) { port, client in
                 let ada = try await app.userToken("ada")
@@ -211,7 +214,7 @@ struct InboxStreamTests {
                 try await app.deliveryQueue?.runOnce()
                 #expect(try await InboxAPITests.page(app, ada).notifications.isEmpty, "not due yet")
 
-                clock.advance(by: 2 * 3600)
+                clock.advance(by: 30 * 60)
                 #expect(try await app.deliveryQueue?.runOnce() == 1)
                 let created = try await stream.next()
                 #expect(created?.name == "notification.created")
