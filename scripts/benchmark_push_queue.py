@@ -1,16 +1,18 @@
-"""APNs through the queue: one event to many devices, from the 202 to every push answered.
+"""Push through the queue: one event to many devices, from the 202 to every push answered.
 
-Starts the APNs test server in a process of its own (`belfry-bench apns-server`: real TLS and
-HTTP/2, ES256 provider tokens checked, 200 for every push), then `belfry serve` on a fresh
-database with a workspace of one category on an APNs channel, pointed at that server. N users,
-each with one authorized APNs device, are subscribed to a topic (not timed); one event to the
-topic is posted, and the clock runs from its 202 until the event's status counts N pushes sent:
-fan-out, the claims, the payloads, the provider tokens, the HTTP/2 streams and the recorded
-results, all of it. Then `belfry-bench apns N 100` sends as many pushes through the APNs client
-alone to its own test server, and the script prints both rates and their ratio (issue 30's
-target: at least 0.5).
+Starts the push service's test server in a process of its own (`belfry-bench apns-server`: real
+TLS and HTTP/2, ES256 provider tokens checked; or `belfry-bench fcm-server`: the same with
+OAuth grants from a service account), answering 200 for every push, then `belfry serve` on a
+fresh database with a workspace of one category on that push channel, pointed at the server.
+N users, each with one authorized device, are subscribed to a topic (not timed); one event to
+the topic is posted, and the clock runs from its 202 until the event's status counts N pushes
+sent: fan-out, the claims, the payloads, the tokens, the HTTP/2 streams and the recorded
+results, all of it. Then `belfry-bench apns N 100` (or `fcm`) sends as many pushes through the
+client alone to its own test server, and the script prints both rates and their ratio (the
+target for APNs: at least 0.5).
 
-Usage: python3 scripts/benchmark_apns_queue.py --binary .build/release/belfry --database PATH_OR_URL [--devices N]
+Usage: python3 scripts/benchmark_push_queue.py --binary .build/release/belfry --database PATH_OR_URL
+       [--platform apns|fcm] [--devices N]
 """
 import concurrent.futures
 import json
@@ -24,21 +26,44 @@ import urllib.request
 
 from benchmark_support import KEY, arguments, call, memory_mib, start_server
 
-WORKSPACE = {
-    "channels": [{"id": "ios_push", "kind": "apns", "name": "iOS push"}],
-    "categories": [
-        {"id": "announcement", "name": "Announcements", "description": "News for every reader.",
-         "channels": ["ios_push"]},
-    ],
-    "tenants": [{"id": "main", "name": "Main"}],
+PLATFORMS = {
+    "apns": {"channel": "ios_push", "name": "iOS push"},
+    "fcm": {"channel": "android_push", "name": "Android push"},
 }
 
 
-def register_device(base, user, index):
-    """Mints the user's token (API key) and registers one authorized APNs device with it."""
+def workspace(platform):
+    channel = PLATFORMS[platform]["channel"]
+    return {
+        "channels": [{"id": channel, "kind": platform, "name": PLATFORMS[platform]["name"]}],
+        "categories": [
+            {"id": "announcement", "name": "Announcements", "description": "News for every reader.",
+             "channels": [channel]},
+        ],
+        "tenants": [{"id": "main", "name": "Main"}],
+    }
+
+
+def server_settings(platform, settings):
+    """The environment `belfry serve` reaches the test server with."""
+    if platform == "apns":
+        return {
+            "BELFRY_APNS_URL": settings["url"], "BELFRY_APNS_KEY_PATH": settings["key_path"],
+            "BELFRY_APNS_KEY_ID": settings["key_id"], "BELFRY_APNS_TEAM_ID": settings["team_id"],
+            "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_EXTRA_CA_FILE": settings["ca_path"],
+        }
+    return {
+        "BELFRY_FCM_URL": settings["url"], "BELFRY_FCM_SERVICE_ACCOUNT_PATH": settings["service_account_path"],
+        "BELFRY_EXTRA_CA_FILE": settings["ca_path"],
+    }
+
+
+def register_device(base, platform, user, index):
+    """Mints the user's token (API key) and registers one authorized device with it."""
     token = call(base, "POST", f"/v1/users/{user}/tokens")["token"]
-    body = json.dumps({"platform": "apns", "token": f"{index:064x}", "environment": "production",
-                       "authorization": "authorized"}).encode()
+    device = ({"platform": "apns", "token": f"{index:064x}", "environment": "production"} if platform == "apns"
+              else {"platform": "fcm", "token": f"reader-{index}:APA91b{'x' * 100}"})
+    body = json.dumps({**device, "authorization": "authorized"}).encode()
     request = urllib.request.Request(base + "/v1/me/devices", data=body, method="POST")
     request.add_header("Authorization", f"Bearer {token}")
     request.add_header("Content-Type", "application/json")
@@ -47,39 +72,36 @@ def register_device(base, user, index):
             sys.exit(f"registering a device answered {response.status}")
 
 
-def client_rate(bench, count):
-    """`belfry-bench apns COUNT 100`: the APNs client alone, pushes a second."""
-    output = subprocess.run([bench, "apns", str(count), "100"], check=True, capture_output=True, text=True).stdout
+def client_rate(bench, platform, count):
+    """`belfry-bench apns|fcm COUNT 100`: the client alone, pushes a second."""
+    output = subprocess.run([bench, platform, str(count), "100"], check=True, capture_output=True, text=True).stdout
     match = re.search(r"belfry: (\d+) sent, (\d+) failed in ([0-9.]+) s", output)
     if not match or int(match.group(2)) != 0:
-        sys.exit("belfry-bench apns did not send every push:\n" + output)
+        sys.exit(f"belfry-bench {platform} did not send every push:\n" + output)
     return int(match.group(1)) / float(match.group(3))
 
 
 def main():
-    args = arguments(("--devices", int, 20_000))
+    args = arguments(("--devices", int, 20_000), ("--platform", str, "apns"))
+    if args.platform not in PLATFORMS:
+        sys.exit("--platform takes apns or fcm")
     bench = os.path.join(os.path.dirname(os.path.abspath(args.binary)), "belfry-bench")
     if not os.path.exists(bench):
         sys.exit(f"build belfry-bench beside {args.binary} (swift build -c release --product belfry-bench)")
-    work = tempfile.mkdtemp(prefix="belfry-apns-queue-")
-    apns = subprocess.Popen([bench, "apns-server"], stdout=subprocess.PIPE, text=True)
+    work = tempfile.mkdtemp(prefix="belfry-push-queue-")
+    service = subprocess.Popen([bench, f"{args.platform}-server"], stdout=subprocess.PIPE, text=True)
     server = None
     try:
-        settings = json.loads(apns.stdout.readline())
-        os.environ.update({
-            "BELFRY_APNS_URL": settings["url"], "BELFRY_APNS_KEY_PATH": settings["key_path"],
-            "BELFRY_APNS_KEY_ID": settings["key_id"], "BELFRY_APNS_TEAM_ID": settings["team_id"],
-            "BELFRY_APNS_TOPIC": "org.example.reader", "BELFRY_EXTRA_CA_FILE": settings["ca_path"],
-        })
+        os.environ.update(server_settings(args.platform, json.loads(service.stdout.readline())))
         config = os.path.join(work, "workspace.json")
         with open(config, "w") as file:
-            json.dump(WORKSPACE, file)
+            json.dump(workspace(args.platform), file)
         server, base, _ = start_server(args.binary, args.database, config)
         users = [f"reader-{i}" for i in range(args.devices)]
         for offset in range(0, len(users), 10_000):
             call(base, "PUT", "/v1/topics/everyone/subscribers", {"users": users[offset:offset + 10_000]})
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            list(pool.map(lambda pair: register_device(base, pair[1], pair[0]), enumerate(users)))
+            list(pool.map(lambda pair: register_device(base, args.platform, pair[1], pair[0]), enumerate(users)))
 
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
@@ -89,7 +111,7 @@ def main():
         deadline = time.monotonic() + 600
         while True:
             status = call(base, "GET", f"/v1/events/{accepted['event_id']}")
-            counts = status["deliveries"].get("ios_push", {})
+            counts = status["deliveries"].get(PLATFORMS[args.platform]["channel"], {})
             if counts.get("sent", 0) >= args.devices:
                 break
             if time.monotonic() > deadline:
@@ -101,15 +123,17 @@ def main():
         if server:
             server.terminate()
             server.wait(timeout=30)
-        apns.terminate()
-        apns.wait(timeout=10)
+        service.terminate()
+        service.wait(timeout=10)
 
     rate = args.devices / elapsed
-    reference = client_rate(bench, args.devices)
+    reference = client_rate(bench, args.platform, args.devices)
     print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
     print(f"202 to {args.devices} pushes recorded as sent: {elapsed:.2f} s  ->  {rate:,.0f} pushes/s")
-    print(f"the APNs client alone (belfry-bench apns {args.devices} 100): {reference:,.0f} pushes/s")
-    print(f"ratio:           {rate / reference:.3f} of the client alone (target: at least 0.5)")
+    print(f"platform:        {args.platform}")
+    print(f"the client alone (belfry-bench {args.platform} {args.devices} 100): {reference:,.0f} pushes/s")
+    print(f"ratio:           {rate / reference:.3f} of the client alone"
+          + (" (target: at least 0.5)" if args.platform == "apns" else ""))
     print(f"server memory:   {peak:.0f} MiB peak")
 
 

@@ -17,7 +17,8 @@ import NIOPosix
 //   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
-//   belfry-bench apns-server                  the APNs test server alone, until stopped; its settings as JSON (scripts/benchmark_apns_queue.py)
+//   belfry-bench apns-server                  the APNs test server alone, until stopped; its settings as JSON (scripts/benchmark_push_queue.py)
+//   belfry-bench fcm-server                   the same for FCM (scripts/benchmark_push_queue.py --platform fcm)
 //   belfry-bench webhook URL [COUNT] [CONCURRENCY]  the webhook channel alone, as JSON (scripts/benchmark_delivery.py)
 //   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -38,6 +39,8 @@ case "webpush-interop":
     webPushInterop()
 case "apns-server":
     try await runAPNsServer()
+case "fcm-server":
+    try await runFCMServer()
 case "webhook" where arguments.count > 1:
     let result = try await WebhookBenchmark.run(
         url: arguments[1], count: number(2, default: 20_000), concurrency: number(3, default: 128),
@@ -79,6 +82,23 @@ func runAPNsServer() async throws {
         "ca_path": authorityPath.path,
     ]
     // Written straight to the pipe: the script reads the line while this keeps running.
+    FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]))
+    FileHandle.standardOutput.write(Data("\n".utf8))
+    while true { try await Task.sleep(for: .seconds(3600)) }
+}
+
+/// Runs the FCM test server (its token endpoint included) until the process is stopped, and
+/// prints what `belfry serve` needs to reach it: its URL, and files with the service account
+/// and the certificate authority.
+func runFCMServer() async throws {
+    let server = try await FCMTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-fcm-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+    let accountPath = folder.appendingPathComponent("service-account.json")
+    let authorityPath = folder.appendingPathComponent("ca.pem")
+    try Data(server.serviceAccountJSON.utf8).write(to: accountPath)
+    try Data(server.authority.certificatePEM.utf8).write(to: authorityPath)
+    let settings = ["url": server.url, "service_account_path": accountPath.path, "ca_path": authorityPath.path]
     FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]))
     FileHandle.standardOutput.write(Data("\n".utf8))
     while true { try await Task.sleep(for: .seconds(3600)) }

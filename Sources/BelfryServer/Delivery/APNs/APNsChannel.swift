@@ -13,7 +13,7 @@ struct APNsChannel: DeliveryProvider {
     /// Pushes under way on the one HTTP/2 connection. Beyond the streams the server allows at
     /// once (its SETTINGS_MAX_CONCURRENT_STREAMS; 100 for most servers), NIOHTTP2 holds a new
     /// stream until one ends: the queue then claims 400 at a time rather than 100, and claims
-    /// less often (`scripts/benchmark_apns_queue.py`: 4 773-4 812 pushes/s with 100, 6 427-6 714
+    /// less often (`scripts/benchmark_push_queue.py`: 4 773-4 812 pushes/s with 100, 6 427-6 714
     /// with 400).
     var concurrency: Int { 400 }
 
