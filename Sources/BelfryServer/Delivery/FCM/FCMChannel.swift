@@ -11,8 +11,9 @@ struct FCMChannel: DeliveryProvider {
     let now: @Sendable () -> Date
 
     var maxAttempts: Int { 8 }
-    /// Streams on the one HTTP/2 connection: the 100 most servers allow at once.
-    var concurrency: Int { 100 }
+    /// Messages under way on the one HTTP/2 connection, as for APNs (`APNsChannel.concurrency`):
+    /// NIOHTTP2 holds streams beyond the server's limit until one ends.
+    var concurrency: Int { 400 }
 
     var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
 
