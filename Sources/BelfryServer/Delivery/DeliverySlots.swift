@@ -59,18 +59,7 @@ final class DeliverySlots: Sendable {
 
     /// Gives a reserved slot of `kind` its `origin`, if that origin has room.
     func takeOrigin(_ kind: ChannelKind, origin: String?) -> Bool {
-        guard let origin else { return true }
-        return state.withLockedValue { state in
-            let key = Self.key(kind, origin)
-            guard state.byOrigin[key, default: 0] < limit(of: kind).perOrigin else { return false }
-            state.byOrigin[key, default: 0] += 1
-            return true
-        }
-    }
-
-    /// Takes a slot if one is free for `kind` and `origin` now.
-    func tryAcquire(_ kind: ChannelKind, origin: String?) -> Bool {
-        state.withLockedValue { state in take(kind, origin, &state) }
+        state.withLockedValue { state in takeOrigin(kind, origin, &state) }
     }
 
     /// Takes a slot for `kind` and `origin`, waiting for one to come free.
@@ -119,14 +108,19 @@ final class DeliverySlots: Sendable {
     }
 
     private func take(_ kind: ChannelKind, _ origin: String?, _ state: inout State) -> Bool {
-        let limit = limit(of: kind)
-        guard state.running[kind, default: 0] < limit.perKind else { return false }
-        if let origin {
-            let key = Self.key(kind, origin)
-            guard state.byOrigin[key, default: 0] < limit.perOrigin else { return false }
-            state.byOrigin[key, default: 0] += 1
+        guard state.running[kind, default: 0] < limit(of: kind).perKind, takeOrigin(kind, origin, &state) else {
+            return false
         }
         state.running[kind, default: 0] += 1
+        return true
+    }
+
+    /// Counts `origin` in, if it has room within `kind`'s share (no origin: always).
+    private func takeOrigin(_ kind: ChannelKind, _ origin: String?, _ state: inout State) -> Bool {
+        guard let origin else { return true }
+        let key = Self.key(kind, origin)
+        guard state.byOrigin[key, default: 0] < limit(of: kind).perOrigin else { return false }
+        state.byOrigin[key, default: 0] += 1
         return true
     }
 
