@@ -17,6 +17,8 @@ final class DeliveryQueue: Sendable {
     let database: @Sendable () -> any Database
     let storage: BelfryDatabase
     let workspace: WorkspaceConfig
+    /// Each channel's kind, for the slots a claim reserves.
+    private let kindOfChannel: [String: ChannelKind]
     let providers: [ChannelKind: any DeliveryProvider]
     let metrics: BelfryMetrics
     let now: @Sendable () -> Date
@@ -79,6 +81,7 @@ final class DeliveryQueue: Sendable {
         self.database = database
         self.storage = storage
         self.workspace = workspace
+        kindOfChannel = Dictionary(workspace.channels.map { ($0.id, $0.kind) }) { first, _ in first }
         self.providers = providers
         self.metrics = metrics
         self.now = now
@@ -236,6 +239,9 @@ final class DeliveryQueue: Sendable {
                     }
                 } catch {
                     onStorageFailure(error)
+                    logger.error(
+                        "the delivery queue could not return claims whose origin was busy",
+                        metadata: ["belfry.error": "\(String(reflecting: error))"])
                     readFailed.withLockedValue { $0 = true }
                     signal.wake()
                 }
@@ -419,12 +425,11 @@ final class DeliveryQueue: Sendable {
     /// their ids and channel kinds, not yet read.
     func claimIDs(_ wanted: [(channels: [String]?, limit: Int)]) async throws -> [(id: UUID, kind: ChannelKind)] {
         let statement = claimStatement(wanted, now: now())
-        let kinds = Dictionary(workspace.channels.map { ($0.id, $0.kind) }) { first, _ in first }
         return try await storage.write(database()) { db in
             try await db.sql.raw(statement).all().map { row in
                 let channel = try row.decode(column: "channel", as: String.self)
                 // A channel that left the config is failed by the read, as an orphan.
-                return (try row.decode(column: "id", as: UUID.self), kinds[channel] ?? .inbox)
+                return (try row.decode(column: "id", as: UUID.self), self.kindOfChannel[channel] ?? .inbox)
             }
         }
     }
