@@ -108,11 +108,49 @@ struct ProviderResultTests {
 
 @Suite("The webhook's body, written directly")
 struct WebhookBodyTests {
+    /// The body as `JSONEncoder` wrote it before it was written directly: the reference.
+    struct Envelope: Encodable {
+        struct Notification: Encodable {
+            var id: UUID
+            var category: String
+            var tenant: String
+            var title: String
+            var body: String
+            var url: String?
+            var data: JSONValue?
+            var createdAt: Date
+            /// For a digest: the events it gathered.
+            var batch: NotificationBatch?
+            /// The language of the text, when the category's templates gave it.
+            var locale: String?
+
+            enum CodingKeys: String, CodingKey {
+                case id, category, tenant, title, body, url, data, batch, locale
+                case createdAt = "created_at"
+            }
+        }
+
+        var type: String
+        var deliveryID: UUID
+        var eventID: UUID
+        var attempt: Int
+        var user: [String: String]
+        var notification: Notification
+        /// The action the user chose, for `notification.action`.
+        var action: NotificationAction?
+
+        enum CodingKeys: String, CodingKey {
+            case type, attempt, user, notification, action
+            case deliveryID = "delivery_id"
+            case eventID = "event_id"
+        }
+    }
+
     /// What `JSONEncoder` makes of the same delivery: the envelope the body replaced.
     static func encoded(_ delivery: Delivery, action: NotificationAction?) throws -> Data {
         let content = delivery.content
         return try JSONCoding.encoder.encode(
-            WebhookChannel.Envelope(
+            Envelope(
                 type: action == nil ? "notification.delivered" : "notification.action",
                 deliveryID: delivery.id, eventID: delivery.eventID, attempt: delivery.attempt,
                 user: ["id": delivery.externalUserID],
