@@ -71,20 +71,11 @@ func processCPUSeconds() -> Double { ProcessFigures.cpuSeconds }
 /// its certificate authority.
 func runAPNsServer() async throws {
     let server = try await APNsTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
-    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-apns-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-    let keyPath = folder.appendingPathComponent("key.p8")
-    let authorityPath = folder.appendingPathComponent("ca.pem")
-    try Data(server.keyPEM.utf8).write(to: keyPath)
-    try Data(server.authority.certificatePEM.utf8).write(to: authorityPath)
-    let settings: [String: String] = [
-        "url": server.url, "key_path": keyPath.path, "key_id": server.keyID, "team_id": server.teamID,
-        "ca_path": authorityPath.path,
-    ]
-    // Written straight to the pipe: the script reads the line while this keeps running.
-    FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]))
-    FileHandle.standardOutput.write(Data("\n".utf8))
-    while true { try await Task.sleep(for: .seconds(3600)) }
+    try await announceAndWait(
+        "apns", settings: ["url": server.url, "key_id": server.keyID, "team_id": server.teamID],
+        files: [
+            ("key_path", "key.p8", server.keyPEM), ("ca_path", "ca.pem", server.authority.certificatePEM),
+        ])
 }
 
 /// Runs the FCM test server (its token endpoint included) until the process is stopped, and
@@ -92,13 +83,28 @@ func runAPNsServer() async throws {
 /// and the certificate authority.
 func runFCMServer() async throws {
     let server = try await FCMTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
-    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-fcm-\(UUID().uuidString)")
+    try await announceAndWait(
+        "fcm", settings: ["url": server.url],
+        files: [
+            ("service_account_path", "service-account.json", server.serviceAccountJSON),
+            ("ca_path", "ca.pem", server.authority.certificatePEM),
+        ])
+}
+
+/// Writes each of `files` to a folder of its own, prints `settings` with each file's path under
+/// its key as one line of JSON (the script reads it while this keeps running), then waits until
+/// the process is stopped.
+func announceAndWait(
+    _ name: String, settings: [String: String], files: [(key: String, file: String, contents: String)]
+) async throws {
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-\(name)-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-    let accountPath = folder.appendingPathComponent("service-account.json")
-    let authorityPath = folder.appendingPathComponent("ca.pem")
-    try Data(server.serviceAccountJSON.utf8).write(to: accountPath)
-    try Data(server.authority.certificatePEM.utf8).write(to: authorityPath)
-    let settings = ["url": server.url, "service_account_path": accountPath.path, "ca_path": authorityPath.path]
+    var settings = settings
+    for (key, file, contents) in files {
+        let path = folder.appendingPathComponent(file)
+        try Data(contents.utf8).write(to: path)
+        settings[key] = path.path
+    }
     FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys]))
     FileHandle.standardOutput.write(Data("\n".utf8))
     while true { try await Task.sleep(for: .seconds(3600)) }
