@@ -731,7 +731,8 @@ final class DeliveryQueue: Sendable {
         let logged: [[BulkValue]] = resolved.filter { existing.contains($0.0.delivery.id) }.map {
             attempt, resolution in
             [
-                .id(UUID()), .id(attempt.delivery.id), .integer(attempt.delivery.attempt), .date(attempt.started),
+                .id(UUID.timeOrdered(at: attempt.finished)), .id(attempt.delivery.id),
+                .integer(attempt.delivery.attempt), .date(attempt.started),
                 .date(attempt.finished), .text(attempt.result.outcome), .integer(resolution.providerStatus),
                 .text(resolution.error),
             ]
