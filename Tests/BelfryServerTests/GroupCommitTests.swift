@@ -121,8 +121,7 @@ struct WriteGateTests {
     @Test("a busy spell's writes share transactions on one session; a session that cannot open fails its waiters only")
     func sessions() async throws {
         try await withBelfry(.sqlite) { app in
-            // A session long enough for the whole spell, however loaded the machine.
-            let gate = WriteGate(maxGroup: 10, sessionLength: .seconds(60))
+            let gate = WriteGate(maxGroup: 10)
             let log = Log()
             let database = app.db
             let session: WriteGate.Session = { body in

@@ -17,8 +17,8 @@ struct BelfryDatabase: Sendable {
     let kind: Kind
     let location: DatabaseLocation
     private let gate: WriteGate?
-    /// Where SQLite's write sessions run, once registered with an application.
-    private let writer = NIOLockedValueBox<WriterExecutor?>(nil)
+    /// SQLite's writer, once registered with an application.
+    private let writer = NIOLockedValueBox<SQLiteWriter?>(nil)
 
     init(location: DatabaseLocation) {
         self.location = location
@@ -40,7 +40,16 @@ struct BelfryDatabase: Sendable {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             // Statements carry user data as bound values: SQL logging stays off (SQLite) or at trace (PostgreSQL).
             app.databases.use(.sqlite(.file(path), sqlLogLevel: nil), as: .sqlite)
-            let writer = WriterExecutor(threadPool: app.threadPool)
+            app.databases.use(
+                .sqlite(.file(path), maxConnectionsPerEventLoop: 1, sqlLogLevel: nil), as: .sqliteWriter,
+                isDefault: false)
+            let (databases, loop, logger) = (app.databases, app.eventLoopGroup.any(), app.logger)
+            let writer = SQLiteWriter(executor: WriterExecutor(threadPool: app.threadPool)) {
+                guard let database = databases.database(.sqliteWriter, logger: logger, on: loop) else {
+                    preconditionFailure("the writer's database is registered with the readers'")
+                }
+                return database
+            }
             self.writer.withLockedValue { $0 = writer }
         case .postgres(let url):
             var configuration = try SQLPostgresConfiguration(url: url)
@@ -79,28 +88,16 @@ struct BelfryDatabase: Sendable {
         return try await gate.run(
             body,
             session: { session in
-                try await database.withConnection { connection in
-                    let work: @Sendable () async throws -> Void = {
-                        try await Self.prepareWriter(connection)
+                guard let writer else {
+                    // Not registered with an application: any connection of `database`'s.
+                    return try await database.withConnection { connection in
+                        try await SQLiteWriter.prepare(connection)
                         try await session(connection)
                     }
-                    guard let writer else { return try await work() }
-                    try await writer.run(work)
                 }
+                try await writer.session(session)
             },
             transaction: { writes, connection in try await Self.sqliteTransaction(writes, on: connection) })
-    }
-
-    /// Sets up a connection for a session of writes.
-    private static func prepareWriter(_ connection: any Database) async throws {
-        let sql = connection.sql
-        // Another process (`belfry send`, `belfry token`) may hold the write lock: wait for
-        // it, sleeping, instead of the driver's default of retrying in a busy loop.
-        try await sql.raw("PRAGMA busy_timeout = 10000").run()
-        // A multi-row insert inside a transaction keeps a statement journal (to undo just that
-        // statement on a constraint failure): in memory, not in a temporary file written
-        // through the kernel page by page. Fan-out spent a tenth of its time there.
-        try await sql.raw("PRAGMA temp_store = MEMORY").run()
     }
 
     /// One SQLite transaction holding `writes`. They run one after another with nothing between
@@ -151,6 +148,11 @@ struct BelfryDatabase: Sendable {
             throw error
         }
     }
+}
+
+extension DatabaseID {
+    /// SQLite's writer: a connection of its own (see `SQLiteWriter`).
+    static let sqliteWriter = DatabaseID(string: "sqlite-writer")
 }
 
 extension BelfryDatabase {

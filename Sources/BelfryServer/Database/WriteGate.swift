@@ -7,11 +7,10 @@ import NIOConcurrencyHelpers
 /// ends goes in the next one; a write that fails fails alone (see `BelfryDatabase.write`).
 /// Every caller returns only once the transaction that holds its write has committed.
 ///
-/// The transactions of a busy spell run one after another on one connection (a session): each
-/// statement is a trip to the driver's thread and back, and asking the pool for a connection
-/// and setting it up cost as much as a transaction's statements. A session ends when no write
-/// waits, or after `groupsPerSession` transactions or `sessionLength`, giving its connection
-/// back to the readers.
+/// The transactions of a busy spell run one after another in one session on the writer's
+/// connection: each statement is a trip to the driver's thread and back, and asking the pool
+/// for the connection cost as much as a transaction's statements. A session ends when no
+/// write waits.
 /// PostgreSQL does not need the gate.
 final class WriteGate: Sendable {
     typealias Write = @Sendable (_ connection: any Database) async throws -> Void
@@ -34,13 +33,9 @@ final class WriteGate: Sendable {
     private let state = NIOLockedValueBox(State())
     /// The most writes one transaction takes, so that a crowd of writers is not one huge rollback.
     let maxGroup: Int
-    static let groupsPerSession = 16
-    /// How long a session keeps its connection from the readers of its event loop.
-    let sessionLength: Duration
 
-    init(maxGroup: Int = 256, sessionLength: Duration = .milliseconds(50)) {
+    init(maxGroup: Int = 256) {
         self.maxGroup = maxGroup
-        self.sessionLength = sessionLength
     }
 
     /// Writes waiting for their transaction.
@@ -79,9 +74,7 @@ final class WriteGate: Sendable {
         while true {
             do {
                 try await session { connection in
-                    let opened = ContinuousClock.now
-                    for _ in 0..<Self.groupsPerSession where ContinuousClock.now - opened < self.sessionLength {
-                        guard let group = self.nextGroup() else { return }
+                    while let group = self.nextGroup() {
                         let errors: [(any Error)?]
                         do {
                             errors = try await transaction(group.map(\.write), connection)
