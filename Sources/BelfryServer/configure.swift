@@ -254,7 +254,10 @@ private struct Workers {
     /// server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
     /// events; the others poll, and keep going while they find work. SQLite has one writer.
     private var fanoutLoops: [BackgroundService] {
-        let (fanout, db) = (services.fanout, database)
+        // Each batch's deliveries due now go straight to this instance's pipeline.
+        var offering = services.fanout
+        offering.offers = queue
+        let (fanout, db) = (offering, database)
         let loops = context.database.kind == .postgres ? Fanout.postgresWorkers : 1
         return (0..<loops).map { index in
             service(

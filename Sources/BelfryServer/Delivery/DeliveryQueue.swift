@@ -58,6 +58,22 @@ final class DeliveryQueue: Sendable {
     /// Set when the deliveries of a claim could not be read (or sent back): the pipeline then
     /// returns the running deliveries it does not hold before it claims again.
     private let readFailed = NIOLockedValueBox(false)
+    /// Whether the pipeline runs: only then does it take fan-out's offers.
+    private let running = NIOLockedValueBox(false)
+    /// A delivery fan-out offered and the queue took: with a slot of its kind reserved, or
+    /// waiting for one.
+    private struct Offered: Sendable {
+        var delivery: Delivery
+        var hasSlot: Bool
+    }
+    /// Offers taken that the pipeline has not yet claimed.
+    private let offers = NIOLockedValueBox<[Offered]>([])
+    /// Offered deliveries taken without a slot and not yet started, by kind: at most
+    /// `offersWaiting` times the kind's slots.
+    private let waitingOffers = NIOLockedValueBox<[ChannelKind: Int]>([:])
+    static let offersWaiting = 4
+    /// Offered deliveries this queue took and started: no search of the queue, no read.
+    let offersTaken = NIOLockedValueBox(0)
 
     /// Whether deliveries are under way here, or were claimed in the last second: what the
     /// status event sender yields to.
@@ -114,6 +130,8 @@ final class DeliveryQueue: Sendable {
         await failDeliveriesOfRemovedChannels()
         let pending = PendingResults(capacity: Self.unrecordedResults)
         let channels = channelsByKind
+        running.withLockedValue { $0 = true }
+        defer { running.withLockedValue { $0 = false } }
         await withTaskGroup(of: Void.self) { recorder in
             recorder.addTask { await self.recordResults(from: pending, clock: clock) }
             await withDiscardingTaskGroup { attempts in
@@ -140,6 +158,30 @@ final class DeliveryQueue: Sendable {
                         failures += 1
                         lostClaims = true
                         continue
+                    }
+                    let offered = offers.withLockedValue { offers in
+                        defer { offers = [] }; return offers
+                    }
+                    if !offered.isEmpty {
+                        do {
+                            let taken = try await withDeadline(Self.storageDeadline, "taking offers", clock: clock) {
+                                try await self.take(offered)
+                            }
+                            failures = 0
+                            if !taken.isEmpty {
+                                attempts.addTask { await self.startOffered(taken, results: pending, clock: clock) }
+                            }
+                        } catch {
+                            offered.forEach(giveBack)
+                            failures += 1
+                            lostClaims = true
+                            onStorageFailure(error)
+                            logger.error(
+                                "the delivery queue could not take the deliveries fan-out offered",
+                                metadata: ["belfry.error": "\(String(reflecting: error))"])
+                            try? await clock.sleep(for: retryDelay(afterFailures: failures))
+                            continue
+                        }
                     }
                     let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
                     var drained = wanted.isEmpty
@@ -214,6 +256,13 @@ final class DeliveryQueue: Sendable {
             held.withLockedValue { _ = $0.remove(item.id) }
             slots.release(item.kind, origin: nil)
         }
+        await start(deliveries, results: results)
+    }
+
+    /// Starts an attempt for each claimed delivery whose origin has a free slot (its kind's slot
+    /// is reserved already); the others go back to the queue for a little while, their origin
+    /// busy with slower sends.
+    private func start(_ deliveries: [Delivery], results: PendingResults) async {
         var busyOrigins: [UUID] = []
         await withDiscardingTaskGroup { attempts in
             for delivery in deliveries {
@@ -246,6 +295,152 @@ final class DeliveryQueue: Sendable {
                     signal.wake()
                 }
             }
+        }
+    }
+
+    /// Claims offered deliveries by id, those still queued (a claim may have taken some first):
+    /// one statement, as a claim is, but no search of the queue and no read to follow. Those it
+    /// did not get give back their slots or places. - Returns: the deliveries claimed.
+    private func take(_ offered: [Offered]) async throws -> [Offered] {
+        let claimed = try await claim(ids: offered.map(\.delivery.id))
+        held.withLockedValue { $0.formUnion(claimed) }
+        var taken: [Offered] = []
+        for item in offered {
+            if claimed.contains(item.delivery.id) {
+                taken.append(item)
+            } else {
+                giveBack(item)
+            }
+        }
+        if !taken.isEmpty {
+            lastClaimed.withLockedValue { $0 = self.now() }
+            offersTaken.withLockedValue { $0 += taken.count }
+        }
+        return taken
+    }
+
+    /// Gives back what an offered delivery that will not start here holds: its slot, or its
+    /// place among those waiting for one.
+    private func giveBack(_ item: Offered) {
+        let kind = item.delivery.channel.kind
+        if item.hasSlot {
+            slots.release(kind, origin: nil)
+        } else {
+            waitingOffers.withLockedValue { $0[kind, default: 0] -= 1 }
+        }
+    }
+
+    /// Starts offered deliveries once claimed, a push's badge counted first as the read counts
+    /// it: those with a slot at once, the others as slots come free (before any claim gets
+    /// them). Should the count fail, they go back to the queue, for a claim to read them.
+    private func startOffered(_ taken: [Offered], results: PendingResults, clock: any ServiceClock) async {
+        let claimedAt = now()
+        let badged: [Delivery]
+        do {
+            badged = try await withDeadline(Self.storageDeadline, "counting badges", clock: clock) {
+                try await self.withBadges(taken.map(\.delivery))
+            }
+        } catch {
+            onStorageFailure(error)
+            logger.error(
+                "the delivery queue could not count the badges of offered pushes",
+                metadata: ["belfry.error": "\(String(reflecting: error))"])
+            taken.forEach(giveBack)
+            await requeue(taken.map(\.delivery.id), clock: clock)
+            return
+        }
+        await withDiscardingTaskGroup { group in
+            let ready = zip(taken, badged).filter { $0.0.hasSlot }.map(\.1)
+            group.addTask { await self.start(ready, results: results) }
+            for (item, delivery) in zip(taken, badged) where !item.hasSlot {
+                group.addTask {
+                    await self.startWhenFree(delivery, claimedAt: claimedAt, results: results, clock: clock)
+                }
+            }
+        }
+    }
+
+    /// Starts an offered delivery once a slot of its kind and origin comes free. One that
+    /// waited half its lease goes back to the queue: an attempt takes at most the other half,
+    /// so no worker claims a delivery while it is being attempted. So does one still waiting
+    /// when the queue stops.
+    private func startWhenFree(
+        _ delivery: Delivery, claimedAt: Date, results: PendingResults, clock: any ServiceClock
+    ) async {
+        let kind = delivery.channel.kind
+        let origin = providers[kind]?.origin(of: delivery)
+        await slots.acquire(kind, origin: origin)
+        waitingOffers.withLockedValue { $0[kind, default: 0] -= 1 }
+        defer { slots.release(kind, origin: origin) }
+        if isStopping || now().timeIntervalSince(claimedAt) > lease / 2 {
+            await requeue([delivery.id], clock: clock)
+            return
+        }
+        await results.add(await perform(delivery))
+    }
+
+    /// Returns claimed deliveries that will not start here to the queue, no longer held. Should
+    /// that fail, the next sweep for lost claims returns them.
+    private func requeue(_ ids: [UUID], clock: any ServiceClock) async {
+        held.withLockedValue { $0.subtract(ids) }
+        do {
+            try await withDeadline(Self.storageDeadline, "returning offered deliveries", clock: clock) {
+                try await self.release(ids)
+            }
+        } catch {
+            onStorageFailure(error)
+            readFailed.withLockedValue { $0 = true }
+            signal.wake()
+        }
+    }
+
+    /// Marks these deliveries running under this worker's lease, those still queued for their
+    /// first attempt. - Returns: the ids it marked.
+    private func claim(ids: [UUID]) async throws -> Set<UUID> {
+        let now = now()
+        return try await storage.write(database()) { db in
+            var claimed: Set<UUID> = []
+            for chunk in ids.chunked(500) {
+                let rows = try await db.sql.update(Tables.deliveries)
+                    .set("status", to: DeliveryStatus.running.rawValue)
+                    .set("attempts", to: 1)
+                    .set("lease_expires_at", to: now.addingTimeInterval(self.lease))
+                    .set("worker", to: self.name)
+                    .set("updated_at", to: now)
+                    .where("id", .in, Array(chunk))
+                    .where("status", .equal, DeliveryStatus.queued.rawValue)
+                    .where("attempts", .equal, 0)
+                    .returning("id")
+                    .all()
+                for row in rows { claimed.insert(try row.decode(column: "id", as: UUID.self)) }
+            }
+            return claimed
+        }
+    }
+
+    /// The offered pushes with the badge the read gives: each user's unread inbox now.
+    private func withBadges(_ offered: [Delivery]) async throws -> [Delivery] {
+        let users = Set(offered.filter { $0.channel.kind.isPush }.map(\.userID))
+        guard !users.isEmpty else { return offered }
+        let now = now()
+        var unread: [UUID: Int] = [:]
+        for chunk in Array(users).chunked(500) {
+            let counts: SQLQueryString = """
+                SELECT user_id, COUNT(*) AS unread FROM notifications
+                WHERE user_id IN (\(binds: Array(chunk))) AND in_inbox = \(true) AND read_at IS NULL
+                  AND archived_at IS NULL AND available_at <= \(bind: now)
+                GROUP BY user_id
+                """
+            for row in try await database().sql.raw(counts).all() {
+                unread[try row.decode(column: "user_id", as: UUID.self)] = try row.decode(
+                    column: "unread", as: Int.self)
+            }
+        }
+        return offered.map { delivery in
+            guard case .push(let device, _) = delivery.payload else { return delivery }
+            var badged = delivery
+            badged.payload = .push(device, unread: unread[delivery.userID, default: 0])
+            return badged
         }
     }
 
@@ -845,5 +1040,39 @@ extension DeliveryResult {
         case .retire, .failed: "failed"
         case .skipped: "skipped"
         }
+    }
+}
+
+/// Where fan-out offers the deliveries it has just written that are due now on webhook and push
+/// channels: this instance's queue, which takes as many as its kinds have free slots for and
+/// starts them without searching the queue or reading them back. The rest wait for a claim.
+protocol DeliveryOffers: Sendable {
+    /// Whether offers are taken now; when not, fan-out builds none.
+    var takesOffers: Bool { get }
+    /// Offers deliveries whose rows have committed, queued for their first attempt.
+    func offer(_ deliveries: [Delivery])
+}
+
+extension DeliveryQueue: DeliveryOffers {
+    var takesOffers: Bool { running.withLockedValue { $0 } && !isStopping }
+
+    /// Takes as many as each kind has free slots for, and then as many as may wait for one.
+    func offer(_ deliveries: [Delivery]) {
+        guard takesOffers else { return }
+        var taken: [Offered] = []
+        for (kind, offered) in Dictionary(grouping: deliveries, by: \.channel.kind) {
+            let reserved = slots.reserve(upTo: offered.count, of: kind)
+            let waiting = waitingOffers.withLockedValue { waiting in
+                let room = Self.offersWaiting * slots.limit(of: kind).perKind - waiting[kind, default: 0]
+                let count = max(0, min(offered.count - reserved, room))
+                waiting[kind, default: 0] += count
+                return count
+            }
+            taken += offered.prefix(reserved).map { Offered(delivery: $0, hasSlot: true) }
+            taken += offered.dropFirst(reserved).prefix(waiting).map { Offered(delivery: $0, hasSlot: false) }
+        }
+        guard !taken.isEmpty else { return }
+        offers.withLockedValue { $0 += taken }
+        signal.wake()
     }
 }

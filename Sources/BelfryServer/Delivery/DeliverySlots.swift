@@ -57,6 +57,16 @@ final class DeliverySlots: Sendable {
         state.withLockedValue { $0.running[kind, default: 0] += count }
     }
 
+    /// Takes up to `count` of `kind`'s free slots, as `reserve` does, for deliveries whose
+    /// origins are not known to the slots yet. - Returns: how many it took.
+    func reserve(upTo count: Int, of kind: ChannelKind) -> Int {
+        state.withLockedValue { state in
+            let taken = max(0, min(count, limit(of: kind).perKind - state.running[kind, default: 0]))
+            state.running[kind, default: 0] += taken
+            return taken
+        }
+    }
+
     /// Gives a reserved slot of `kind` its `origin`, if that origin has room.
     func takeOrigin(_ kind: ChannelKind, origin: String?) -> Bool {
         state.withLockedValue { state in takeOrigin(kind, origin, &state) }

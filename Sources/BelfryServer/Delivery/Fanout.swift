@@ -27,6 +27,8 @@ struct Fanout: Sendable {
     let devices: DeviceStore
     /// Reports each recipient's channels the rule or the throttle left out (`message.skipped`).
     var statusEvents: StatusEvents? = nil
+    /// This instance's queue, offered each batch's deliveries due now once they are committed.
+    var offers: (any DeliveryOffers)? = nil
     static let batchSize = 500
     static let eventsPerBatch = 32
     /// Fan-out loops per process on PostgreSQL.
@@ -121,6 +123,8 @@ struct Fanout: Sendable {
     /// What follows a commit, never before it: the queue woken, the streams told of the new
     /// notifications, the metrics counted.
     func committed(_ outcome: Outcome, on db: any Database) async {
+        // Offered first: a claim the wake starts asks only for the slots the offer left.
+        if !outcome.rows.offered.isEmpty { offers?.offer(outcome.rows.offered) }
         if outcome.rows.queued > 0 { wakeDeliveries() }
         await outcome.rows.publish(to: events, on: db)
         outcome.rows.count(into: metrics)
@@ -174,7 +178,8 @@ struct Fanout: Sendable {
     struct DueEvent: Sendable {
         static let columns = [
             "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "created_at", "recipients",
-            "processed", "topic", "topic_cursor", "source", "content_variants",
+            "processed", "topic", "topic_cursor", "source", "content_variants", "image_url", "ttl_seconds",
+            "content_available",
         ]
 
         var id: UUID
@@ -196,6 +201,8 @@ struct Fanout: Sendable {
         var fromCommand: Bool
         /// From templates: the text in each language, rendered at intake; each recipient reads theirs.
         var variants: LocalizedContent?
+        /// What else its deliveries carry: the image, the time to live, a background push.
+        var extras: NotificationRows.EventExtras
 
         init(row: any SQLRow) throws {
             id = try row.decode(column: "id", as: UUID.self)
@@ -215,6 +222,10 @@ struct Fanout: Sendable {
             topicCursor = try row.decode(column: "topic_cursor", as: UUID?.self)
             fromCommand = try row.decode(column: "source", as: String?.self) == EventIntake.Source.command.rawValue
             variants = LocalizedContent(stored: try row.decode(column: "content_variants", as: String?.self))
+            extras = NotificationRows.EventExtras(
+                imageURL: try row.decode(column: "image_url", as: String?.self),
+                ttlSeconds: try row.decode(column: "ttl_seconds", as: Int?.self),
+                contentAvailable: try row.decode(column: "content_available", as: Bool?.self), acceptedAt: acceptedAt)
         }
     }
 
@@ -423,7 +434,7 @@ struct Fanout: Sendable {
             }
             let literal = NotificationRows.Content(
                 eventID: event.id, category: category, tenant: event.tenant, title: event.title, body: event.body,
-                url: event.url, data: event.data, decodedData: decodedData)
+                url: event.url, data: event.data, decodedData: decodedData, extras: event.extras)
             var picker = event.variants.map(LocalizedContent.Picker.init)
             for plan in plans {
                 var content = literal
@@ -524,6 +535,7 @@ struct Fanout: Sendable {
         var rows = NotificationRows()
         rows.reportsQueued = statusEvents?.wants(.messageQueued) == true
         rows.reportsSent = statusEvents?.wants(.messageSent) == true
+        rows.offers = offers?.takesOffers == true
         return rows
     }
 

@@ -25,6 +25,19 @@ struct NotificationRows: Sendable {
         /// The shorter text push channels show, from the category's `content.push` templates.
         var pushTitle: String? = nil
         var pushBody: String? = nil
+        /// What else of the event a provider needs, for the deliveries offered to the queue as
+        /// they are written (`offered`); `nil`: none is offered.
+        var extras: EventExtras? = nil
+    }
+
+    /// The event's fields a provider needs beside the notification's: what the queue's read
+    /// joins from `events`.
+    struct EventExtras: Sendable {
+        var imageURL: String?
+        var ttlSeconds: Int?
+        var contentAvailable: Bool?
+        /// When the event was accepted (the 202), for the delivery latency metric.
+        var acceptedAt: Date
     }
 
     private var notifications: [[BulkValue]] = []
@@ -44,6 +57,11 @@ struct NotificationRows: Sendable {
     var reportsSent = false
     /// Those reports, to be queued in the transaction that inserts the rows.
     private(set) var statusEvents: [StatusEvent] = []
+    /// Whether to build the new deliveries due now on webhook and push channels as the queue
+    /// reads them, for it to take after the commit without a search and a read (`DeliveryOffers`).
+    var offers = false
+    /// Those deliveries; a push's badge is counted when the queue takes it.
+    private(set) var offered: [Delivery] = []
 
     /// Adds one user's notification, due at `due`, on the channels the rule let through.
     /// - Returns: the notification's id; `nil` when no channel delivers.
@@ -94,11 +112,15 @@ struct NotificationRows: Sendable {
                 continue
             }
             // A push channel delivers to each of the user's devices on its platform.
-            let targets: [UUID?] =
-                channel.kind.isPush ? devices.filter { $0.platform.channelKind == channel.kind }.map(\.id) : [nil]
+            let targets: [DeviceStore.Device?] =
+                channel.kind.isPush ? devices.filter { $0.platform.channelKind == channel.kind } : [nil]
             // A delayed channel (a fallback) comes due later, and may find it is not needed.
             let policy = category.channel(channel.id)
             let channelDue = due.addingTimeInterval(TimeInterval(policy?.delaySeconds ?? 0))
+            let firstAttempt = Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue)
+            let offering =
+                offers && firstAttempt <= now && policy?.unless == nil
+                && (channel.kind == .webhook || channel.kind.isPush)
             for device in targets {
                 queued += 1
                 let deliveryID = UUID.timeOrdered(at: now, using: &randomness)
@@ -106,18 +128,45 @@ struct NotificationRows: Sendable {
                     statusEvents.append(
                         report(
                             .messageQueued, notificationID, content, user, channel: channel.id, message: deliveryID,
-                            device: device))
+                            device: device?.id))
                 }
                 deliveries.append(
                     QueuedDelivery(
                         id: deliveryID, notification: notificationID, event: content.eventID, user: user.id,
-                        channel: channel.id, device: device, kind: .notification,
-                        firstAttempt: Fanout.firstAttempt(on: channel, of: category, for: user, due: channelDue),
+                        channel: channel.id, device: device?.id, kind: .notification, firstAttempt: firstAttempt,
                         now: now, condition: policy?.unless
                     ).values)
+                if offering, let extras = content.extras {
+                    offered.append(
+                        Self.offer(
+                            deliveryID, of: notificationID, content, extras, for: user, on: channel, device: device,
+                            now: now))
+                }
             }
         }
         return notificationID
+    }
+
+    /// A delivery due now, as the queue's read of its rows gives it but for a push's badge.
+    private static func offer(
+        _ id: UUID, of notification: UUID, _ content: Content, _ extras: EventExtras, for user: Fanout.Recipient,
+        on channel: ChannelDefinition, device: DeviceStore.Device?, now: Date
+    ) -> Delivery {
+        let isPush = channel.kind.isPush
+        let category = content.category
+        return Delivery(
+            id: id, eventID: content.eventID, channel: channel, attempt: 1, userID: user.id,
+            externalUserID: user.externalID,
+            content: DeliveryContent(
+                deliveryID: id, notificationID: notification, category: category, tenant: content.tenant,
+                title: isPush ? content.pushTitle ?? content.title : content.title,
+                body: isPush ? content.pushBody ?? content.body : content.body, url: content.url,
+                imageURL: extras.imageURL, data: content.data, createdAt: now,
+                ttlSeconds: extras.ttlSeconds ?? category.push.ttlSeconds,
+                background: extras.contentAvailable ?? category.push.contentAvailable, batch: content.batch,
+                locale: content.locale),
+            payload: isPush ? .push(device?.pushDevice, unread: 0) : .webhook(action: nil),
+            acceptedAt: extras.acceptedAt)
     }
 
     /// A status event about one message of this fan-out.
