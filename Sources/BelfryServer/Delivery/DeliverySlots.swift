@@ -10,11 +10,16 @@ final class DeliverySlots: Sendable {
         var perOrigin: Int
     }
 
+    private struct Waiter {
+        var origin: String?
+        var turn: CheckedContinuation<Void, Never>
+    }
+
     private struct State {
         var running: [ChannelKind: Int] = [:]
         var byOrigin: [String: Int] = [:]
-        /// Callers of `acquire` waiting for a slot, first come first served.
-        var waiting: [(kind: ChannelKind, origin: String?, turn: CheckedContinuation<Void, Never>)] = []
+        /// Callers of `acquire` waiting for a slot, by kind, first come first served.
+        var waiting: [ChannelKind: ArraySlice<Waiter>] = [:]
     }
 
     private let state = NIOLockedValueBox(State())
@@ -76,8 +81,8 @@ final class DeliverySlots: Sendable {
     func acquire(_ kind: ChannelKind, origin: String?) async {
         await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
             let now = state.withLockedValue { state -> Bool in
-                if state.waiting.isEmpty, take(kind, origin, &state) { return true }
-                state.waiting.append((kind, origin, turn))
+                if state.waiting[kind, default: []].isEmpty, take(kind, origin, &state) { return true }
+                state.waiting[kind, default: []].append(Waiter(origin: origin, turn: turn))
                 return false
             }
             if now { turn.resume() }
@@ -94,16 +99,25 @@ final class DeliverySlots: Sendable {
                 state.byOrigin[key, default: 1] -= 1
                 if state.byOrigin[key] == 0 { state.byOrigin[key] = nil }
             }
+            // The kind's waiters in turn, while it has a free slot: usually the first takes it
+            // and the kind is full again. Those whose origin is full wait on.
             var turns: [CheckedContinuation<Void, Never>] = []
-            var index = 0
-            while index < state.waiting.count {
-                let waiter = state.waiting[index]
-                if take(waiter.kind, waiter.origin, &state) {
-                    turns.append(waiter.turn)
-                    state.waiting.remove(at: index)
-                } else {
-                    index += 1
+            if var waiting = state.waiting.removeValue(forKey: kind) {
+                var index = waiting.startIndex
+                while index < waiting.endIndex, state.running[kind, default: 0] < limit(of: kind).perKind {
+                    if take(kind, waiting[index].origin, &state) {
+                        turns.append(waiting[index].turn)
+                        if index == waiting.startIndex {
+                            waiting.removeFirst()
+                            index = waiting.startIndex
+                        } else {
+                            waiting.remove(at: index)
+                        }
+                    } else {
+                        index += 1
+                    }
                 }
+                if !waiting.isEmpty { state.waiting[kind] = waiting }
             }
             let after = limit(of: kind).perKind - state.running[kind, default: 0]
             return (turns, before < lowWater(of: kind) && after >= lowWater(of: kind))
