@@ -159,71 +159,80 @@ final class DeliveryQueue: Sendable {
                         lostClaims = true
                         continue
                     }
-                    let offered = offers.withLockedValue { offers in
-                        defer { offers = [] }; return offers
-                    }
-                    if !offered.isEmpty {
-                        do {
-                            let taken = try await withDeadline(Self.storageDeadline, "taking offers", clock: clock) {
-                                try await self.take(offered)
-                            }
-                            failures = 0
-                            if !taken.isEmpty {
-                                attempts.addTask { await self.startOffered(taken, results: pending, clock: clock) }
-                            }
-                        } catch {
-                            offered.forEach(giveBack)
-                            failures += 1
-                            lostClaims = true
-                            onStorageFailure(error)
-                            logger.error(
-                                "the delivery queue could not take the deliveries fan-out offered",
-                                metadata: ["belfry.error": "\(String(reflecting: error))"])
-                            try? await clock.sleep(for: retryDelay(afterFailures: failures))
-                            continue
+                    let drained: Bool
+                    do {
+                        let taken = try await takeOffers(clock: clock)
+                        if !taken.isEmpty {
+                            attempts.addTask { await self.startOffered(taken, results: pending, clock: clock) }
                         }
-                    }
-                    let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
-                    var drained = wanted.isEmpty
-                    if !wanted.isEmpty {
-                        do {
-                            let groups = wanted.map { (channels[$0.key] ?? [], $0.value) }
-                            let claimed = try await withDeadline(Self.storageDeadline, "a claim", clock: clock) {
-                                try await self.claimIDs(groups)
-                            }
-                            failures = 0
-                            held.withLockedValue { $0.formUnion(claimed.map(\.id)) }
-                            if !claimed.isEmpty { lastClaimed.withLockedValue { $0 = self.now() } }
-                            // Their slots are taken now, so that the next claim, made while these
-                            // are read and sent, asks only for the rest.
-                            let claimedByKind = Dictionary(grouping: claimed, by: \.kind).mapValues(\.count)
-                            for (kind, count) in claimedByKind { slots.reserve(kind, count: count) }
-                            // A kind that got all it asked for may have more due: claim again at
-                            // once. Only when every kind got less is the queue drained for now.
-                            drained = !wanted.contains { kind, asked in claimedByKind[kind, default: 0] >= asked }
-                            if !claimed.isEmpty {
-                                attempts.addTask {
-                                    await self.readAndStart(claimed, results: pending, clock: clock)
-                                }
-                            }
-                        } catch {
-                            failures += 1
-                            lostClaims = true
-                            onStorageFailure(error)
-                            logger.error(
-                                "the delivery queue could not claim deliveries",
-                                metadata: [
-                                    "belfry.error": "\(String(reflecting: error))", "belfry.failures": "\(failures)",
-                                ])
-                            try? await clock.sleep(for: retryDelay(afterFailures: failures))
-                            continue
+                        let (claimed, isDrained) = try await claimDue(channels, failures: failures, clock: clock)
+                        if !claimed.isEmpty {
+                            attempts.addTask { await self.readAndStart(claimed, results: pending, clock: clock) }
                         }
+                        failures = 0
+                        drained = isDrained
+                    } catch {
+                        failures += 1
+                        lostClaims = true
+                        try? await clock.sleep(for: retryDelay(afterFailures: failures))
+                        continue
                     }
                     if drained && !isStopping { await signal.wait(upTo: interval, on: clock) }
                 }
             }
             pending.finish()
         }
+    }
+
+    /// Takes the offers waiting: claims them by id. - Returns: those claimed, to start. Throws
+    /// when the claim failed (the offers' slots given back; the claim may have committed).
+    private func takeOffers(clock: any ServiceClock) async throws -> [Offered] {
+        let offered = offers.withLockedValue { offers in
+            defer { offers = [] }; return offers
+        }
+        guard !offered.isEmpty else { return [] }
+        do {
+            return try await withDeadline(Self.storageDeadline, "taking offers", clock: clock) {
+                try await self.take(offered)
+            }
+        } catch {
+            offered.forEach(giveBack)
+            onStorageFailure(error)
+            logger.error(
+                "the delivery queue could not take the deliveries fan-out offered",
+                metadata: ["belfry.error": "\(String(reflecting: error))"])
+            throw error
+        }
+    }
+
+    /// Claims due deliveries for every kind with free slots, and reserves their slots, so that
+    /// the next claim, made while these are read and sent, asks only for the rest.
+    /// - Returns: the claimed ids and kinds, and whether the queue is drained for now: only
+    ///   when every kind got less than it asked for (one that got all may have more due).
+    ///   Throws when the claim failed (the claim may have committed).
+    private func claimDue(
+        _ channels: [ChannelKind: [String]], failures: Int, clock: any ServiceClock
+    ) async throws -> (claimed: [(id: UUID, kind: ChannelKind)], drained: Bool) {
+        let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
+        guard !wanted.isEmpty else { return ([], true) }
+        let claimed: [(id: UUID, kind: ChannelKind)]
+        do {
+            let groups = wanted.map { (channels[$0.key] ?? [], $0.value) }
+            claimed = try await withDeadline(Self.storageDeadline, "a claim", clock: clock) {
+                try await self.claimIDs(groups)
+            }
+        } catch {
+            onStorageFailure(error)
+            logger.error(
+                "the delivery queue could not claim deliveries",
+                metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.failures": "\(failures + 1)"])
+            throw error
+        }
+        held.withLockedValue { $0.formUnion(claimed.map(\.id)) }
+        if !claimed.isEmpty { lastClaimed.withLockedValue { $0 = self.now() } }
+        let claimedByKind = Dictionary(grouping: claimed, by: \.kind).mapValues(\.count)
+        for (kind, count) in claimedByKind { slots.reserve(kind, count: count) }
+        return (claimed, !wanted.contains { kind, asked in claimedByKind[kind, default: 0] >= asked })
     }
 
     /// Reads claimed deliveries whole and starts an attempt for each whose origin has a free
