@@ -18,12 +18,16 @@ struct DeliveryOffersTests {
         private let delivered = NIOLockedValueBox<[Delivery]>([])
         var maxAttempts: Int { 3 }
         let concurrency: Int
+        /// How long each send takes.
+        let delay: Duration
 
-        init(concurrency: Int) {
+        init(concurrency: Int, delay: Duration = .zero) {
             self.concurrency = concurrency
+            self.delay = delay
         }
 
         func deliver(_ delivery: Delivery) async -> DeliveryResult {
+            if delay > .zero { try? await Task.sleep(for: delay) }
             delivered.withLockedValue { $0.append(delivery) }
             return .delivered(status: 200)
         }
@@ -163,6 +167,41 @@ struct DeliveryOffersTests {
                 #expect(try row.decode(column: "status", as: String.self) == "sent")
                 #expect(try row.decode(column: "attempts", as: Int.self) == 1)
             }
+        }
+    }
+
+    @Test("offers still waiting for a slot when the queue stops go back to the queue, unattempted")
+    func stoppingReturnsWaitingOffers() async throws {
+        try await withBelfry(.sqlite) { app in
+            let recorder = Recorder(concurrency: 1, delay: .milliseconds(300))
+            let worker = try #require(app.deliveryQueue)
+            let queue = DeliveryQueue(
+                database: worker.database, storage: worker.storage, workspace: worker.workspace,
+                providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
+                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices)
+            let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
+            while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
+            var offering = app.belfryServices.fanout
+            offering.offers = queue
+            let event = try await Self.trigger(app, fanout: offering)
+            // One webhook sends, four wait for the slot.
+            let waiting = 1 + DeliveryQueue.offersWaiting
+            let deadline = ContinuousClock.now + .seconds(30)
+            while queue.offersTaken.withLockedValue({ $0 }) < waiting && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(queue.offersTaken.withLockedValue { $0 } == waiting)
+            queue.beginStopping()
+            await pipeline.value
+            let sent = recorder.take().count
+            #expect(sent >= 1 && sent < waiting, "the send under way finished; those waiting did not start")
+            let rows = try await app.db.sql.select().column("status").column("attempts").from(Tables.deliveries)
+                .where("event_id", .equal, event).where("channel", .equal, "webhook").all()
+            let states = try rows.map {
+                (try $0.decode(column: "status", as: String.self), try $0.decode(column: "attempts", as: Int.self))
+            }
+            #expect(states.filter { $0.0 == "sent" }.count == sent)
+            #expect(states.allSatisfy { $0 == ("sent", 1) || $0 == ("queued", 0) }, "none is left running: \(states)")
         }
     }
 

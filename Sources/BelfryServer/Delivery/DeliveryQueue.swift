@@ -68,6 +68,9 @@ final class DeliveryQueue: Sendable {
     }
     /// Offers taken that the pipeline has not yet claimed.
     private let offers = NIOLockedValueBox<[Offered]>([])
+    /// Offered deliveries still waiting for a slot when the queue stopped: returned to the
+    /// queue in one statement, not one each.
+    private let unstartedAtStop = NIOLockedValueBox<[UUID]>([])
     /// Offered deliveries taken without a slot and not yet started, by kind: at most
     /// `offersWaiting` times the kind's slots.
     private let waitingOffers = NIOLockedValueBox<[ChannelKind: Int]>([:])
@@ -180,6 +183,8 @@ final class DeliveryQueue: Sendable {
                     if drained && !isStopping { await signal.wait(upTo: interval, on: clock) }
                 }
             }
+            let unstarted = unstartedAtStop.withLockedValue { $0 }
+            if !unstarted.isEmpty { await requeue(unstarted, clock: clock) }
             pending.finish()
         }
     }
@@ -381,7 +386,12 @@ final class DeliveryQueue: Sendable {
         await slots.acquire(kind, origin: origin)
         waitingOffers.withLockedValue { $0[kind, default: 0] -= 1 }
         defer { slots.release(kind, origin: origin) }
-        if isStopping || now().timeIntervalSince(claimedAt) > lease / 2 {
+        if isStopping {
+            // Returned together once the attempts under way have ended (`run`).
+            unstartedAtStop.withLockedValue { $0.append(delivery.id) }
+            return
+        }
+        if now().timeIntervalSince(claimedAt) > lease / 2 {
             await requeue([delivery.id], clock: clock)
             return
         }
