@@ -105,7 +105,8 @@ public func configure(
         jitter: options.jitter, logger: app.logger, lease: TimeInterval(settings.deliveryLease),
         signal: context.deliverySignal, backoff: Backoff(base: TimeInterval(settings.retryBase)),
         onStorageFailure: monitor.noteFailure,
-        statusEvents: settings.statusEndpoints.isEmpty ? nil : services.statusEvents, devices: services.devices)
+        statusEvents: settings.statusEndpoints.isEmpty ? nil : services.statusEvents, devices: services.devices,
+        inbox: services.inboxStore)
     app.deliveryQueue = queue
     if !settings.statusEndpoints.isEmpty {
         app.statusEventSender = StatusEventSender(

@@ -63,7 +63,8 @@ struct APNsChannelTests {
             let probing = DeliveryQueue(
                 database: worker.database, storage: worker.storage, workspace: worker.workspace,
                 providers: [.apns: probe], metrics: worker.metrics, now: worker.now, jitter: worker.jitter,
-                logger: worker.logger, devices: app.belfryServices.devices)
+                logger: worker.logger, devices: app.belfryServices.devices,
+                inbox: app.belfryServices.inboxStore)
             _ = try await InboxAPITests.notify(app, ["ada"], title: "On the loop", category: "reverted")
             while try await probing.runOnce() > 0 {}
             #expect(server.received.map(\.status) == [200])

@@ -111,7 +111,8 @@ struct DeliveryOffersTests {
             let queue = DeliveryQueue(
                 database: worker.database, storage: worker.storage, workspace: worker.workspace,
                 providers: [.apns: recorder, .webhook: recorder, .email: recorder], metrics: worker.metrics,
-                now: worker.now, jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices)
+                now: worker.now, jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
+                inbox: app.belfryServices.inboxStore)
             // Some readers have unread notifications already: their badges differ.
             _ = try await InboxAPITests.notify(app, Array(users.prefix(10)), title: "Earlier", category: "edit-thank")
             while try await queue.runOnce() > 0 {}
@@ -178,7 +179,8 @@ struct DeliveryOffersTests {
             let queue = DeliveryQueue(
                 database: worker.database, storage: worker.storage, workspace: worker.workspace,
                 providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
-                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices)
+                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
+                inbox: app.belfryServices.inboxStore)
             let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
             while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
             var offering = app.belfryServices.fanout

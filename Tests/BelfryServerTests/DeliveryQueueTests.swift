@@ -261,7 +261,8 @@ struct DeliveryQueueTests {
             let survivor = DeliveryQueue(
                 database: { app.db }, storage: crashed.storage, workspace: crashed.workspace,
                 providers: crashed.providers, metrics: crashed.metrics, now: crashed.now, jitter: crashed.jitter,
-                logger: app.logger, devices: app.belfryServices.devices)
+                logger: app.logger, devices: app.belfryServices.devices,
+                inbox: app.belfryServices.inboxStore)
             #expect(try await survivor.runOnce() == 0, "the lease still holds")
             clock.advance(by: 121)
             #expect(try await survivor.runOnce() == 2)

@@ -39,6 +39,8 @@ final class DeliveryQueue: Sendable {
     let statusEvents: StatusEvents?
     /// Where a device a provider refused is retired.
     let devices: DeviceStore
+    /// The users' inbox counts: an offered push's badge.
+    let inbox: InboxStore
     /// The most deliveries of one kind a claim takes, and results a transaction records.
     static let claimBatch = 256
     static let recordBatch = 512
@@ -91,9 +93,10 @@ final class DeliveryQueue: Sendable {
         jitter: @escaping @Sendable () -> Double, logger: Logger, lease: TimeInterval = 120,
         signal: WorkSignal = WorkSignal(), backoff: Backoff = Backoff(),
         onStorageFailure: @escaping @Sendable (any Error) -> Void = { _ in }, statusEvents: StatusEvents? = nil,
-        devices: DeviceStore
+        devices: DeviceStore, inbox: InboxStore
     ) {
         self.devices = devices
+        self.inbox = inbox
         self.statusEvents = statusEvents
         self.backoff = backoff
         self.onStorageFailure = onStorageFailure
@@ -441,24 +444,11 @@ final class DeliveryQueue: Sendable {
     private func withBadges(_ offered: [Delivery]) async throws -> [Delivery] {
         let users = Set(offered.filter { $0.channel.kind.isPush }.map(\.userID))
         guard !users.isEmpty else { return offered }
-        let now = now()
-        var unread: [UUID: Int] = [:]
-        for chunk in Array(users).chunked(500) {
-            let counts: SQLQueryString = """
-                SELECT user_id, COUNT(*) AS unread FROM notifications
-                WHERE user_id IN (\(binds: Array(chunk))) AND in_inbox = \(true) AND read_at IS NULL
-                  AND archived_at IS NULL AND available_at <= \(bind: now)
-                GROUP BY user_id
-                """
-            for row in try await database().sql.raw(counts).all() {
-                unread[try row.decode(column: "user_id", as: UUID.self)] = try row.decode(
-                    column: "unread", as: Int.self)
-            }
-        }
+        let counts = try await inbox.counts(of: Array(users), on: database())
         return offered.map { delivery in
             guard case .push(let device, _) = delivery.payload else { return delivery }
             var badged = delivery
-            badged.payload = .push(device, unread: unread[delivery.userID, default: 0])
+            badged.payload = .push(device, unread: counts[delivery.userID]?.unread ?? 0)
             return badged
         }
     }
