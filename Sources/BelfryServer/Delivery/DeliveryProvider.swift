@@ -89,6 +89,24 @@ struct DeliveryContent: Sendable {
     }
 }
 
+extension DeliveryContent {
+    /// A stored notification's content as a channel of `kind` shows it: a push channel the
+    /// shorter text of the category's `content.push` templates, when they gave one; the event's
+    /// own time to live and background flag, else the category's.
+    init(
+        deliveryID: UUID, notificationID: UUID, category: CategoryDefinition, tenant: String, on kind: ChannelKind,
+        title: String, body: String, pushTitle: String?, pushBody: String?, url: String?, imageURL: String?,
+        data: String?, createdAt: Date, eventTTL: Int?, contentAvailable: Bool?, batch: NotificationBatch?,
+        locale: String?
+    ) {
+        self.init(
+            deliveryID: deliveryID, notificationID: notificationID, category: category, tenant: tenant,
+            title: kind.isPush ? pushTitle ?? title : title, body: kind.isPush ? pushBody ?? body : body, url: url,
+            imageURL: imageURL, data: data, createdAt: createdAt, ttlSeconds: eventTTL ?? category.push.ttlSeconds,
+            background: contentAvailable ?? category.push.contentAvailable, batch: batch, locale: locale)
+    }
+}
+
 /// What a provider's answer means for a delivery. `status` is the provider's own status code,
 /// kept on the delivery for the operator.
 enum DeliveryResult: Sendable, Equatable {

@@ -708,12 +708,7 @@ final class DeliveryQueue: Sendable {
     private func delivery(
         _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery {
-        let ttl = try row.decode(column: "ttl_seconds", as: Int?.self)
-        // Push channels show the shorter text of the category's `content.push` templates, if any.
-        let isPush = channel.kind.isPush
-        let title = try row.decode(column: "title", as: String.self)
-        let body = try row.decode(column: "body", as: String.self)
-        return Delivery(
+        Delivery(
             id: id,
             eventID: try row.decode(column: "event_id", as: UUID.self),
             channel: channel,
@@ -722,16 +717,17 @@ final class DeliveryQueue: Sendable {
             externalUserID: try row.decode(column: "external_id", as: String.self),
             content: DeliveryContent(
                 deliveryID: id, notificationID: try row.decode(column: "notification_id", as: UUID.self),
-                category: category, tenant: try row.decode(column: "tenant", as: String.self),
-                title: isPush ? try row.decode(column: "push_title", as: String?.self) ?? title : title,
-                body: isPush ? try row.decode(column: "push_body", as: String?.self) ?? body : body,
+                category: category, tenant: try row.decode(column: "tenant", as: String.self), on: channel.kind,
+                title: try row.decode(column: "title", as: String.self),
+                body: try row.decode(column: "body", as: String.self),
+                pushTitle: try row.decode(column: "push_title", as: String?.self),
+                pushBody: try row.decode(column: "push_body", as: String?.self),
                 url: try row.decode(column: "url", as: String?.self),
                 imageURL: try row.decode(column: "image_url", as: String?.self),
                 data: try row.decode(column: "data", as: String?.self),
                 createdAt: try row.decode(column: "created_at", as: Date.self),
-                ttlSeconds: ttl ?? category.push.ttlSeconds,
-                background: try row.decode(column: "content_available", as: Bool?.self)
-                    ?? category.push.contentAvailable,
+                eventTTL: try row.decode(column: "ttl_seconds", as: Int?.self),
+                contentAvailable: try row.decode(column: "content_available", as: Bool?.self),
                 batch: NotificationBatch(stored: try row.decode(column: "batch", as: String?.self)),
                 locale: try row.decode(column: "locale", as: String?.self)),
             payload: try payload(row, channel: channel, category: category),

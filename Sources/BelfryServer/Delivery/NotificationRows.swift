@@ -152,20 +152,16 @@ struct NotificationRows: Sendable {
         _ id: UUID, of notification: UUID, _ content: Content, _ extras: EventExtras, for user: Fanout.Recipient,
         on channel: ChannelDefinition, device: DeviceStore.Device?, now: Date
     ) -> Delivery {
-        let isPush = channel.kind.isPush
-        let category = content.category
-        return Delivery(
+        Delivery(
             id: id, eventID: content.eventID, channel: channel, attempt: 1, userID: user.id,
             externalUserID: user.externalID,
             content: DeliveryContent(
-                deliveryID: id, notificationID: notification, category: category, tenant: content.tenant,
-                title: isPush ? content.pushTitle ?? content.title : content.title,
-                body: isPush ? content.pushBody ?? content.body : content.body, url: content.url,
-                imageURL: extras.imageURL, data: content.data, createdAt: now,
-                ttlSeconds: extras.ttlSeconds ?? category.push.ttlSeconds,
-                background: extras.contentAvailable ?? category.push.contentAvailable, batch: content.batch,
-                locale: content.locale),
-            payload: isPush ? .push(device?.pushDevice, unread: 0) : .webhook(action: nil),
+                deliveryID: id, notificationID: notification, category: content.category, tenant: content.tenant,
+                on: channel.kind, title: content.title, body: content.body, pushTitle: content.pushTitle,
+                pushBody: content.pushBody, url: content.url, imageURL: extras.imageURL, data: content.data,
+                createdAt: now, eventTTL: extras.ttlSeconds, contentAvailable: extras.contentAvailable,
+                batch: content.batch, locale: content.locale),
+            payload: channel.kind.isPush ? .push(device?.pushDevice, unread: 0) : .webhook(action: nil),
             acceptedAt: extras.acceptedAt)
     }
 
