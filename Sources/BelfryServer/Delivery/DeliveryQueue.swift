@@ -273,13 +273,13 @@ final class DeliveryQueue: Sendable {
             held.withLockedValue { _ = $0.remove(item.id) }
             slots.release(item.kind, origin: nil)
         }
-        await start(deliveries, results: results)
+        await start(deliveries, results: results, clock: clock)
     }
 
     /// Starts an attempt for each claimed delivery whose origin has a free slot (its kind's slot
     /// is reserved already); the others go back to the queue for a little while, their origin
     /// busy with slower sends.
-    private func start(_ deliveries: [Delivery], results: PendingResults) async {
+    private func start(_ deliveries: [Delivery], results: PendingResults, clock: any ServiceClock) async {
         var busyOrigins: [UUID] = []
         await withDiscardingTaskGroup { attempts in
             for delivery in deliveries {
@@ -296,22 +296,7 @@ final class DeliveryQueue: Sendable {
                     self.slots.release(kind, origin: origin)
                 }
             }
-            if !busyOrigins.isEmpty {
-                // No longer held: should the release fail, the next sweep returns them.
-                held.withLockedValue { $0.subtract(busyOrigins) }
-                do {
-                    try await withDeadline(Self.storageDeadline, "returning claims") { [busyOrigins] in
-                        try await self.release(busyOrigins, postponedBy: min(self.lease / 4, 5))
-                    }
-                } catch {
-                    onStorageFailure(error)
-                    logger.error(
-                        "the delivery queue could not return claims whose origin was busy",
-                        metadata: ["belfry.error": "\(String(reflecting: error))"])
-                    readFailed.withLockedValue { $0 = true }
-                    signal.wake()
-                }
-            }
+            if !busyOrigins.isEmpty { await requeue(busyOrigins, postponedBy: min(lease / 4, 5), clock: clock) }
         }
     }
 
@@ -368,7 +353,7 @@ final class DeliveryQueue: Sendable {
         }
         await withDiscardingTaskGroup { group in
             let ready = zip(taken, badged).filter { $0.0.hasSlot }.map(\.1)
-            group.addTask { await self.start(ready, results: results) }
+            group.addTask { await self.start(ready, results: results, clock: clock) }
             for (item, delivery) in zip(taken, badged) where !item.hasSlot {
                 group.addTask {
                     await self.startWhenFree(delivery, claimedAt: claimedAt, results: results, clock: clock)
@@ -401,16 +386,19 @@ final class DeliveryQueue: Sendable {
         await results.add(await perform(delivery))
     }
 
-    /// Returns claimed deliveries that will not start here to the queue, no longer held. Should
-    /// that fail, the next sweep for lost claims returns them.
-    private func requeue(_ ids: [UUID], clock: any ServiceClock) async {
+    /// Returns claimed deliveries that will not start here to the queue, due again after
+    /// `delay`, no longer held. Should that fail, the next sweep for lost claims returns them.
+    private func requeue(_ ids: [UUID], postponedBy delay: TimeInterval = 0, clock: any ServiceClock) async {
         held.withLockedValue { $0.subtract(ids) }
         do {
-            try await withDeadline(Self.storageDeadline, "returning offered deliveries", clock: clock) {
-                try await self.release(ids)
+            try await withDeadline(Self.storageDeadline, "returning claims", clock: clock) {
+                try await self.release(ids, postponedBy: delay)
             }
         } catch {
             onStorageFailure(error)
+            logger.error(
+                "the delivery queue could not return claims it did not start",
+                metadata: ["belfry.error": "\(String(reflecting: error))", "belfry.deliveries": "\(ids.count)"])
             readFailed.withLockedValue { $0 = true }
             signal.wake()
         }
