@@ -57,6 +57,7 @@ let package = Package(
                 "BelfryFCM",
                 "BelfryWebPush",
                 "BelfryMail",
+                "BelfryHTTP1",
                 "BelfryHTTP2",
                 "BelfryJSON",
                 .product(name: "Vapor", package: "vapor"),
@@ -114,6 +115,18 @@ let package = Package(
             dependencies: [
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // An HTTP/1.1 client for webhooks: kept-alive connections per origin, a request written
+        // whole, on SwiftNIO only.
+        .target(
+            name: "BelfryHTTP1",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
@@ -201,6 +214,15 @@ let package = Package(
                 "BelfryFCM",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BelfryHTTP1Tests",
+            dependencies: [
+                "BelfryHTTP1",
+                "BelfryTestServers",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: swiftSettings
         ),

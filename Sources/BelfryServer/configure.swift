@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import BelfryCore
+import BelfryHTTP1
 import BelfryHTTP2
 import BelfryMail
 import BelfryWebPush
@@ -111,7 +112,7 @@ public func configure(
     if !settings.statusEndpoints.isEmpty {
         app.statusEventSender = StatusEventSender(
             database: db, storage: database, endpoints: settings.statusEndpoints,
-            client: try outboundClient(app, settings), now: now, jitter: options.jitter,
+            client: try webhookClient(app, settings), now: now, jitter: options.jitter,
             backoff: Backoff(base: TimeInterval(settings.retryBase)), lease: TimeInterval(settings.deliveryLease),
             logger: app.logger, deliveriesBusy: { [queue] in queue.isBusy })
     }
@@ -393,7 +394,8 @@ private func deliveryProviders(
     else { return providers }
     let client = try outboundClient(app, settings)
     if let webhook = settings.webhook {
-        providers[.webhook] = WebhookChannel(url: webhook.url, secret: webhook.secret, client: client, now: context.now)
+        providers[.webhook] = try WebhookChannel(
+            url: webhook.url, secret: webhook.secret, client: try webhookClient(app, settings), now: context.now)
     }
     // Each app its own HTTP/2 client (its connections, its token), all of a platform on one loop.
     func http2Clients() -> () throws -> HTTP2Client {
@@ -500,6 +502,24 @@ private func outboundClient(_ app: Application, _ settings: ServerConfiguration)
         eventLoopGroup: app.eventLoopGroup, extraCertificatesPEM: settings.extraCertificatesPEM)
     app.lifecycle.use(HTTPClientShutdown(client: client))
     return client
+}
+
+/// The webhooks' client (the channel's and the status events'), shut down with the application.
+private func webhookClient(_ app: Application, _ settings: ServerConfiguration) throws -> HTTP1Client {
+    let client = try HTTP1Client(
+        group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM),
+        connectionsPerOrigin: WebhookChannel.inFlight)
+    app.lifecycle.use(HTTP1ClientShutdown(client: client))
+    return client
+}
+
+/// Shuts the webhooks' client down with the application.
+private struct HTTP1ClientShutdown: LifecycleHandler {
+    let client: HTTP1Client
+
+    func shutdownAsync(_ application: Application) async {
+        await client.shutdown()
+    }
 }
 
 /// Ends the open inbox streams and console feeds at shutdown, so that their responses finish.

@@ -1,4 +1,4 @@
-import AsyncHTTPClient
+import BelfryHTTP1
 import Crypto
 import Fluent
 import Foundation
@@ -20,9 +20,9 @@ final class StatusEventSender: Sendable {
 
     let database: @Sendable () -> any Database
     let storage: BelfryDatabase
-    /// Each endpoint and its Standard Webhooks key, by id.
-    let endpoints: [String: (endpoint: StatusEndpoint, key: SymmetricKey)]
-    let client: HTTPClient
+    /// Each endpoint, its parsed URL and its Standard Webhooks key, by id.
+    let endpoints: [String: (endpoint: StatusEndpoint, target: HTTP1Client.Target?, key: SymmetricKey)]
+    let client: HTTP1Client
     let now: @Sendable () -> Date
     let jitter: @Sendable () -> Double
     let backoff: Backoff
@@ -45,14 +45,14 @@ final class StatusEventSender: Sendable {
 
     init(
         database: @escaping @Sendable () -> any Database, storage: BelfryDatabase, endpoints: [StatusEndpoint],
-        client: HTTPClient, now: @escaping @Sendable () -> Date, jitter: @escaping @Sendable () -> Double,
+        client: HTTP1Client, now: @escaping @Sendable () -> Date, jitter: @escaping @Sendable () -> Double,
         backoff: Backoff, lease: TimeInterval = 60, logger: Logger,
         deliveriesBusy: @escaping @Sendable () -> Bool = { false }
     ) {
         self.database = database
         self.storage = storage
         self.endpoints = Dictionary(
-            endpoints.map { ($0.id, ($0, WebhookChannel.standardKey($0.secret))) },
+            endpoints.map { ($0.id, ($0, try? HTTP1Client.Target($0.url), WebhookChannel.standardKey($0.secret))) },
             uniquingKeysWith: { first, _ in first })
         self.client = client
         self.now = now
@@ -249,12 +249,15 @@ final class StatusEventSender: Sendable {
 
     private func send(_ report: StatusEventReports.Report, of event: Claimed) async -> Outcome {
         let now = self.now()
-        guard let (endpoint, key) = endpoints[event.endpoint] else {
+        guard let (_, target, key) = endpoints[event.endpoint] else {
             return Outcome(status: .failed, next: now, error: "the endpoint is no longer in the workspace config")
+        }
+        guard let target else {
+            return Outcome(status: .failed, next: now, error: "the endpoint's URL is not an http or https URL")
         }
         let messageID = report.id.lowerCaseText
         let result = await WebhookChannel.post(
-            Data(report.body.utf8), to: endpoint.url, id: messageID, key: key,
+            Data(report.body.utf8), to: target, id: messageID, key: key,
             timestamp: Int(now.timeIntervalSince1970), client: client, timeout: Self.timeout,
             failure: "the status webhook request failed", now: self.now)
         switch result {

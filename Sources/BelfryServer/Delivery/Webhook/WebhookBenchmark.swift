@@ -1,5 +1,5 @@
-import AsyncHTTPClient
 import BelfryCore
+import BelfryHTTP1
 import Foundation
 import NIOCore
 
@@ -12,8 +12,10 @@ package enum WebhookBenchmark {
     package static func run(
         url: String, count: Int, concurrency: Int, eventLoopGroup: any EventLoopGroup
     ) async throws -> (sent: Int, seconds: Double, cpuSeconds: Double) {
-        let client = try HTTPClient.outbound(eventLoopGroup: eventLoopGroup, extraCertificatesPEM: nil)
-        let channel = WebhookChannel(
+        let client = try HTTP1Client(
+            group: eventLoopGroup, tls: try .outbound(extraCertificatesPEM: nil),
+            connectionsPerOrigin: WebhookChannel.inFlight)
+        let channel = try WebhookChannel(
             url: url, secret: "benchmark-secret-0123456789", client: client, now: { Date() })
         let webhook = ChannelDefinition(id: "webhook", kind: .webhook, name: "Webhook")
         let content = PushBenchmark.sampleContent()
@@ -29,11 +31,12 @@ package enum WebhookBenchmark {
         // One request first, so that timing starts with a connection open, as the queue's does.
         _ = await channel.deliver(delivery())
         let cpu = ProcessFigures.cpuSeconds
-        let (sent, seconds) = try await PushBenchmark.run(count: count, concurrency: concurrency) {
+        let (sent, seconds) = try await PushBenchmark.run(count: count, concurrency: concurrency, on: channel.sendLoop)
+        {
             await channel.deliver(delivery()) == .delivered(status: 200)
         }
         let cpuSeconds = ProcessFigures.cpuSeconds - cpu
-        try await client.shutdown()
+        await client.shutdown()
         return (sent, seconds, cpuSeconds)
     }
 }

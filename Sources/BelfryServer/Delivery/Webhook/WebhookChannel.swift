@@ -1,5 +1,5 @@
-import AsyncHTTPClient
 import BelfryCore
+import BelfryHTTP1
 import BelfryJSON
 import Crypto
 import Foundation
@@ -13,16 +13,16 @@ import NIOHTTP1
 /// request is signed per Standard Webhooks too (`webhook-id`, `webhook-timestamp`,
 /// `webhook-signature`), so that a receiver may use one of its libraries.
 struct WebhookChannel: DeliveryProvider {
-    let url: String
-    let client: HTTPClient
+    let url: HTTP1Client.Target
+    let client: HTTP1Client
     let now: @Sendable () -> Date
     /// The key of the Standard Webhooks signature, derived once from the secret.
     let standardKey: SymmetricKey
     /// The key of `Belfry-Signature`: the secret's bytes.
     let signingKey: SymmetricKey
 
-    init(url: String, secret: String, client: HTTPClient, now: @escaping @Sendable () -> Date) {
-        self.url = url
+    init(url: String, secret: String, client: HTTP1Client, now: @escaping @Sendable () -> Date) throws {
+        self.url = try HTTP1Client.Target(url)
         self.client = client
         self.now = now
         standardKey = Self.standardKey(secret)
@@ -34,7 +34,10 @@ struct WebhookChannel: DeliveryProvider {
     /// delivery is sent at once, never left waiting for a connection while its lease runs out
     /// (and another instance claims it again).
     var concurrency: Int { Self.inFlight }
-    static let inFlight = HTTPClient.outboundConnectionsPerHost
+    static let inFlight = 128
+    /// Sends run on the client's loop: the request is written and its answer read without a
+    /// hop to another thread.
+    var sendLoop: (any EventLoop)? { client.eventLoop }
     var timeout: TimeAmount = .seconds(10)
 
     /// Standard Webhooks' `webhook-signature`: `v1,` and the base64 HMAC-SHA256 of
@@ -102,7 +105,6 @@ struct WebhookChannel: DeliveryProvider {
     }
 
     func deliver(_ delivery: Delivery) async -> DeliveryResult {
-        let content = delivery.content
         guard case .webhook(let action) = delivery.payload else {
             return .failed(reason: "a webhook channel got a delivery of another kind")
         }
@@ -126,25 +128,18 @@ struct WebhookChannel: DeliveryProvider {
     /// `id` (the same on every attempt), with `headers` besides; says what the answer means
     /// (``result(status:headers:now:)``), or retries after `failure` when there is none.
     static func post(
-        _ body: Data, to url: String, id: String, key: SymmetricKey, timestamp: Int, headers: [(String, String)] = [],
-        client: HTTPClient, timeout: TimeAmount, failure: String, now: @Sendable () -> Date
+        _ body: Data, to url: HTTP1Client.Target, id: String, key: SymmetricKey, timestamp: Int,
+        headers: [(String, String)] = [], client: HTTP1Client, timeout: TimeAmount, failure: String,
+        now: @Sendable () -> Date
     ) async -> DeliveryResult {
-        var request = HTTPClientRequest(url: url)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
-        request.headers.add(name: "User-Agent", value: "Belfry")
-        for (name, value) in headers { request.headers.add(name: name, value: value) }
-        request.headers.add(name: "webhook-id", value: id)
-        request.headers.add(name: "webhook-timestamp", value: String(timestamp))
-        request.headers.add(
-            name: "webhook-signature",
-            value: standardSignature(key: key, id: id, timestamp: timestamp, body: body))
-        request.body = .bytes(ByteBuffer(data: body))
+        let fields =
+            [("Content-Type", "application/json"), ("User-Agent", "Belfry")] + headers + [
+                ("webhook-id", id), ("webhook-timestamp", String(timestamp)),
+                ("webhook-signature", standardSignature(key: key, id: id, timestamp: timestamp, body: body)),
+            ]
         do {
-            let response = try await client.execute(request, timeout: timeout)
-            // The body is not needed; reading a little of it frees the connection.
-            _ = try? await response.body.collect(upTo: 64 * 1024)
-            return result(status: Int(response.status.code), headers: response.headers, now: now())
+            let response = try await client.post(ByteBuffer(data: body), to: url, headers: fields, timeout: timeout)
+            return result(status: response.status, headers: response.headers, now: now())
         } catch {
             return .retry(reason: "\(failure): \(error)")
         }
