@@ -285,3 +285,26 @@ struct AddStatusEventBundles: AsyncMigration {
         try await database.schema("status_events").deleteField("reports").update()
     }
 }
+
+/// The deliveries' claim indexes hold only the rows they find: queued ones by channel and due
+/// time, running ones by when their lease ends. A delivery's status changes twice (claimed,
+/// then its result), and each change moved its entry in both indexes; sent deliveries, most of
+/// the table, were in both for good.
+struct PartialDeliveryClaimIndexes: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        let sql = database.sql
+        try await sql.raw("DROP INDEX deliveries_claim").run()
+        try await sql.raw("DROP INDEX deliveries_lease").run()
+        try await sql.raw(
+            "CREATE INDEX deliveries_claim ON deliveries (channel, next_attempt_at) WHERE status = 'queued'"
+        ).run()
+        try await sql.raw(
+            "CREATE INDEX deliveries_lease ON deliveries (lease_expires_at) WHERE status = 'running'"
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await AddDeliveryClaimIndexes().revert(on: database)
+        try await AddDeliveryClaimIndexes().prepare(on: database)
+    }
+}

@@ -29,6 +29,7 @@ enum BelfryMigrations {
         PartialStatusEventIndexes(),
         AddInboxAnnouncements(),
         AddStatusEventBundles(),
+        PartialDeliveryClaimIndexes(),
     ]
 }
 

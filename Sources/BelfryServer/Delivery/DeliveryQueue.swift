@@ -628,24 +628,30 @@ final class DeliveryQueue: Sendable {
 
     /// `UPDATE … WHERE id IN (the due rows of each group) RETURNING id`. Each group's rows are
     /// its queued deliveries in the order they fell due, then those whose lease expired, each
-    /// branch read along an index so that a claim costs the same however long the queue is. On
+    /// branch read along an index so that a claim costs the same however long the queue is (the
+    /// statuses are written out: SQLite uses a partial index only for a literal). On
     /// PostgreSQL the rows are locked with `SKIP LOCKED`, so instances claiming at once take
     /// different ones.
     private func claimStatement(_ wanted: [(channels: [String]?, limit: Int)], now: Date) -> SQLQueryString {
         let locking = storage.kind == .postgres ? " FOR UPDATE SKIP LOCKED" : ""
+        let isSQLite = storage.kind == .sqlite
         var due: [SQLQueryString] = []
         for (index, group) in wanted.enumerated() {
             let channels: SQLQueryString = group.channels.map { "AND channel IN (\(binds: $0))" } ?? ""
+            // SQLite, without statistics, would read `deliveries_due` and skip the other
+            // channels' queued rows one by one; for any channel, that index is the right one.
+            let queuedIndex = isSQLite && group.channels != nil ? " INDEXED BY deliveries_claim" : ""
+            let leaseIndex = isSQLite ? " INDEXED BY deliveries_lease" : ""
             let limit = String(group.limit)
             due.append(
                 """
                 SELECT id FROM (SELECT id FROM (
-                  SELECT id FROM (SELECT id FROM deliveries
-                    WHERE status = \(bind: DeliveryStatus.queued.rawValue) \(channels) AND next_attempt_at <= \(bind: now)
+                  SELECT id FROM (SELECT id FROM deliveries\(unsafeRaw: queuedIndex)
+                    WHERE status = '\(unsafeRaw: DeliveryStatus.queued.rawValue)' \(channels) AND next_attempt_at <= \(bind: now)
                     ORDER BY next_attempt_at LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS queued\(unsafeRaw: String(index))
                   UNION ALL
-                  SELECT id FROM (SELECT id FROM deliveries
-                    WHERE status = \(bind: DeliveryStatus.running.rawValue) \(channels) AND lease_expires_at < \(bind: now)
+                  SELECT id FROM (SELECT id FROM deliveries\(unsafeRaw: leaseIndex)
+                    WHERE status = '\(unsafeRaw: DeliveryStatus.running.rawValue)' \(channels) AND lease_expires_at < \(bind: now)
                     LIMIT \(unsafeRaw: limit)\(unsafeRaw: locking)) AS expired\(unsafeRaw: String(index))
                 ) AS due\(unsafeRaw: String(index)) LIMIT \(unsafeRaw: limit)) AS claim\(unsafeRaw: String(index))
                 """)
