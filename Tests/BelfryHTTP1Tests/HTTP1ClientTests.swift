@@ -284,7 +284,7 @@ struct HTTP1ClientTests {
             await #expect(throws: HTTP1Client.Failure.timedOut) {
                 _ = try await Self.post(client, server.url(), "wait", timeout: .milliseconds(300))
             }
-            #expect(ContinuousClock.now - started < .seconds(3))
+            #expect(ContinuousClock.now - started < .seconds(5))
             #expect(try await Self.post(client, server.url(), "now").status == 200)
             #expect(server.connectionCount == 2)
         }
@@ -299,7 +299,8 @@ struct HTTP1ClientTests {
                     ? .answer("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part of it") : Self.answer(202)
             }
         ) { (server: ScriptedServer, client: HTTP1Client) async throws in
-            #expect(try await Self.post(client, server.url(), "slow", timeout: .milliseconds(300)).status == 200)
+            // The deadline covers the body: long enough for the head to come on a busy machine.
+            #expect(try await Self.post(client, server.url(), "slow", timeout: .seconds(2)).status == 200)
             // The pool's one connection is busy with the rest of that answer until its deadline.
             #expect(try await Self.post(client, server.url(), "next").status == 202)
             #expect(server.connectionCount == 2)
