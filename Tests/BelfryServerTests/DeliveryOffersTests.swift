@@ -207,6 +207,64 @@ struct DeliveryOffersTests {
         }
     }
 
+    @Test("the deliveries the queue takes are written claimed by it; a reservation given back frees its room")
+    func writtenClaimed() async throws {
+        try await withBelfry(.sqlite) { app in
+            let recorder = Recorder(concurrency: 1, delay: .milliseconds(500))
+            let worker = try #require(app.deliveryQueue)
+            let queue = DeliveryQueue(
+                database: worker.database, storage: worker.storage, workspace: worker.workspace,
+                providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
+                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
+                inbox: app.belfryServices.inboxStore)
+            let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
+            while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
+
+            // Room for one webhook under way and four waiting: taken, held back, given back.
+            let webhook = try #require(worker.workspace.channel("webhook"))
+            let content = PushBenchmark.sampleContent()
+            let deliveries = (0..<20).map { index in
+                Delivery(
+                    id: UUID(), eventID: content.notificationID, channel: webhook, attempt: 1,
+                    userID: content.deliveryID, externalUserID: "reader-\(index)", content: content,
+                    payload: .webhook(action: nil))
+            }
+            let room = 1 + DeliveryQueue.offersWaiting
+            let first = try #require(queue.reserve(deliveries))
+            #expect(first.taken.count == room)
+            #expect(first.worker == queue.name)
+            #expect(queue.reserve(deliveries) == nil, "no room left")
+            queue.cancel(first)
+            let again = try #require(queue.reserve(deliveries), "the room came back")
+            #expect(again.taken.count == room)
+            queue.cancel(again)
+
+            // Fan-out writes what the queue took as running under its lease, the rest queued.
+            var offering = app.belfryServices.fanout
+            offering.offers = queue
+            let written = Date()
+            let event = try await Self.trigger(app, fanout: offering)
+            let rows = try await app.db.sql.select()
+                .columns("status", "attempts", "worker", "lease_expires_at", "created_at", "updated_at")
+                .from(Tables.deliveries).where("event_id", .equal, event).where("channel", .equal, "webhook").all()
+            let running = try rows.filter { try $0.decode(column: "status", as: String.self) == "running" }
+            #expect(running.count == room)
+            #expect(rows.count - running.count == Self.event.recipients.count - room)
+            for row in running {
+                #expect(try row.decode(column: "attempts", as: Int.self) == 1)
+                #expect(try row.decode(column: "worker", as: String?.self) == queue.name)
+                let lease = try #require(try row.decode(column: "lease_expires_at", as: Date?.self))
+                #expect(lease > written.addingTimeInterval(queue.lease - 5))
+                #expect(
+                    try row.decode(column: "updated_at", as: Date.self)
+                        == row.decode(column: "created_at", as: Date.self),
+                    "claimed as written, not by a statement after the commit")
+            }
+            queue.beginStopping()
+            await pipeline.value
+        }
+    }
+
     @Test("without a running pipeline nothing is offered, and the deliveries wait for a claim")
     func noPipelineNoOffers() async throws {
         try await withBelfry(.sqlite) { app in

@@ -62,13 +62,7 @@ final class DeliveryQueue: Sendable {
     private let readFailed = NIOLockedValueBox(false)
     /// Whether the pipeline runs: only then does it take fan-out's offers.
     private let running = NIOLockedValueBox(false)
-    /// A delivery fan-out offered and the queue took: with a slot of its kind reserved, or
-    /// waiting for one.
-    private struct Offered: Sendable {
-        var delivery: Delivery
-        var hasSlot: Bool
-    }
-    /// Offers taken that the pipeline has not yet claimed.
+    /// Offers taken that the pipeline has not yet started.
     private let offers = NIOLockedValueBox<[Offered]>([])
     /// Offered deliveries still waiting for a slot when the queue stopped: returned to the
     /// queue in one statement, not one each.
@@ -301,14 +295,19 @@ final class DeliveryQueue: Sendable {
     }
 
     /// Claims offered deliveries by id, those still queued (a claim may have taken some first):
-    /// one statement, as a claim is, but no search of the queue and no read to follow. Those it
-    /// did not get give back their slots or places. - Returns: the deliveries claimed.
+    /// one statement, as a claim is, but no search of the queue and no read to follow. Those
+    /// fan-out wrote claimed already need no statement. Those it did not get give back their
+    /// slots or places. - Returns: the deliveries claimed.
     private func take(_ offered: [Offered]) async throws -> [Offered] {
-        let claimed = try await claim(ids: offered.map(\.delivery.id))
+        let unclaimed = offered.filter { $0.claimedAt == nil }.map(\.delivery.id)
+        var claimed = unclaimed.isEmpty ? [] : try await claim(ids: unclaimed)
+        let claimedAt = now()
+        claimed.formUnion(offered.filter { $0.claimedAt != nil }.map(\.delivery.id))
         held.withLockedValue { $0.formUnion(claimed) }
         var taken: [Offered] = []
-        for item in offered {
+        for var item in offered {
             if claimed.contains(item.delivery.id) {
+                item.claimedAt = item.claimedAt ?? claimedAt
                 taken.append(item)
             } else {
                 giveBack(item)
@@ -336,7 +335,6 @@ final class DeliveryQueue: Sendable {
     /// it: those with a slot at once, the others as slots come free (before any claim gets
     /// them). Should the count fail, they go back to the queue, for a claim to read them.
     private func startOffered(_ taken: [Offered], results: PendingResults, clock: any ServiceClock) async {
-        let claimedAt = now()
         let badged: [Delivery]
         do {
             badged = try await withDeadline(Self.storageDeadline, "counting badges", clock: clock) {
@@ -356,7 +354,8 @@ final class DeliveryQueue: Sendable {
             group.addTask { await self.start(ready, results: results, clock: clock) }
             for (item, delivery) in zip(taken, badged) where !item.hasSlot {
                 group.addTask {
-                    await self.startWhenFree(delivery, claimedAt: claimedAt, results: results, clock: clock)
+                    await self.startWhenFree(
+                        delivery, claimedAt: item.claimedAt ?? self.now(), results: results, clock: clock)
                 }
             }
         }
@@ -1042,7 +1041,25 @@ extension DeliveryResult {
     }
 }
 
-/// Where fan-out offers the deliveries it has just written that are due now on webhook and push
+/// A delivery fan-out offered and the queue took: with a slot of its kind reserved, or
+/// waiting for one; claimed when its row was written so, or by the queue once taken.
+struct Offered: Sendable {
+    var delivery: Delivery
+    var hasSlot: Bool
+    var claimedAt: Date? = nil
+}
+
+/// The deliveries a queue took before fan-out wrote them, and the claim their rows are written
+/// with: running under the queue's worker and lease, as if claimed already.
+struct OfferReservation: Sendable {
+    fileprivate(set) var taken: [Offered]
+    let worker: String
+    let leaseExpiresAt: Date
+
+    var ids: Set<UUID> { Set(taken.map(\.delivery.id)) }
+}
+
+/// Where fan-out offers the deliveries it writes that are due now on webhook and push
 /// channels: this instance's queue, which takes as many as its kinds have free slots for and
 /// starts them without searching the queue or reading them back. The rest wait for a claim.
 protocol DeliveryOffers: Sendable {
@@ -1050,6 +1067,12 @@ protocol DeliveryOffers: Sendable {
     var takesOffers: Bool { get }
     /// Offers deliveries whose rows have committed, queued for their first attempt.
     func offer(_ deliveries: [Delivery])
+    /// Takes what it has room for among deliveries about to be written, for fan-out to write
+    /// them claimed; `nil` when it takes none. Once the rows commit, ``offer(_:)-(OfferReservation)``
+    /// starts them; should they not, ``cancel(_:)`` gives the room back.
+    func reserve(_ deliveries: [Delivery]) -> OfferReservation?
+    func offer(_ reservation: OfferReservation)
+    func cancel(_ reservation: OfferReservation)
 }
 
 extension DeliveryQueue: DeliveryOffers {
@@ -1057,7 +1080,37 @@ extension DeliveryQueue: DeliveryOffers {
 
     /// Takes as many as each kind has free slots for, and then as many as may wait for one.
     func offer(_ deliveries: [Delivery]) {
-        guard takesOffers else { return }
+        guard takesOffers, let reservation = room(for: deliveries) else { return }
+        offers.withLockedValue { $0 += reservation }
+        signal.wake()
+    }
+
+    func reserve(_ deliveries: [Delivery]) -> OfferReservation? {
+        guard takesOffers, let taken = room(for: deliveries) else { return nil }
+        let now = self.now()
+        // Held from now: the pipeline's return of lost claims must not take these rows back.
+        held.withLockedValue { $0.formUnion(taken.map(\.delivery.id)) }
+        return OfferReservation(
+            taken: taken.map { Offered(delivery: $0.delivery, hasSlot: $0.hasSlot, claimedAt: now) }, worker: name,
+            leaseExpiresAt: now.addingTimeInterval(lease))
+    }
+
+    /// Starts what was reserved, its rows committed. A queue that stopped meanwhile leaves them
+    /// to the sweep for expired leases.
+    func offer(_ reservation: OfferReservation) {
+        guard takesOffers else { return cancel(reservation) }
+        offers.withLockedValue { $0 += reservation.taken }
+        signal.wake()
+    }
+
+    func cancel(_ reservation: OfferReservation) {
+        held.withLockedValue { $0.subtract(reservation.ids) }
+        reservation.taken.forEach(giveBack)
+    }
+
+    /// As many of `deliveries` as each kind has free slots for, and then as many as may wait for
+    /// one, with their slots reserved; `nil` for none.
+    private func room(for deliveries: [Delivery]) -> [Offered]? {
         var taken: [Offered] = []
         for (kind, offered) in Dictionary(grouping: deliveries, by: \.channel.kind) {
             let reserved = slots.reserve(upTo: offered.count, of: kind)
@@ -1070,8 +1123,6 @@ extension DeliveryQueue: DeliveryOffers {
             taken += offered.prefix(reserved).map { Offered(delivery: $0, hasSlot: true) }
             taken += offered.dropFirst(reserved).prefix(waiting).map { Offered(delivery: $0, hasSlot: false) }
         }
-        guard !taken.isEmpty else { return }
-        offers.withLockedValue { $0 += taken }
-        signal.wake()
+        return taken.isEmpty ? nil : taken
     }
 }

@@ -51,13 +51,17 @@ struct Fanout: Sendable {
     func processBatch(on db: any Database) async throws -> Bool {
         for alone in [false, true] {
             let picked = NIOLockedValueBox<Picked?>(nil)
+            let reserved = NIOLockedValueBox<[OfferReservation]>([])
             do {
                 let outcomes = try await storage.write(db) { tx in
-                    try await self.fanOut(alone: alone, picked: picked, on: tx)
+                    try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
                 }
                 for outcome in outcomes { await committed(outcome, on: db) }
                 return !outcomes.isEmpty
             } catch {
+                // Rolled back (or not known to have committed): the queue's room goes back. Rows
+                // that did commit are claimed by this worker, and return when their lease ends.
+                for reservation in reserved.withLockedValue({ $0 }) { offers?.cancel(reservation) }
                 guard let picked = picked.withLockedValue({ $0 }) else { throw error }
                 if picked.events > 1 { continue }
                 if try await recordFailure(of: picked.first, error: error.operatorDescription, on: db) {
@@ -80,8 +84,10 @@ struct Fanout: Sendable {
     /// due events one by one, in their order (a digest's items keep the order their events came
     /// in). Events are locked as they are taken, not before: one worker on a big event holds no
     /// others from the rest.
-    private func fanOut(alone: Bool, picked: NIOLockedValueBox<Picked?>, on db: any Database) async throws -> [Outcome]
-    {
+    private func fanOut(
+        alone: Bool, picked: NIOLockedValueBox<Picked?>, reserved: NIOLockedValueBox<[OfferReservation]>,
+        on db: any Database
+    ) async throws -> [Outcome] {
         let now = now()
         guard let first = try await dueEvents(limit: 1, now: now, picked: picked, on: db).first else { return [] }
         if !alone, let size = groupSize(of: first) {
@@ -95,14 +101,14 @@ struct Fanout: Sendable {
                 room -= size
             }
             picked.withLockedValue { $0 = Picked(first: first.id, events: group.count) }
-            return try await together(group, now: now, on: db)
+            return try await together(group, now: now, reserved: reserved, on: db)
         }
         var outcomes: [Outcome] = []
         var recipients = 0
         var event: DueEvent? = first
         while let current = event {
             picked.withLockedValue { $0 = Picked(first: first.id, events: outcomes.count + 1) }
-            let outcome = try await single(current, now: now, on: db)
+            let outcome = try await single(current, now: now, reserved: reserved, on: db)
             outcomes.append(outcome)
             recipients += outcome.recipients
             guard !alone, outcome.ended != nil, outcomes.count < Self.eventsPerBatch, recipients < Self.batchSize
@@ -123,8 +129,13 @@ struct Fanout: Sendable {
     /// What follows a commit, never before it: the queue woken, the streams told of the new
     /// notifications, the metrics counted.
     func committed(_ outcome: Outcome, on db: any Database) async {
-        // Offered first: a claim the wake starts asks only for the slots the offer left.
-        if !outcome.rows.offered.isEmpty { offers?.offer(outcome.rows.offered) }
+        // Offered first: a claim the wake starts asks only for the slots the offer left. Those
+        // the queue took before the write are written claimed; the others wait for a claim.
+        if let reservation = outcome.rows.reservation {
+            offers?.offer(reservation)
+        } else if !outcome.rows.offered.isEmpty {
+            offers?.offer(outcome.rows.offered)
+        }
         if outcome.rows.queued > 0 { wakeDeliveries() }
         await outcome.rows.publish(to: events, on: db)
         outcome.rows.count(into: metrics)
@@ -257,7 +268,9 @@ struct Fanout: Sendable {
     }
 
     /// A page of one event's recipients, its rows and the event's progress.
-    private func single(_ event: DueEvent, now: Date, on db: any Database) async throws -> Outcome {
+    private func single(
+        _ event: DueEvent, now: Date, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+    ) async throws -> Outcome {
         let sql = db.sql
         // The audience, a page at a time: the event's own list by position, or a topic's
         // subscribers (with the users they are) by user id.
@@ -309,10 +322,12 @@ struct Fanout: Sendable {
         } else {
             users = try await userIDs(for: recipients, now: now, on: db)
         }
-        let planned = try await plan(
-            event, category: category, recipients: recipients,
-            audience: try await audience(users, tenants: [event.tenant], on: sql), now: now, on: db)
-        try await write([planned], on: db)
+        let planned = try await write(
+            [
+                try await plan(
+                    event, category: category, recipients: recipients,
+                    audience: try await audience(users, tenants: [event.tenant], on: sql), now: now, on: db)
+            ], reserved: reserved, on: db)[0]
         let update = sql.update(Tables.events)
             .set("processed", to: cursor)
             .set("batched", to: SQLRaw("batched + \(planned.batched)"))
@@ -330,7 +345,9 @@ struct Fanout: Sendable {
     }
 
     /// Small events whole, together: each read and write once for all of them.
-    private func together(_ events: [DueEvent], now: Date, on db: any Database) async throws -> [Outcome] {
+    private func together(
+        _ events: [DueEvent], now: Date, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+    ) async throws -> [Outcome] {
         let sql = db.sql
         var lists: [UUID: [String]] = [:]
         for row in try await sql.select().columns("event_id", "external_id").from(Tables.eventRecipients)
@@ -352,7 +369,7 @@ struct Fanout: Sendable {
                     event, category: category, recipients: lists[event.id] ?? [], audience: audience, now: now,
                     on: db))
         }
-        try await write(planned, on: db)
+        planned = try await write(planned, reserved: reserved, on: db)
         // Each is done: every recipient of its list was read.
         try await sql.update(Tables.events)
             .set("processed", to: SQLColumn("recipients"))
@@ -522,12 +539,26 @@ struct Fanout: Sendable {
         return plans
     }
 
-    /// Writes what was planned for one or more events: their rows, reports and skips.
-    private func write(_ planned: [Planned], on db: any Database) async throws {
+    /// Writes what was planned for one or more events: their rows, reports and skips. The queue
+    /// takes what it has room for of the offered deliveries first (`reserved`, to give back
+    /// should the transaction fail), and they are written claimed by it.
+    /// - Returns: what was written.
+    private func write(
+        _ planned: [Planned], reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+    ) async throws -> [Planned] {
+        var planned = planned
+        if let offers {
+            for index in planned.indices where !planned[index].rows.offered.isEmpty {
+                guard let reservation = offers.reserve(planned[index].rows.offered) else { break }
+                reserved.withLockedValue { $0.append(reservation) }
+                planned[index].rows.claim(reservation)
+            }
+        }
         try await NotificationRows.insert(planned.map(\.rows), storage: storage, on: db)
         try await statusEvents?.queue(planned.flatMap { $0.rows.statusEvents + $0.skipped }, on: db)
         try await EventSkips.add(
             Dictionary(planned.map { ($0.event, $0.skips) }) { first, _ in first }, storage: storage, on: db)
+        return planned
     }
 
     /// Rows for the notifications of a batch, reporting what the workspace's `webhooks` take.

@@ -41,7 +41,7 @@ struct NotificationRows: Sendable {
     }
 
     private var notifications: [[BulkValue]] = []
-    private var deliveries: [[BulkValue]] = []
+    private var deliveries: [QueuedDelivery] = []
     private var randomness = IDRandomness()
     /// Deliveries queued: the queue is woken when there are any.
     private(set) var queued = 0
@@ -62,6 +62,10 @@ struct NotificationRows: Sendable {
     var offers = false
     /// Those deliveries; a push's badge is counted when the queue takes it.
     private(set) var offered: [Delivery] = []
+    /// Where each of `offered` is among the rows.
+    private var offeredRows: [Int] = []
+    /// Those of `offered` the queue took before the rows were written, written claimed by it.
+    private(set) var reservation: OfferReservation?
 
     /// Adds one user's notification, due at `due`, on the channels the rule let through.
     /// - Returns: the notification's id; `nil` when no channel delivers.
@@ -134,9 +138,9 @@ struct NotificationRows: Sendable {
                     QueuedDelivery(
                         id: deliveryID, notification: notificationID, event: content.eventID, user: user.id,
                         channel: channel.id, device: device?.id, kind: .notification, firstAttempt: firstAttempt,
-                        now: now, condition: policy?.unless
-                    ).values)
+                        now: now, condition: policy?.unless))
                 if offering, let extras = content.extras {
+                    offeredRows.append(deliveries.count - 1)
                     offered.append(
                         Self.offer(
                             deliveryID, of: notificationID, content, extras, for: user, on: channel, device: device,
@@ -175,6 +179,15 @@ struct NotificationRows: Sendable {
             category: content.category.id, tenant: content.tenant, channel: channel, device: device)
     }
 
+    /// Writes the offered deliveries `reservation` took as claimed by its queue.
+    mutating func claim(_ reservation: OfferReservation) {
+        let ids = reservation.ids
+        for (delivery, row) in zip(offered, offeredRows) where ids.contains(delivery.id) {
+            deliveries[row].claim = (reservation.worker, reservation.leaseExpiresAt)
+        }
+        self.reservation = reservation
+    }
+
     func insert(storage: BelfryDatabase, on db: any Database) async throws {
         try await Self.insert([self], storage: storage, on: db)
     }
@@ -189,7 +202,7 @@ struct NotificationRows: Sendable {
                 "id", "event_id", "user_id", "category", "tenant", "title", "body", "url", "data", "in_inbox",
                 "created_at", "available_at", "batch", "locale", "push_title", "push_body", "announce_at",
             ], rows: all.flatMap(\.notifications), rowsPerStatement: 150, on: db)
-        try await QueuedDelivery.insert(all.flatMap(\.deliveries), storage: storage, on: db)
+        try await QueuedDelivery.insert(all.flatMap(\.deliveries).map(\.values), storage: storage, on: db)
     }
 
     /// Counts the inbox notifications written as delivered, after the commit.
@@ -223,21 +236,25 @@ struct QueuedDelivery {
     var now: Date
     /// A delayed channel's condition (`unless`).
     var condition: CategoryChannelDefinition.Condition? = nil
+    /// Written as claimed by this worker until then: running its first attempt, taken by the
+    /// queue before the row was written (`OfferReservation`).
+    var claim: (worker: String, leaseExpiresAt: Date)? = nil
 
     static let columns = [
         "id", "notification_id", "event_id", "user_id", "channel", "device_id", "kind", "action_id", "status",
-        "attempts", "next_attempt_at", "created_at", "updated_at", "condition",
+        "attempts", "next_attempt_at", "created_at", "updated_at", "condition", "worker", "lease_expires_at",
     ]
 
     var values: [BulkValue] {
         [
             .id(id), .id(notification), .id(event), .id(user), .text(channel), .id(device), .text(kind.rawValue),
-            .text(action), .text(DeliveryStatus.queued.rawValue), .integer(0), .date(firstAttempt), .date(now),
-            .date(now), .text(condition?.rawValue),
+            .text(action), .text((claim == nil ? DeliveryStatus.queued : .running).rawValue),
+            .integer(claim == nil ? 0 : 1), .date(firstAttempt), .date(now), .date(now), .text(condition?.rawValue),
+            .text(claim?.worker), .date(claim?.leaseExpiresAt),
         ]
     }
 
-    /// Inserts rows of `values`: 14 bound values each, so 300 a statement stay well under
+    /// Inserts rows of `values`: 16 bound values each, so 300 a statement stay well under
     /// SQLite's 32 766.
     static func insert(_ rows: [[BulkValue]], storage: BelfryDatabase, on db: any Database) async throws {
         try await storage.insert(into: Tables.deliveries, columns: columns, rows: rows, rowsPerStatement: 300, on: db)
