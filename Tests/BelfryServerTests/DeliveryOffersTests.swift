@@ -175,14 +175,7 @@ struct DeliveryOffersTests {
     func stoppingReturnsWaitingOffers() async throws {
         try await withBelfry(.sqlite) { app in
             let recorder = Recorder(concurrency: 1, delay: .milliseconds(300))
-            let worker = try #require(app.deliveryQueue)
-            let queue = DeliveryQueue(
-                database: worker.database, storage: worker.storage, workspace: worker.workspace,
-                providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
-                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
-                inbox: app.belfryServices.inboxStore)
-            let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
-            while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
+            let (queue, pipeline) = try await Self.running(recorder, in: app)
             var offering = app.belfryServices.fanout
             offering.offers = queue
             let event = try await Self.trigger(app, fanout: offering)
@@ -211,17 +204,10 @@ struct DeliveryOffersTests {
     func writtenClaimed() async throws {
         try await withBelfry(.sqlite) { app in
             let recorder = Recorder(concurrency: 1, delay: .milliseconds(500))
-            let worker = try #require(app.deliveryQueue)
-            let queue = DeliveryQueue(
-                database: worker.database, storage: worker.storage, workspace: worker.workspace,
-                providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
-                jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
-                inbox: app.belfryServices.inboxStore)
-            let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
-            while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
+            let (queue, pipeline) = try await Self.running(recorder, in: app)
 
             // Room for one webhook under way and four waiting: taken, held back, given back.
-            let webhook = try #require(worker.workspace.channel("webhook"))
+            let webhook = try #require(queue.workspace.channel("webhook"))
             let content = PushBenchmark.sampleContent()
             let deliveries = (0..<20).map { index in
                 Delivery(
@@ -279,6 +265,21 @@ struct DeliveryOffersTests {
             #expect(Set(statuses) == ["queued"])
             #expect(worker.offersTaken.withLockedValue { $0 } == 0)
         }
+    }
+
+    /// A queue sending webhooks and emails through `recorder`, its pipeline running.
+    static func running(
+        _ recorder: Recorder, in app: Application
+    ) async throws -> (DeliveryQueue, Task<Void, Never>) {
+        let worker = try #require(app.deliveryQueue)
+        let queue = DeliveryQueue(
+            database: worker.database, storage: worker.storage, workspace: worker.workspace,
+            providers: [.webhook: recorder, .email: recorder], metrics: worker.metrics, now: worker.now,
+            jitter: worker.jitter, logger: worker.logger, devices: app.belfryServices.devices,
+            inbox: app.belfryServices.inboxStore)
+        let pipeline = Task { await queue.run(clock: ServerClock(), interval: 60) }
+        while !queue.takesOffers { try await Task.sleep(for: .milliseconds(5)) }
+        return (queue, pipeline)
     }
 
     @discardableResult
