@@ -109,10 +109,11 @@ public final class HTTP1Client: Sendable {
         pools = NIOLoopBoundBox.makeBoxSendingValue(Pools(settings, on: loop), eventLoop: loop)
     }
 
-    /// POSTs `body` to `target` with `headers` besides `Host`, `Content-Length` and
-    /// `Connection`; the answer's status and headers, or why there is none within `timeout`.
-    /// A request written on a kept-alive connection that the receiver had closed meanwhile
-    /// (it answered nothing on it) goes once more on a new connection.
+    /// POSTs `body` to `target` with `headers` besides `Host` and `Content-Length`; the answer's
+    /// status and headers, or why there is none within `timeout` (which covers the wait for a
+    /// free connection, the connection's opening and the whole answer). A request written on a
+    /// kept-alive connection that the receiver had closed meanwhile (the connection ended, or
+    /// was reset, before any of the answer came) goes once more on a new connection.
     public func post(
         _ body: ByteBuffer, to target: Target, headers: [(String, String)], timeout: TimeAmount
     ) async throws -> Response {
@@ -121,7 +122,7 @@ public final class HTTP1Client: Sendable {
         head.headers.add(name: "Host", value: target.hostHeader)
         for (name, value) in headers { head.headers.add(name: name, value: value) }
         head.headers.add(name: "Content-Length", value: String(body.readableBytes))
-        let request = OutgoingRequest(head: head, body: body, timeout: timeout)
+        let request = OutgoingRequest(head: head, body: body, deadline: .now() + timeout)
         do {
             return try await send(request, to: target.origin)
         } catch Exchange.Stale.stale {
@@ -159,10 +160,12 @@ public final class HTTP1Client: Sendable {
 struct OutgoingRequest {
     var head: HTTPRequestHead
     var body: ByteBuffer
-    var timeout: TimeAmount
+    var deadline: NIODeadline
 }
 
-/// The pools of every origin: all of it on the client's loop.
+/// The pools of every origin: all of it on the client's loop. Each change to a pool is stored
+/// before anything is sent: a send may close its connection at once (a reset), and the close
+/// changes the pool in turn.
 private final class Pools {
     struct Settings {
         let sslContext: NIOSSLContext
@@ -178,14 +181,27 @@ private final class Pools {
     private var isShutDown = false
 
     /// One origin's connections: the idle ones (the last used first, so that the others age
-    /// out), every one open or opening, and the requests waiting for one.
+    /// out), the open ones, how many are being opened, and the requests waiting for one.
     private struct Pool {
         var idle: [Exchange] = []
-        var connections: [ObjectIdentifier: Exchange] = [:]
-        var waiting: CircularBuffer<Waiting> = []
+        var open: [ObjectIdentifier: Exchange] = [:]
+        var opening = 0
+        var waiting: CircularBuffer<Waiter> = []
+
+        var count: Int { open.count + opening }
     }
 
-    private typealias Waiting = (OutgoingRequest, EventLoopPromise<HTTP1Client.Response>)
+    /// A request waiting for a free connection, failed when its deadline passes first.
+    private final class Waiter {
+        let request: OutgoingRequest
+        let answer: EventLoopPromise<HTTP1Client.Response>
+        var timer: Scheduled<Void>?
+
+        init(_ request: OutgoingRequest, _ answer: EventLoopPromise<HTTP1Client.Response>) {
+            self.request = request
+            self.answer = answer
+        }
+    }
 
     init(_ settings: Settings, on eventLoop: any EventLoop) {
         self.settings = settings
@@ -193,35 +209,59 @@ private final class Pools {
     }
 
     var openCounts: [HTTP1Client.Origin: Int] {
-        pools.filter { !$0.value.connections.isEmpty }.mapValues(\.connections.count)
+        pools.filter { $0.value.count > 0 }.mapValues(\.count)
     }
 
     func send(_ request: OutgoingRequest, to origin: HTTP1Client.Origin, answer: EventLoopPromise<HTTP1Client.Response>)
     {
         guard !isShutDown else { return answer.fail(HTTP1Client.Failure.shutDown) }
         var pool = pools[origin, default: Pool()]
-        defer { pools[origin] = pool }
         while let exchange = pool.idle.popLast() {
-            if exchange.isUsable { return exchange.send(request, answer: answer) }
+            guard exchange.isUsable else { continue }
+            pools[origin] = pool
+            return exchange.send(request, answer: answer)
         }
-        guard pool.connections.count < settings.limit else { return pool.waiting.append((request, answer)) }
-        let exchange = connect(to: origin, first: (request, answer))
-        pool.connections[ObjectIdentifier(exchange)] = exchange
+        guard pool.count < settings.limit else {
+            let waiter = Waiter(request, answer)
+            let loop = NIOLoopBound(self, eventLoop: eventLoop)
+            waiter.timer = eventLoop.scheduleTask(deadline: request.deadline) {
+                loop.value.expire(waiter, origin: origin)
+            }
+            pool.waiting.append(waiter)
+            pools[origin] = pool
+            return
+        }
+        pool.opening += 1
+        pools[origin] = pool
+        connect(to: origin, first: (request, answer))
+    }
+
+    /// A waiting request whose deadline passed before a connection was free.
+    private func expire(_ waiter: Waiter, origin: HTTP1Client.Origin) {
+        guard let index = pools[origin]?.waiting.firstIndex(where: { $0 === waiter }) else { return }
+        pools[origin]?.waiting.remove(at: index)
+        waiter.answer.fail(HTTP1Client.Failure.timedOut)
+    }
+
+    /// The next waiting request for `origin`, its timer stopped.
+    private func nextWaiting(for origin: HTTP1Client.Origin) -> Waiter? {
+        guard let waiter = pools[origin]?.waiting.popFirst() else { return nil }
+        waiter.timer?.cancel()
+        return waiter
     }
 
     /// Opens a connection to `origin` and sends `first` on it; a connection that cannot be
-    /// opened fails `first` with its error.
-    private func connect(to origin: HTTP1Client.Origin, first: Waiting) -> Exchange {
+    /// opened fails `first` with its error. Each address tried (IPv6 and IPv4 at once, as
+    /// happy eyeballs does) gets a handler of its own; the connection that wins is the one
+    /// counted.
+    private func connect(
+        to origin: HTTP1Client.Origin, first: (OutgoingRequest, EventLoopPromise<HTTP1Client.Response>)
+    ) {
         let settings = self.settings
         let loop = NIOLoopBound(self, eventLoop: eventLoop)
         // A host name is sent for SNI and checked against the certificate; an IP address is
         // checked against the certificate's addresses.
         let serverHostname = origin.host.isIPAddress ? nil : origin.host
-        let exchange = Exchange(
-            on: eventLoop, idleTimeout: settings.idleTimeout,
-            done: { exchange in loop.value.finished(exchange, origin: origin) },
-            closed: { exchange in loop.value.closed(exchange, origin: origin) })
-        let bound = NIOLoopBound(exchange, eventLoop: eventLoop)
         ClientBootstrap(group: eventLoop)
             .connectTimeout(settings.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -233,62 +273,91 @@ private final class Pools {
                             NIOSSLClientHandler(context: settings.sslContext, serverHostname: serverHostname))
                     }
                     try pipeline.addHTTPClientHandlers()
-                    try pipeline.addHandler(bound.value)
+                    try pipeline.addHandler(
+                        Exchange(
+                            on: channel.eventLoop, idleTimeout: settings.idleTimeout,
+                            done: { exchange in loop.value.finished(exchange, origin: origin) },
+                            closed: { exchange in loop.value.closed(exchange, origin: origin) }))
                 }
             }
             .connect(host: settings.dnsOverride[origin.host] ?? origin.host, port: origin.port)
             .whenComplete { result in
-                switch result {
-                case .success:
-                    bound.value.send(first.0, answer: first.1)
-                case .failure(let error):
-                    if case ChannelError.connectTimeout = error {
-                        first.1.fail(HTTP1Client.Failure.connectTimedOut)
-                    } else {
-                        first.1.fail(error)
-                    }
-                    loop.value.closed(bound.value, origin: origin)
-                }
+                loop.value.connected(result, to: origin, first: first)
             }
-        return exchange
+    }
+
+    private func connected(
+        _ result: Result<any Channel, any Error>, to origin: HTTP1Client.Origin,
+        first: (OutgoingRequest, EventLoopPromise<HTTP1Client.Response>)
+    ) {
+        pools[origin]?.opening -= 1
+        switch result {
+        case .success(let channel):
+            guard !isShutDown, let exchange = try? channel.pipeline.syncOperations.handler(type: Exchange.self)
+            else {
+                channel.close(promise: nil)
+                first.1.fail(HTTP1Client.Failure.shutDown)
+                return
+            }
+            pools[origin]?.open[ObjectIdentifier(exchange)] = exchange
+            exchange.send(first.0, answer: first.1)
+        case .failure(let error):
+            if case ChannelError.connectTimeout = error {
+                first.1.fail(HTTP1Client.Failure.connectTimedOut)
+            } else {
+                first.1.fail(error)
+            }
+            openForWaiting(origin)
+        }
     }
 
     /// `exchange` answered and may be used again: the next waiting request goes on it.
     private func finished(_ exchange: Exchange, origin: HTTP1Client.Origin) {
-        guard !isShutDown, var pool = pools[origin] else {
+        guard !isShutDown, pools[origin]?.open[ObjectIdentifier(exchange)] != nil else {
             exchange.close()
             return
         }
-        defer { pools[origin] = pool }
-        if let (request, answer) = pool.waiting.popFirst() {
-            exchange.send(request, answer: answer)
+        if let waiter = nextWaiting(for: origin) {
+            exchange.send(waiter.request, answer: waiter.answer)
         } else {
             exchange.becameIdle()
-            pool.idle.append(exchange)
+            pools[origin]?.idle.append(exchange)
         }
     }
 
-    /// `exchange` closed, or never opened: a waiting request gets a new connection.
+    /// `exchange` closed: a waiting request gets a new connection.
     private func closed(_ exchange: Exchange, origin: HTTP1Client.Origin) {
-        guard var pool = pools[origin], pool.connections.removeValue(forKey: ObjectIdentifier(exchange)) != nil
+        // A connection that lost the race to another address was never counted.
+        guard pools[origin]?.open.removeValue(forKey: ObjectIdentifier(exchange)) != nil else { return }
+        pools[origin]?.idle.removeAll { $0 === exchange }
+        openForWaiting(origin)
+    }
+
+    /// Opens a connection for the next waiting request, if there is room.
+    private func openForWaiting(_ origin: HTTP1Client.Origin) {
+        guard !isShutDown, let pool = pools[origin], pool.count < settings.limit,
+            let waiter = nextWaiting(for: origin)
         else { return }
-        pool.idle.removeAll { $0 === exchange }
-        defer { pools[origin] = pool }
-        guard !isShutDown, let next = pool.waiting.popFirst() else { return }
-        let replacement = connect(to: origin, first: next)
-        pool.connections[ObjectIdentifier(replacement)] = replacement
+        pools[origin]?.opening += 1
+        connect(to: origin, first: (waiter.request, waiter.answer))
     }
 
     func shutdown() -> EventLoopFuture<Void> {
         isShutDown = true
-        let closing = pools.values.flatMap { pool in
-            for (_, answer) in pool.waiting { answer.fail(HTTP1Client.Failure.shutDown) }
-            return pool.connections.values.map { $0.close() }
-        }
+        let all = pools
         pools = pools.mapValues { pool in
             var emptied = pool
             emptied.waiting.removeAll()
+            emptied.idle.removeAll()
             return emptied
+        }
+        var closing: [EventLoopFuture<Void>] = []
+        for pool in all.values {
+            for waiter in pool.waiting {
+                waiter.timer?.cancel()
+                waiter.answer.fail(HTTP1Client.Failure.shutDown)
+            }
+            closing += pool.open.values.map { $0.close() }
         }
         return EventLoopFuture.andAllComplete(closing, on: eventLoop)
     }
@@ -349,7 +418,7 @@ final class Exchange: ChannelInboundHandler {
         idleClose = nil
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
         current = Current(
-            answer: answer, deadline: eventLoop.scheduleTask(in: request.timeout) { bound.value.timedOut() })
+            answer: answer, deadline: eventLoop.scheduleTask(deadline: request.deadline) { bound.value.timedOut() })
         // Head and body go out together, in one `write` call.
         context.write(wrapOutboundOut(.head(request.head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(request.body))), promise: nil)
@@ -383,7 +452,7 @@ final class Exchange: ChannelInboundHandler {
     }
 
     private func timedOut() {
-        fail(HTTP1Client.Failure.timedOut)
+        fail(HTTP1Client.Failure.timedOut, mayBeStale: false)
         context?.close(promise: nil)
     }
 
@@ -396,26 +465,27 @@ final class Exchange: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        fail(error)
+        // A reset or a broken pipe may be a kept-alive connection the receiver closed; an
+        // answer that could not be parsed, or a TLS failure, is not.
+        fail(error, mayBeStale: error is IOError)
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        fail(HTTP1Client.Failure.connectionClosed)
+        fail(HTTP1Client.Failure.connectionClosed, mayBeStale: true)
         idleClose?.cancel()
         closed(self)
         context.fireChannelInactive()
     }
 
-    /// Fails the request under way; on a connection used before, with nothing of the answer
-    /// come, as stale.
-    private func fail(_ error: any Error) {
+    /// Fails the request under way; as stale when the connection was used before, nothing of
+    /// the answer came, and the failure is the connection's end.
+    private func fail(_ error: any Error, mayBeStale: Bool) {
         guard let current else { return }
         self.current = nil
         current.deadline.cancel()
         guard let answer = current.answer else { return }
-        let isStale = answered > 0 && error as? HTTP1Client.Failure != .timedOut
-        answer.fail(isStale ? Stale.stale : error)
+        answer.fail(mayBeStale && answered > 0 ? Stale.stale : error)
     }
 }
 

@@ -290,6 +290,49 @@ struct HTTP1ClientTests {
         }
     }
 
+    @Test("a request waiting for a busy pool fails at its own deadline, not after the one under way")
+    func waitingHasADeadline() async throws {
+        try await Self.withServer(connections: 1, respond: { _ in .silence }) {
+            (server: ScriptedServer, client: HTTP1Client) async throws in
+            let busy = Task { try await Self.post(client, server.url(), "busy", timeout: .seconds(20)) }
+            while server.requests.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+            let started = ContinuousClock.now
+            await #expect(throws: HTTP1Client.Failure.timedOut) {
+                _ = try await Self.post(client, server.url(), "waits", timeout: .milliseconds(300))
+            }
+            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(server.requests.count == 1, "the waiting request was never sent")
+            busy.cancel()
+            await client.shutdown()
+            _ = try? await busy.value
+        }
+    }
+
+    @Test("an answer that cannot be parsed on a kept-alive connection fails: the request is not sent again")
+    func unparsableIsNotStale() async throws {
+        try await Self.withServer(
+            connections: 1,
+            respond: { request in
+                request.number == 2 ? .answer("HTTP/1.1 200 OK\r\nBad Header Line\r\n\r\n") : Self.answer()
+            }
+        ) { (server: ScriptedServer, client: HTTP1Client) async throws in
+            #expect(try await Self.post(client, server.url(), "first").status == 200)
+            await #expect(throws: (any Error).self) { _ = try await Self.post(client, server.url(), "second") }
+            #expect(server.requests.map(\.body) == ["first", "second"])
+        }
+    }
+
+    @Test("a host name with IPv6 and IPv4 addresses (localhost) is one connection, counted once")
+    func bothAddressFamilies() async throws {
+        try await Self.withServer(connections: 2) { (server: ScriptedServer, client: HTTP1Client) async throws in
+            for _ in 0..<5 {
+                #expect(try await Self.post(client, "http://localhost:\(server.port)/hook").status == 200)
+            }
+            #expect(server.connectionCount == 1)
+            #expect(await client.openConnections() == [.init(isTLS: false, host: "localhost", port: server.port): 1])
+        }
+    }
+
     @Test("a slow answer body holds its connection only until the request's deadline")
     func slowBody() async throws {
         try await Self.withServer(
