@@ -104,7 +104,8 @@ struct BelfryDatabase: Sendable {
     /// them: a savepoint each would double the statements, and each statement is a trip to the
     /// driver's thread and back. Should one fail, the transaction rolls back and each write runs
     /// again in a transaction of its own, so that only the failing one fails (a write may run
-    /// twice, its first run undone; none keeps state of its own between runs).
+    /// twice, its first run undone; none keeps state of its own between runs, or it sets that
+    /// state anew when it runs again, as fan-out's reservations of the queue's room do).
     private static func sqliteTransaction(
         _ writes: [WriteGate.Write], on connection: any Database
     ) async throws -> [(any Error)?] {

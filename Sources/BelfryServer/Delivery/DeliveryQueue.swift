@@ -161,7 +161,7 @@ final class DeliveryQueue: Sendable {
                     }
                     let drained: Bool
                     do {
-                        let taken = try await takeOffers(clock: clock)
+                        let taken = await takeOffers(clock: clock)
                         if !taken.isEmpty {
                             attempts.addTask { await self.startOffered(taken, results: pending, clock: clock) }
                         }
@@ -180,31 +180,50 @@ final class DeliveryQueue: Sendable {
                     if drained && !isStopping { await signal.wait(upTo: interval, on: clock) }
                 }
             }
-            let unstarted = unstartedAtStop.withLockedValue { $0 }
+            // Offers not yet taken: their places go back, and those written claimed return to
+            // the queue with the others that did not start.
+            let left = offers.withLockedValue { offers in
+                defer { offers = [] }; return offers
+            }
+            left.forEach(giveBack)
+            let unstarted =
+                unstartedAtStop.withLockedValue { $0 } + left.filter { $0.claimedAt != nil }.map(\.delivery.id)
             if !unstarted.isEmpty { await requeue(unstarted, clock: clock) }
             pending.finish()
         }
     }
 
-    /// Takes the offers waiting: claims them by id. - Returns: those claimed, to start. Throws
-    /// when the claim failed (the offers' slots given back; the claim may have committed).
-    private func takeOffers(clock: any ServiceClock) async throws -> [Offered] {
+    /// Takes the offers waiting: those fan-out wrote claimed as they are, the others claimed
+    /// by id. - Returns: those claimed, to start. Should the claim fail, its offers give back
+    /// their slots, and the pipeline returns its lost claims next (the claim may have
+    /// committed); those written claimed start all the same.
+    private func takeOffers(clock: any ServiceClock) async -> [Offered] {
         let offered = offers.withLockedValue { offers in
             defer { offers = [] }; return offers
         }
         guard !offered.isEmpty else { return [] }
-        do {
-            return try await withDeadline(Self.storageDeadline, "taking offers", clock: clock) {
-                try await self.take(offered)
+        let now = self.now()
+        var taken = offered.filter { $0.claimedAt != nil }
+        let unclaimed = offered.filter { $0.claimedAt == nil }
+        if !unclaimed.isEmpty {
+            do {
+                taken += try await withDeadline(Self.storageDeadline, "taking offers", clock: clock) {
+                    try await self.take(unclaimed, at: now)
+                }
+            } catch {
+                unclaimed.forEach(giveBack)
+                onStorageFailure(error)
+                logger.error(
+                    "the delivery queue could not take the deliveries fan-out offered",
+                    metadata: ["belfry.error": "\(String(reflecting: error))"])
+                readFailed.withLockedValue { $0 = true }
             }
-        } catch {
-            offered.forEach(giveBack)
-            onStorageFailure(error)
-            logger.error(
-                "the delivery queue could not take the deliveries fan-out offered",
-                metadata: ["belfry.error": "\(String(reflecting: error))"])
-            throw error
         }
+        if !taken.isEmpty {
+            lastClaimed.withLockedValue { $0 = now }
+            offersTaken.withLockedValue { $0 += taken.count }
+        }
+        return taken
     }
 
     /// Claims due deliveries for every kind with free slots, and reserves their slots, so that
@@ -295,27 +314,19 @@ final class DeliveryQueue: Sendable {
     }
 
     /// Claims offered deliveries by id, those still queued (a claim may have taken some first):
-    /// one statement, as a claim is, but no search of the queue and no read to follow. Those
-    /// fan-out wrote claimed already need no statement. Those it did not get give back their
-    /// slots or places. - Returns: the deliveries claimed.
-    private func take(_ offered: [Offered]) async throws -> [Offered] {
-        let unclaimed = offered.filter { $0.claimedAt == nil }.map(\.delivery.id)
-        var claimed = unclaimed.isEmpty ? [] : try await claim(ids: unclaimed)
-        let claimedAt = now()
-        claimed.formUnion(offered.filter { $0.claimedAt != nil }.map(\.delivery.id))
+    /// one statement, as a claim is, but no search of the queue and no read to follow. Those it
+    /// did not get give back their slots or places. - Returns: the deliveries claimed.
+    private func take(_ offered: [Offered], at now: Date) async throws -> [Offered] {
+        let claimed = try await claim(ids: offered.map(\.delivery.id))
         held.withLockedValue { $0.formUnion(claimed) }
         var taken: [Offered] = []
         for var item in offered {
             if claimed.contains(item.delivery.id) {
-                item.claimedAt = item.claimedAt ?? claimedAt
+                item.claimedAt = now
                 taken.append(item)
             } else {
                 giveBack(item)
             }
-        }
-        if !taken.isEmpty {
-            lastClaimed.withLockedValue { $0 = self.now() }
-            offersTaken.withLockedValue { $0 += taken.count }
         }
         return taken
     }
@@ -1095,10 +1106,15 @@ extension DeliveryQueue: DeliveryOffers {
             leaseExpiresAt: now.addingTimeInterval(lease))
     }
 
-    /// Starts what was reserved, its rows committed. A queue that stopped meanwhile leaves them
-    /// to the sweep for expired leases.
+    /// Starts what was reserved, its rows committed. A queue that stopped meanwhile returns
+    /// them to the queue (should that fail, their lease runs out).
     func offer(_ reservation: OfferReservation) {
-        guard takesOffers else { return cancel(reservation) }
+        guard takesOffers else {
+            cancel(reservation)
+            let ids = Array(reservation.ids)
+            Task { try? await self.release(ids) }
+            return
+        }
         offers.withLockedValue { $0 += reservation.taken }
         signal.wake()
     }

@@ -54,14 +54,17 @@ struct Fanout: Sendable {
             let reserved = NIOLockedValueBox<[OfferReservation]>([])
             do {
                 let outcomes = try await storage.write(db) { tx in
-                    try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
+                    // SQLite's group commit runs the work again alone when another write of
+                    // its group fails: what an earlier run reserved was never written.
+                    self.cancel(reserved)
+                    return try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
                 }
                 for outcome in outcomes { await committed(outcome, on: db) }
                 return !outcomes.isEmpty
             } catch {
                 // Rolled back (or not known to have committed): the queue's room goes back. Rows
                 // that did commit are claimed by this worker, and return when their lease ends.
-                for reservation in reserved.withLockedValue({ $0 }) { offers?.cancel(reservation) }
+                cancel(reserved)
                 guard let picked = picked.withLockedValue({ $0 }) else { throw error }
                 if picked.events > 1 { continue }
                 if try await recordFailure(of: picked.first, error: error.operatorDescription, on: db) {
@@ -71,6 +74,14 @@ struct Fanout: Sendable {
             }
         }
         preconditionFailure("a batch of one event returns or records its failure")
+    }
+
+    /// Gives the queue back the room of reservations whose rows were not written.
+    private func cancel(_ reserved: NIOLockedValueBox<[OfferReservation]>) {
+        let reservations = reserved.withLockedValue { reserved in
+            defer { reserved = [] }; return reserved
+        }
+        for reservation in reservations { offers?.cancel(reservation) }
     }
 
     /// The first event a batch took, and how many it took.
