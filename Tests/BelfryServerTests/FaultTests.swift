@@ -184,7 +184,9 @@ struct TwoInstanceTests {
         "both fan out and deliver the same events: no notification or delivery twice; after kill -9 of one, the other finishes"
     )
     func twoInstances() async throws {
-        let receiver = try await WebhookReceiver(answers: "200", delayMilliseconds: 20)
+        // Slow enough that what one instance's fan-out cannot start at once (beyond its 128 slots
+        // and 512 places waiting) waits for the other's claim.
+        let receiver = try await WebhookReceiver(answers: "200", delayMilliseconds: 300)
         defer { receiver.stop() }
         try await withTestStorage(.postgres) { location in
             guard case .postgres(let url) = location else { return }
@@ -193,17 +195,17 @@ struct TwoInstanceTests {
             defer { second.terminate() }
 
             // Both at work on the same events, each accepted by one of them.
-            let one = try await Self.trigger(firstBase, recipients: 0..<300, title: "One")
-            let two = try await Self.trigger(secondBase, recipients: 300..<600, title: "Two")
+            let one = try await Self.trigger(firstBase, recipients: 0..<1_000, title: "One")
+            let two = try await Self.trigger(secondBase, recipients: 1_000..<2_000, title: "Two")
             for id in [one, two] {
-                let status = try await Self.waitForWebhooks(secondBase, id, count: 300)
-                #expect(status?.deliveries["webhook"] == ["sent": 300], "\(status?.deliveries ?? [:])")
-                #expect(status?.notifications == 300)
+                let status = try await Self.waitForWebhooks(secondBase, id, count: 1_000)
+                #expect(status?.deliveries["webhook"] == ["sent": 1_000], "\(status?.deliveries ?? [:])")
+                #expect(status?.notifications == 1_000)
             }
             var entries = try receiver.entries()
             var received: [String: Int] = [:]
             for entry in entries { received[entry.delivery, default: 0] += 1 }
-            #expect(received.count == 600, "every delivery arrived")
+            #expect(received.count == 2_000, "every delivery arrived")
             #expect(received.values.allSatisfy { $0 == 1 }, "none twice: \(received.values.filter { $0 > 1 }.count)")
             // Each delivery keeps the name (host, pid) of the process that claimed it last.
             let workers = try await PostgresTestServer.shared.psql(
@@ -211,7 +213,7 @@ struct TwoInstanceTests {
             #expect(workers.trimmingCharacters(in: .whitespacesAndNewlines) == "2", "both instances delivered some")
 
             // One dies mid-delivery: the other takes over its claims once their lease ends.
-            let three = try await Self.trigger(firstBase, recipients: 600..<1_000, title: "Three")
+            let three = try await Self.trigger(firstBase, recipients: 2_000..<2_400, title: "Three")
             let before = entries.count
             let deadline = Date().addingTimeInterval(30)
             while try receiver.entries().count < before + 40, Date() < deadline {
