@@ -174,7 +174,8 @@ struct DeliveryOffersTests {
     @Test("offers still waiting for a slot when the queue stops go back to the queue, unattempted")
     func stoppingReturnsWaitingOffers() async throws {
         try await withBelfry(.sqlite) { app in
-            let recorder = Recorder(concurrency: 1, delay: .milliseconds(300))
+            // Slow enough that the stop comes while four wait, however busy the machine.
+            let recorder = Recorder(concurrency: 1, delay: .seconds(2))
             let (queue, pipeline) = try await Self.running(recorder, in: app)
             var offering = app.belfryServices.fanout
             offering.offers = queue
@@ -203,7 +204,7 @@ struct DeliveryOffersTests {
     @Test("the deliveries the queue takes are written claimed by it; a reservation given back frees its room")
     func writtenClaimed() async throws {
         try await withBelfry(.sqlite) { app in
-            let recorder = Recorder(concurrency: 1, delay: .milliseconds(500))
+            let recorder = Recorder(concurrency: 1, delay: .seconds(2))
             let (queue, pipeline) = try await Self.running(recorder, in: app)
 
             // Room for one webhook under way and four waiting: taken, held back, given back.
@@ -233,12 +234,15 @@ struct DeliveryOffersTests {
             let rows = try await app.db.sql.select()
                 .columns("status", "attempts", "worker", "lease_expires_at", "created_at", "updated_at")
                 .from(Tables.deliveries).where("event_id", .equal, event).where("channel", .equal, "webhook").all()
-            let running = try rows.filter { try $0.decode(column: "status", as: String.self) == "running" }
-            #expect(running.count == room)
-            #expect(rows.count - running.count == Self.event.recipients.count - room)
+            // Claimed: running, or sent already by the one slot on a slow machine.
+            let claimed = try rows.filter { try $0.decode(column: "worker", as: String?.self) == queue.name }
+            #expect(claimed.count == room)
+            let queued = try rows.filter { try $0.decode(column: "status", as: String.self) == "queued" }
+            #expect(queued.count == Self.event.recipients.count - room)
+            let running = try claimed.filter { try $0.decode(column: "status", as: String.self) == "running" }
+            #expect(running.count >= room - 1, "one send takes two seconds")
             for row in running {
                 #expect(try row.decode(column: "attempts", as: Int.self) == 1)
-                #expect(try row.decode(column: "worker", as: String?.self) == queue.name)
                 let lease = try #require(try row.decode(column: "lease_expires_at", as: Date?.self))
                 #expect(lease > written.addingTimeInterval(queue.lease - 5))
                 #expect(
