@@ -86,12 +86,12 @@ public final class HTTP1Client: Sendable {
     /// of BelfryHTTP2, or ``post(_:to:headers:timeout:)`` called on it) sends and gets its
     /// answer without a hop to another thread.
     public let eventLoop: any EventLoop
-    /// Connections kept to one origin: requests beyond them wait for one to be free.
-    public let connectionsPerOrigin: Int
     private let pools: NIOLoopBoundBox<Pools>
 
     /// - Parameters:
     ///   - tls: whom to trust on https.
+    ///   - connectionsPerOrigin: connections kept to one origin; requests beyond them wait for
+    ///     one to be free.
     ///   - dnsOverride: host names mapped to the addresses to connect to instead (tests).
     public init(
         group: any EventLoopGroup, tls: TLSConfiguration, connectionsPerOrigin: Int,
@@ -102,7 +102,6 @@ public final class HTTP1Client: Sendable {
         tls.applicationProtocols = ["http/1.1"]
         let loop = group.next()
         eventLoop = loop
-        self.connectionsPerOrigin = connectionsPerOrigin
         let settings = Pools.Settings(
             sslContext: try NIOSSLContext(configuration: tls), connectTimeout: connectTimeout,
             idleTimeout: idleTimeout, limit: connectionsPerOrigin, dnsOverride: dnsOverride)

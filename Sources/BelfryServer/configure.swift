@@ -504,7 +504,8 @@ private func outboundClient(_ app: Application, _ settings: ServerConfiguration)
     return client
 }
 
-/// The webhooks' client (the channel's and the status events'), shut down with the application.
+/// A client for webhooks, shut down with the application: the channel has one, the status
+/// events' sender another, so that neither takes the other's connections.
 private func webhookClient(_ app: Application, _ settings: ServerConfiguration) throws -> HTTP1Client {
     let client = try HTTP1Client(
         group: app.eventLoopGroup, tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM),
