@@ -1091,19 +1091,17 @@ extension DeliveryQueue: DeliveryOffers {
 
     /// Takes as many as each kind has free slots for, and then as many as may wait for one.
     func offer(_ deliveries: [Delivery]) {
-        guard takesOffers, let reservation = room(for: deliveries) else { return }
-        offers.withLockedValue { $0 += reservation }
+        guard takesOffers, let taken = room(for: deliveries) else { return }
+        offers.withLockedValue { $0 += taken }
         signal.wake()
     }
 
     func reserve(_ deliveries: [Delivery]) -> OfferReservation? {
-        guard takesOffers, let taken = room(for: deliveries) else { return nil }
         let now = self.now()
+        guard takesOffers, let taken = room(for: deliveries, claimedAt: now) else { return nil }
         // Held from now: the pipeline's return of lost claims must not take these rows back.
         held.withLockedValue { $0.formUnion(taken.map(\.delivery.id)) }
-        return OfferReservation(
-            taken: taken.map { Offered(delivery: $0.delivery, hasSlot: $0.hasSlot, claimedAt: now) }, worker: name,
-            leaseExpiresAt: now.addingTimeInterval(lease))
+        return OfferReservation(taken: taken, worker: name, leaseExpiresAt: now.addingTimeInterval(lease))
     }
 
     /// Starts what was reserved, its rows committed. A queue that stopped meanwhile returns
@@ -1125,8 +1123,8 @@ extension DeliveryQueue: DeliveryOffers {
     }
 
     /// As many of `deliveries` as each kind has free slots for, and then as many as may wait for
-    /// one, with their slots reserved; `nil` for none.
-    private func room(for deliveries: [Delivery]) -> [Offered]? {
+    /// one, with their slots reserved, claimed at `claimedAt` when written so; `nil` for none.
+    private func room(for deliveries: [Delivery], claimedAt: Date? = nil) -> [Offered]? {
         var taken: [Offered] = []
         for (kind, offered) in Dictionary(grouping: deliveries, by: \.channel.kind) {
             let reserved = slots.reserve(upTo: offered.count, of: kind)
@@ -1136,8 +1134,10 @@ extension DeliveryQueue: DeliveryOffers {
                 waiting[kind, default: 0] += count
                 return count
             }
-            taken += offered.prefix(reserved).map { Offered(delivery: $0, hasSlot: true) }
-            taken += offered.dropFirst(reserved).prefix(waiting).map { Offered(delivery: $0, hasSlot: false) }
+            taken += offered.prefix(reserved).map { Offered(delivery: $0, hasSlot: true, claimedAt: claimedAt) }
+            taken += offered.dropFirst(reserved).prefix(waiting).map {
+                Offered(delivery: $0, hasSlot: false, claimedAt: claimedAt)
+            }
         }
         return taken.isEmpty ? nil : taken
     }
