@@ -68,9 +68,11 @@ final class DeliveryQueue: Sendable {
     /// queue in one statement, not one each.
     private let unstartedAtStop = NIOLockedValueBox<[UUID]>([])
     /// Offered deliveries taken without a slot and not yet started, by kind: at most
-    /// `offersWaiting` times the kind's slots.
+    /// `offersWaiting` times the kind's slots: room for a whole batch of a big event on
+    /// PostgreSQL (`Fanout.postgresPageSize`) with 128 slots, which otherwise writes the rest
+    /// queued, to be claimed again one statement at a time.
     private let waitingOffers = NIOLockedValueBox<[ChannelKind: Int]>([:])
-    static let offersWaiting = 4
+    static let offersWaiting = 16
     /// Offered deliveries this queue took and started: no search of the queue, no read.
     let offersTaken = NIOLockedValueBox(0)
 
