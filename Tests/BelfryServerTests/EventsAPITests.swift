@@ -397,6 +397,38 @@ struct EventsAPITests {
         }
     }
 
+    @Test("on PostgreSQL an event and its recipients go in one statement: a recipient refused leaves no event")
+    func postgresOneStatement() async throws {
+        try await withBelfry(.postgres) { app in
+            try await app.db.sql.raw(
+                """
+                CREATE FUNCTION refuse_mallory() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN IF NEW.external_id = 'mallory' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$
+                """
+            ).run()
+            try await app.db.sql.raw(
+                """
+                CREATE TRIGGER refuse_mallory BEFORE INSERT ON event_recipients
+                FOR EACH ROW EXECUTE FUNCTION refuse_mallory()
+                """
+            ).run()
+            let refused = try await app.send(
+                .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "mallory"]))
+            #expect(refused.status.code >= 500, "\(refused.status)")
+            let count = { (table: String) in
+                try await app.db.sql.raw("SELECT count(*) AS n FROM \(unsafeRaw: table)").first()?
+                    .decode(column: "n", as: Int.self)
+            }
+            #expect(try await count("events") == 0, "the event's row went with its refused recipient")
+            #expect(try await count("event_recipients") == 0)
+            let accepted = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
+            #expect(accepted.status == .accepted)
+            let id = try accepted.decode(EventAccepted.self).eventID
+            #expect(try await Self.status(app, id).recipients == 1)
+            #expect(try await count("event_recipients") == 1)
+        }
+    }
+
     @Test("a fan-out that PostgreSQL refuses shows the server's reason on the event, not a generic one")
     func postgresReason() async throws {
         try await withBelfry(.postgres) { app in

@@ -159,9 +159,12 @@ struct EventIntake: Sendable {
 
     private func insertRecipients(_ rows: [[BulkValue]], on db: any Database) async throws {
         try await storage.insert(
-            into: Tables.eventRecipients, columns: ["event_id", "position", "external_id"], rows: rows,
-            rowsPerStatement: Self.insertBatch, on: db)
+            into: Tables.eventRecipients, columns: Self.recipientColumns, rows: rows,
+            rowsPerStatement: Self.insertBatch,
+            on: db)
     }
+
+    static let recipientColumns = ["event_id", "position", "external_id"]
 
     static let eventColumns = [
         "id", "category", "tenant", "title", "body", "url", "data", "calendar_rule", "state", "not_before",
@@ -186,15 +189,23 @@ struct EventIntake: Sendable {
         ]
     }
 
-    /// Stores the event, its recipients and its idempotency key in one transaction; only
-    /// after that commits does the caller answer 202. A key seen within 24 hours returns
-    /// the first event instead.
+    /// Stores the event, its recipients and its idempotency key in one transaction (on
+    /// PostgreSQL, an event without a key in one statement); only after that commits does the
+    /// caller answer 202. A key seen within 24 hours returns the first event instead.
     ///
     /// - Returns: the event id, whether it is an earlier event replayed for its key, and its
     ///   recipients (for a topic, its subscribers now).
     private func store(
         _ event: Checked, source: Source, watch: ConnectionWatch?, on db: any Database
     ) async throws -> (UUID, Bool, Int) {
+        if storage.kind == .postgres, event.idempotencyKey == nil {
+            // Nothing read that the write depends on: the rows go in one statement, atomic on
+            // its own, with no transaction to begin and commit around it.
+            return try await db.withConnection { connection in
+                await watch?.note(connection)
+                return try await self.insert(event, source: source, on: connection)
+            }
+        }
         for attempt in 1...2 {
             do {
                 return try await storage.write(db) { tx in
@@ -241,20 +252,28 @@ struct EventIntake: Sendable {
         if let topic = event.topic {
             recipients = try await topics.subscribers(of: topic, on: db)
         }
-        try await storage.insert(
-            into: Tables.events, columns: Self.eventColumns,
-            rows: [try eventRow(event, id: id, recipients: recipients, source: source, now: now)], rowsPerStatement: 1,
-            on: db)
-        try await insertRecipients(Self.recipientRows(event.recipients, of: id), on: db)
+        // The event first: the others refer to it.
+        var rows = [
+            BelfryDatabase.Rows(
+                table: Tables.events, columns: Self.eventColumns,
+                rows: [try eventRow(event, id: id, recipients: recipients, source: source, now: now)]),
+            BelfryDatabase.Rows(
+                table: Tables.eventRecipients, columns: Self.recipientColumns,
+                rows: Self.recipientRows(event.recipients, of: id)),
+        ]
         if event.topic != nil {
-            try await storage.insert(
-                into: Tables.eventExclusions, columns: ["event_id", "external_id"],
-                rows: event.exclude.map { [.id(id), .text($0)] }, rowsPerStatement: Self.insertBatch, on: db)
+            rows.append(
+                BelfryDatabase.Rows(
+                    table: Tables.eventExclusions, columns: ["event_id", "external_id"],
+                    rows: event.exclude.map { [.id(id), .text($0)] }))
         }
         if let key = event.idempotencyKey {
-            try await sql.insert(into: Tables.idempotencyKeys).columns("key", "event_id", "request_hash", "created_at")
-                .values(key, id, Self.fingerprint(event), now).run()
+            rows.append(
+                BelfryDatabase.Rows(
+                    table: Tables.idempotencyKeys, columns: ["key", "event_id", "request_hash", "created_at"],
+                    rows: [[.text(key), .id(id), .text(Self.fingerprint(event)), .date(now)]]))
         }
+        try await storage.insert(rows, rowsPerStatement: Self.insertBatch, on: db)
         return (id, false, recipients)
     }
 
