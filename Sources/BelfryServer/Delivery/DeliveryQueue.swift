@@ -879,13 +879,22 @@ final class DeliveryQueue: Sendable {
             try await self.applyEffects(resolved, recorded: recorded, now: now, on: db)
             return recorded
         }
+        // Counted once per channel and outcome, not per result: each count looks its series up.
+        var outcomes: [String: [String: Int]] = [:]
+        var latencies: [String: [TimeInterval]] = [:]
         for (attempt, resolution) in resolved {
-            let outcome = resolution.status == .dead ? "dead" : attempt.result.outcome
-            metrics.delivered(channel: attempt.delivery.channel.id, outcome: outcome)
+            let channel = attempt.delivery.channel.id
+            outcomes[channel, default: [:]][resolution.status == .dead ? "dead" : attempt.result.outcome, default: 0] +=
+                1
             if resolution.status == .sent, let acceptedAt = attempt.delivery.acceptedAt {
-                metrics.deliveredAfter(
-                    attempt.finished.timeIntervalSince(acceptedAt), channel: attempt.delivery.channel.id)
+                latencies[channel, default: []].append(attempt.finished.timeIntervalSince(acceptedAt))
             }
+        }
+        for (channel, counts) in outcomes {
+            for (outcome, count) in counts { metrics.delivered(channel: channel, outcome: outcome, count: count) }
+        }
+        for (channel, values) in latencies { metrics.deliveredAfter(values, channel: channel) }
+        for (attempt, _) in resolved {
             if !recorded.contains(attempt.delivery.id) {
                 logger.warning(
                     "a delivery's lease expired during its attempt",

@@ -104,9 +104,15 @@ final class BelfryMetrics: Sendable {
 
     /// Deliveries sent (or inbox items made available) `count` times, each `latency` after its event's 202.
     func deliveredAfter(_ latency: TimeInterval, channel: String, count: Int = 1) {
+        deliveredAfter(Array(repeating: latency, count: count), channel: channel)
+    }
+
+    /// Deliveries sent, each the time of `latencies` after its event's 202.
+    func deliveredAfter(_ latencies: [TimeInterval], channel: String) {
+        guard !latencies.isEmpty else { return }
         let histogram = registry.makeDurationHistogram(
             descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
-        for _ in 0..<count { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
+        for latency in latencies { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
     }
 
     /// From a few milliseconds (the pipeline at its best) to an hour (retries, schedules).
