@@ -1,4 +1,5 @@
 import BelfryTestSupport
+import FluentSQLiteDriver
 import Foundation
 import SQLKit
 import Testing
@@ -44,6 +45,29 @@ struct BulkInsertTests {
         #expect(
             UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).upperCaseText
                 == UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).uuidString)
+    }
+
+    @Test("ids read back from their text in either case, and nothing else passes for one")
+    func canonicalText() {
+        for _ in 0..<200 {
+            let id = UUID()
+            #expect(UUID(canonicalText: id.uuidString) == id)
+            #expect(UUID(canonicalText: id.lowerCaseText) == id)
+            #expect(UUID(sqliteData: .text(id.uuidString)) == id)
+            #expect(UUID(sqliteData: id.sqliteData ?? .null) == id)
+        }
+        let text = "01A21B1F-4CA8-74C2-8A2A-B9E189FBB282"
+        for wrong in [
+            "", "01A21B1F-4CA8-74C2-8A2A-B9E189FBB28", "01A21B1F-4CA8-74C2-8A2A-B9E189FBB2822",
+            "01A21B1F4CA8-74C2-8A2A-B9E189FBB282-", "01A21B1F-4CA8-74C2-8A2A-B9E189FBB28G",
+            "01A21B1F 4CA8 74C2 8A2A B9E189FBB282",
+        ] {
+            #expect(UUID(canonicalText: wrong) == nil, "\(wrong)")
+            #expect(UUID(sqliteData: .text(wrong)) == nil, "\(wrong)")
+        }
+        #expect(UUID(canonicalText: text)?.uuidString == text)
+        #expect(UUID(sqliteData: .integer(1)) == nil)
+        #expect(UUID(sqliteData: .null) == nil)
     }
 
     @Test(

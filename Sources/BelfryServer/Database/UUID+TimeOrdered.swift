@@ -1,3 +1,4 @@
+import FluentSQLiteDriver
 import Foundation
 
 extension UUID {
@@ -74,4 +75,64 @@ extension UUID {
             }
         }
     }
+}
+
+extension UUID {
+    /// A UUID from its 36 characters of text with dashes, either case; `nil` for anything else.
+    /// Foundation's `UUID(uuidString:)` scans with the C library: SQLite hands fan-out and the
+    /// queue a few ids as text per delivery.
+    init?(canonicalText text: String) {
+        var text = text
+        let parsed: uuid_t? = text.withUTF8 { utf8 in
+            guard utf8.count == 36 else { return nil }
+            var bytes: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            let valid = withUnsafeMutableBytes(of: &bytes) { output -> Bool in
+                var position = 0
+                for index in 0..<16 {
+                    if index == 4 || index == 6 || index == 8 || index == 10 {
+                        guard utf8[position] == UInt8(ascii: "-") else { return false }
+                        position += 1
+                    }
+                    guard let high = Self.hexValue(utf8[position]), let low = Self.hexValue(utf8[position + 1]) else {
+                        return false
+                    }
+                    output[index] = high << 4 | low
+                    position += 2
+                }
+                return true
+            }
+            return valid ? bytes : nil
+        }
+        guard let parsed else { return nil }
+        self.init(uuid: parsed)
+    }
+
+    private static func hexValue(_ character: UInt8) -> UInt8? {
+        switch character {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+}
+
+/// SQLite stores a UUID as its upper-case text, as the driver's `Codable` path did. Converted
+/// directly, a decoded id costs no nested decoder, no dynamic casts and no C scanning: the
+/// queue and fan-out read several per delivery.
+extension UUID: @retroactive SQLiteDataConvertible {
+    public init?(sqliteData: SQLiteData) {
+        switch sqliteData {
+        case .text(let text):
+            guard let uuid = UUID(canonicalText: text) ?? UUID(uuidString: text) else { return nil }
+            self = uuid
+        case .blob(var buffer) where buffer.readableBytes == 16:
+            guard let bytes = buffer.readBytes(length: 16) else { return nil }
+            self = bytes.withUnsafeBytes { UUID(uuid: $0.load(as: uuid_t.self)) }
+        default:
+            return nil
+        }
+    }
+
+    public var sqliteData: SQLiteData? { .text(upperCaseText) }
 }
