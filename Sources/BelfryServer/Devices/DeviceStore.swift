@@ -214,6 +214,13 @@ struct DeviceStore: Sendable {
         func decode<D: Decodable>(column: String, as type: D.Type) throws -> D {
             try row.decode(column: prefix + column, as: type)
         }
+
+        /// A column that may be NULL. Asked for as `D?`, the drivers decode the optional
+        /// through a nested decoder and dynamic casts; fan-out reads eleven such columns a device.
+        func decode<D: Decodable>(column: String, as type: D?.Type) throws -> D? {
+            let name = prefix + column
+            return try row.decodeNil(column: name) ? nil : row.decode(column: name, as: D.self)
+        }
     }
 
     private static func device(_ row: PrefixedRow) throws -> Device {
