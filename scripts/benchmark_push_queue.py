@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmark_support import KEY, arguments, call, memory_mib, start_server
+from benchmark_support import KEY, arguments, call, cpu_seconds, memory_mib, start_server
 
 PLATFORMS = {
     "apns": {"channel": "ios_push", "name": "iOS push"},
@@ -113,6 +113,7 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda pair: register_device(base, args.platform, pair[1], pair[0]), enumerate(users)))
 
+        cpu_before = cpu_seconds(server.pid)
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
             "category": "announcement", "topic": "everyone",
@@ -128,6 +129,7 @@ def main():
                 sys.exit(f"only {sent_count(base, channel)} of {args.devices} pushes recorded in 600 s")
             time.sleep(0.02)
         elapsed = time.time() - started
+        cpu = cpu_seconds(server.pid) - cpu_before
         counts = call(base, "GET", f"/v1/events/{accepted['event_id']}")["deliveries"].get(channel, {})
         if counts.get("sent", 0) != args.devices:
             sys.exit(f"the event's status counts {counts}, not {args.devices} sent")
@@ -143,6 +145,8 @@ def main():
     reference = client_rate(bench, args.platform, args.devices)
     print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
     print(f"202 to {args.devices} pushes recorded as sent: {elapsed:.2f} s  ->  {rate:,.0f} pushes/s")
+    print(f"server CPU:      {cpu * 1e6 / args.devices:.0f} µs a push (user and system, 202 to the last recorded;"
+          " steadier than the rate on a busy machine)")
     print(f"platform:        {args.platform}")
     print(f"the client alone (belfry-bench {args.platform} {args.devices} 100): {reference:,.0f} pushes/s")
     print(f"ratio:           {rate / reference:.3f} of the client alone"

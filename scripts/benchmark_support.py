@@ -39,6 +39,13 @@ def wait_for_fan_out(base, events):
     return notifications
 
 
+def cpu_seconds(pid):
+    """User and system CPU time a process has used so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_mib(pid, field):
     """A memory figure of a process from /proc, in MiB: VmRSS (now) or VmHWM (peak)."""
     with open(f"/proc/{pid}/status") as status:
