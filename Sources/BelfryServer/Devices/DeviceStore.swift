@@ -215,11 +215,9 @@ struct DeviceStore: Sendable {
             try row.decode(column: prefix + column, as: type)
         }
 
-        /// A column that may be NULL. Asked for as `D?`, the drivers decode the optional
-        /// through a nested decoder and dynamic casts; fan-out reads eleven such columns a device.
+        /// A column that may be NULL (see `SQLRow.decode(column:as:)` for `D?`).
         func decode<D: Decodable>(column: String, as type: D?.Type) throws -> D? {
-            let name = prefix + column
-            return try row.decodeNil(column: name) ? nil : row.decode(column: name, as: D.self)
+            try row.decode(column: prefix + column, as: type)
         }
     }
 
