@@ -254,7 +254,8 @@ private struct Workers {
 
     /// On PostgreSQL, fan-out runs in several loops: each batch waits on round trips to the
     /// server, and `SKIP LOCKED` gives each loop other events. The first is woken by new
-    /// events; the others poll, and keep going while they find work. SQLite has one writer.
+    /// events; the others poll, and keep going while they find work, and leave digests' events
+    /// to the first (`Fanout.takesDigests`). SQLite has one writer.
     private var fanoutLoops: [BackgroundService] {
         // Each batch's deliveries due now go straight to this instance's pipeline.
         var offering = services.fanout
@@ -262,10 +263,12 @@ private struct Workers {
         let (fanout, db) = (offering, database)
         let loops = context.database.kind == .postgres ? Fanout.postgresWorkers : 1
         return (0..<loops).map { index in
-            service(
+            var loop = fanout
+            loop.takesDigests = index == 0
+            return service(
                 index == 0 ? "fan-out" : "fan-out \(index + 1)", interval: 1,
                 signal: index == 0 ? context.fanoutSignal : WorkSignal(), deadline: 15
-            ) { try await fanout.processBatch(on: db()) }
+            ) { [loop] in try await loop.processBatch(on: db()) }
         }
     }
 

@@ -39,6 +39,12 @@ struct Fanout: Sendable {
     static let eventsPerBatch = 32
     /// Fan-out loops per process on PostgreSQL.
     static let postgresWorkers = 4
+    /// Whether this loop takes the events of digest categories. A digest's items keep the
+    /// order their events came in, counted as they join; with several loops each taking the
+    /// first event no other holds, the second of two events close together could join first
+    /// (and take the last place a digest keeps). So on PostgreSQL only the first loop of each
+    /// process takes them, one after another.
+    var takesDigests = true
     /// Failed batches after which an event stops being retried. Retries back off (5 s, 10 s, …),
     /// so the last one comes about 20 minutes after the first failure: long enough to ride out a
     /// passing database problem, short enough that a broken event is reported.
@@ -271,6 +277,8 @@ struct Fanout: Sendable {
             .orderBy("not_before")
             .limit(limit)
         if let first { due.where("id", .notEqual, first) }
+        let digests = workspace.categories.filter { $0.batch != nil }.map(\.id)
+        if !takesDigests, !digests.isEmpty { due.where("category", .notIn, digests) }
         var events: [DueEvent] = []
         for row in try await storage.lockingSkipLocked(due).all() {
             do {
