@@ -93,7 +93,7 @@ extension UUID {
                         guard utf8[position] == UInt8(ascii: "-") else { return false }
                         position += 1
                     }
-                    guard let high = Self.hexValue(utf8[position]), let low = Self.hexValue(utf8[position + 1]) else {
+                    guard let high = utf8[position].hexDigitValue, let low = utf8[position + 1].hexDigitValue else {
                         return false
                     }
                     output[index] = high << 4 | low
@@ -105,15 +105,6 @@ extension UUID {
         }
         guard let parsed else { return nil }
         self.init(uuid: parsed)
-    }
-
-    private static func hexValue(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
-        default: nil
-        }
     }
 }
 
