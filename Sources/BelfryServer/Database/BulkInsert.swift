@@ -42,15 +42,14 @@ extension BelfryDatabase {
         on db: any Database
     ) async throws -> [any SQLRow] {
         guard !rows.isEmpty else { return [] }
-        let quoted = { (names: [String]) in names.map { "\"\($0)\"" }.joined(separator: ", ") }
         var tail = ""
         if case .update(let target, let assignments) = onConflict {
-            tail += " ON CONFLICT (\(quoted(target))) DO UPDATE SET \(assignments)"
+            tail += " ON CONFLICT (\(Self.quoted(target))) DO UPDATE SET \(assignments)"
         } else if !conflictTarget.isEmpty {
-            tail += " ON CONFLICT (\(quoted(conflictTarget))) DO NOTHING"
+            tail += " ON CONFLICT (\(Self.quoted(conflictTarget))) DO NOTHING"
         }
-        if !returning.isEmpty { tail += " RETURNING \(quoted(returning))" }
-        let into = "INSERT INTO \"\(table)\" (\(quoted(columns)))"
+        if !returning.isEmpty { tail += " RETURNING \(Self.quoted(returning))" }
+        let into = Self.insertInto(table, columns)
         guard kind == .sqlite else {
             return try await db.sql.raw(Self.recordSet(into, columnCount: columns.count, rows: rows, tail: tail)).all()
         }
@@ -77,7 +76,17 @@ extension BelfryDatabase {
         return inserted
     }
 
-    /// Rows for one table, for `insert(_:on:)`.
+    /// Column (or table) names quoted and listed, for SQL.
+    private static func quoted(_ names: [String]) -> String {
+        names.map { "\"\($0)\"" }.joined(separator: ", ")
+    }
+
+    /// `INSERT INTO "table" ("column", ...)`.
+    private static func insertInto(_ table: String, _ columns: [String]) -> String {
+        "INSERT INTO \"\(table)\" (\(quoted(columns)))"
+    }
+
+    /// Rows for one table, for `insert(_:rowsPerStatement:on:)`.
     struct Rows: Sendable {
         var table: String
         var columns: [String]
@@ -100,9 +109,8 @@ extension BelfryDatabase {
             return
         }
         func statement(_ table: Rows) -> SQLQueryString {
-            let quoted = table.columns.map { "\"\($0)\"" }.joined(separator: ", ")
-            return Self.recordSet(
-                "INSERT INTO \"\(table.table)\" (\(quoted))", columnCount: table.columns.count, rows: table.rows,
+            Self.recordSet(
+                Self.insertInto(table.table, table.columns), columnCount: table.columns.count, rows: table.rows,
                 tail: "")
         }
         var with: SQLQueryString?
