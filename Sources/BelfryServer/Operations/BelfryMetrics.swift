@@ -104,15 +104,21 @@ final class BelfryMetrics: Sendable {
 
     /// Deliveries sent (or inbox items made available) `count` times, each `latency` after its event's 202.
     func deliveredAfter(_ latency: TimeInterval, channel: String, count: Int = 1) {
-        deliveredAfter(Array(repeating: latency, count: count), channel: channel)
+        guard count > 0 else { return }
+        let histogram = latencyHistogram(channel)
+        for _ in 0..<count { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
     }
 
     /// Deliveries sent, each the time of `latencies` after its event's 202.
     func deliveredAfter(_ latencies: [TimeInterval], channel: String) {
         guard !latencies.isEmpty else { return }
-        let histogram = registry.makeDurationHistogram(
-            descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
+        let histogram = latencyHistogram(channel)
         for latency in latencies { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
+    }
+
+    private func latencyHistogram(_ channel: String) -> DurationHistogram {
+        registry.makeDurationHistogram(
+            descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
     }
 
     /// From a few milliseconds (the pipeline at its best) to an hour (retries, schedules).
