@@ -277,8 +277,10 @@ struct Fanout: Sendable {
             .orderBy("not_before")
             .limit(limit)
         if let first { due.where("id", .notEqual, first) }
-        let digests = workspace.categories.filter { $0.batch != nil }.map(\.id)
-        if !takesDigests, !digests.isEmpty { due.where("category", .notIn, digests) }
+        if !takesDigests {
+            let digests = workspace.categories.filter { $0.batch != nil }.map(\.id)
+            if !digests.isEmpty { due.where("category", .notIn, digests) }
+        }
         var events: [DueEvent] = []
         for row in try await storage.lockingSkipLocked(due).all() {
             do {
