@@ -115,7 +115,7 @@ extension UUID: @retroactive SQLiteDataConvertible {
     public init?(sqliteData: SQLiteData) {
         switch sqliteData {
         case .text(let text):
-            guard let uuid = UUID(canonicalText: text) ?? UUID(uuidString: text) else { return nil }
+            guard let uuid = UUID(canonicalText: text) else { return nil }
             self = uuid
         case .blob(var buffer) where buffer.readableBytes == 16:
             guard let bytes = buffer.readBytes(length: 16) else { return nil }
