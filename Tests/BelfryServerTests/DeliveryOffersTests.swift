@@ -207,7 +207,8 @@ struct DeliveryOffersTests {
             let recorder = Recorder(concurrency: 1, delay: .seconds(2))
             let (queue, pipeline) = try await Self.running(recorder, in: app)
 
-            // Room for one webhook under way and four waiting: taken, held back, given back.
+            // Room for one webhook under way and `offersWaiting` more waiting: taken, held back,
+            // given back.
             let webhook = try #require(queue.workspace.channel("webhook"))
             let content = PushBenchmark.sampleContent()
             let deliveries = (0..<20).map { index in
