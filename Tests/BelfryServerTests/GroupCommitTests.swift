@@ -66,6 +66,33 @@ struct GroupCommitTests {
         #expect(log.most == 1, "one group at a time")
     }
 
+    /// With three lanes, groups commit side by side, never more than three at once, and each
+    /// item once.
+    @Test("lanes: up to that many groups commit at once")
+    func lanes() async throws {
+        let commits = GroupCommit<Int>(maxGroup: 8, lanes: 3)
+        let log = Log()
+        let commit: GroupCommit<Int>.Commit = { items in
+            log.begin(items)
+            defer { log.end() }
+            // The first groups wait until three commit at once.
+            while log.groups.count < 3 { await Task.yield() }
+            try await Task.sleep(for: .milliseconds(2))
+            return items.map { _ in nil }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for item in 0..<60 {
+                group.addTask { try await commits.run(item, commit: commit) }
+            }
+            try await group.waitForAll()
+        }
+        let groups = log.groups
+        #expect(groups.flatMap { $0 }.sorted() == Array(0..<60), "each item committed once")
+        #expect(groups.allSatisfy { $0.count <= 8 })
+        #expect(log.most == 3, "three groups at once, never more: \(log.most)")
+        #expect(commits.waiting == 0)
+    }
+
     @Test("a commit that fails as a whole fails every caller in its group, and the next group goes on")
     func wholeGroupFails() async throws {
         let commits = GroupCommit<Int>(maxGroup: 100)

@@ -1,8 +1,9 @@
 import NIOConcurrencyHelpers
 
-/// Commits the items of concurrent callers in groups, one group at a time. A caller arriving
-/// while a group is being committed waits, and then everyone who waited goes in the next group (up to
-/// `maxGroup`): under load a commit holds many items, and alone a caller commits at once. Every
+/// Commits the items of concurrent callers in groups, up to `lanes` groups at a time. A caller
+/// arriving while every lane is committing waits, and then everyone who waited goes in the next
+/// group (up to `maxGroup`): under load a commit holds many items, and alone a caller commits at
+/// once. Every
 /// caller returns only once the group holding its item has committed, with its own item's error
 /// if any. There is no thread of its own: a caller whose turn it is commits the group, then
 /// hands the turn to the next caller waiting.
@@ -24,7 +25,8 @@ final class GroupCommit<Item: Sendable>: Sendable {
     }
 
     private struct State {
-        var committing = false
+        /// Groups being committed.
+        var committing = 0
         var waiting: [Waiter] = []
     }
 
@@ -32,8 +34,14 @@ final class GroupCommit<Item: Sendable>: Sendable {
     /// The most items one commit takes, so that a crowd of callers is not one huge rollback.
     let maxGroup: Int
 
-    init(maxGroup: Int) {
+    /// How many groups may be committing at once: one for a single writer, more where each
+    /// group has a connection of its own.
+    let lanes: Int
+
+    init(maxGroup: Int, lanes: Int = 1) {
+        precondition(lanes > 0, "a group commit needs a lane")
         self.maxGroup = maxGroup
+        self.lanes = lanes
     }
 
     /// Callers waiting for their group's turn.
@@ -43,8 +51,8 @@ final class GroupCommit<Item: Sendable>: Sendable {
     func run(_ item: Item, commit: Commit) async throws {
         let turn = await withCheckedContinuation { (continuation: CheckedContinuation<Turn, Never>) in
             let leads = state.withLockedValue { state -> Bool in
-                guard state.committing else {
-                    state.committing = true
+                guard state.committing == lanes else {
+                    state.committing += 1
                     return true
                 }
                 state.waiting.append(Waiter(item: item, turn: continuation))
@@ -77,12 +85,12 @@ final class GroupCommit<Item: Sendable>: Sendable {
         for (waiter, error) in zip(others, errors.dropFirst()) { waiter.turn.resume(returning: .done(error)) }
         let next = state.withLockedValue { state -> Waiter? in
             guard !state.waiting.isEmpty else {
-                state.committing = false
+                state.committing -= 1
                 return nil
             }
             return state.waiting.removeFirst()
         }
-        // The turn passes straight to the next caller, who leads the next group.
+        // The lane passes straight to the next caller, who leads the next group.
         next?.turn.resume(returning: .lead)
         return errors[0]
     }
