@@ -339,17 +339,38 @@ struct EventsAPITests {
         }
     }
 
-    @Test("concurrent events are stored together; one the database refuses fails alone, the rest are kept")
-    func refusedAmongConcurrent() async throws {
-        // The grouping is what is checked, not the request deadline: forty requests at once on
-        // a machine busy with the rest of the suite took over 30 s once (408).
-        try await withBelfry(.sqlite, settings: { $0.requestTimeout = 300 }) { app in
-            try await app.db.sql.raw(
+    /// A trigger that refuses any recipient row for `mallory`.
+    static func refuseMallory(_ app: Application, on database: TestDatabase) async throws {
+        guard database == .postgres else {
+            return try await app.db.sql.raw(
                 """
                 CREATE TRIGGER refuse_mallory BEFORE INSERT ON event_recipients
                 WHEN NEW.external_id = 'mallory' BEGIN SELECT RAISE(ABORT, 'refused'); END
                 """
             ).run()
+        }
+        try await app.db.sql.raw(
+            """
+            CREATE FUNCTION refuse_mallory() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN IF NEW.external_id = 'mallory' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$
+            """
+        ).run()
+        try await app.db.sql.raw(
+            """
+            CREATE TRIGGER refuse_mallory BEFORE INSERT ON event_recipients
+            FOR EACH ROW EXECUTE FUNCTION refuse_mallory()
+            """
+        ).run()
+    }
+
+    @Test(
+        "concurrent events are stored together; one the database refuses fails alone, the rest are kept",
+        arguments: TestDatabase.allCases)
+    func refusedAmongConcurrent(database: TestDatabase) async throws {
+        // The grouping is what is checked, not the request deadline: forty requests at once on
+        // a machine busy with the rest of the suite took over 30 s once (408).
+        try await withBelfry(database, settings: { $0.requestTimeout = 300 }) { app in
+            try await Self.refuseMallory(app, on: database)
             let names = (0..<40).map { $0 == 17 ? "mallory" : "user\($0)" }
             let answers = try await withThrowingTaskGroup(of: (String, HTTPStatus, UUID?).self) { group in
                 for name in names {
@@ -400,18 +421,7 @@ struct EventsAPITests {
     @Test("on PostgreSQL an event and its recipients go in one statement: a recipient refused leaves no event")
     func postgresOneStatement() async throws {
         try await withBelfry(.postgres) { app in
-            try await app.db.sql.raw(
-                """
-                CREATE FUNCTION refuse_mallory() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN IF NEW.external_id = 'mallory' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$
-                """
-            ).run()
-            try await app.db.sql.raw(
-                """
-                CREATE TRIGGER refuse_mallory BEFORE INSERT ON event_recipients
-                FOR EACH ROW EXECUTE FUNCTION refuse_mallory()
-                """
-            ).run()
+            try await Self.refuseMallory(app, on: .postgres)
             let refused = try await app.send(
                 .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "mallory"]))
             #expect(refused.status.code >= 500, "\(refused.status)")

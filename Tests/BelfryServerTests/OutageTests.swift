@@ -268,12 +268,26 @@ struct StorageOutageTests {
         }
     }
 
-    @Test("kill -9 right after the last of 400 concurrent 202s: every acknowledged event is stored")
-    func killAfterAcknowledgement() async throws {
+    /// On both databases: concurrent small events are stored in groups (one transaction on
+    /// SQLite, one statement on PostgreSQL), and a 202 still means that its event is stored.
+    @Test(
+        "kill -9 right after the last of 400 concurrent 202s: every acknowledged event is stored",
+        arguments: ["sqlite", "postgres"])
+    func killAfterAcknowledgement(kind: String) async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-kill-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let database = "\(directory)/belfry.sqlite"
+        var database = "\(directory)/belfry.sqlite"
+        var postgres: DisposablePostgresServer?
+        defer { postgres?.remove() }
+        if kind == "postgres" {
+            let server = try await DisposablePostgresServer.start()
+            postgres = server
+            try await DisposablePostgresServer.offThePool {
+                try TestProcess.run("/usr/bin/psql", [server.url, "-qAtc", "CREATE DATABASE belfry_kill"])
+            }
+            database = server.url.replacingOccurrences(of: "/postgres", with: "/belfry_kill")
+        }
         let server = try await Self.start(database)
         let accepted = NIOLockedValueBox<[String]>([])
         await withTaskGroup(of: Void.self) { group in

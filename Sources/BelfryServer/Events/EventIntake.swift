@@ -35,6 +35,8 @@ struct EventIntake: Sendable {
     private let together: GroupCommit<Pending>
     /// The most recipients of an event stored together with others.
     static let togetherRecipients = 100
+    /// Groups stored at once on PostgreSQL, each on a connection of its own.
+    static let postgresLanes = 4
 
     init(
         storage: BelfryDatabase, workspace: WorkspaceConfig, now: @escaping @Sendable () -> Date,
@@ -46,10 +48,10 @@ struct EventIntake: Sendable {
         self.wake = wake
         self.metrics = metrics
         self.topics = topics
-        // SQLite has one writer: one group at a time, while the next gathers. (On PostgreSQL each
-        // request stores its own event, within its own deadline: a group waiting on a lost
-        // connection would hold every request in it, and those queued behind, past theirs.)
-        together = GroupCommit(maxGroup: 64)
+        // SQLite has one writer: one group at a time, while the next gathers. PostgreSQL takes
+        // several groups at once, each within the deadline of the request that has waited longest
+        // (see `durably`), so that a group on a lost connection holds no request past its own.
+        together = GroupCommit(maxGroup: 64, lanes: storage.kind == .postgres ? Self.postgresLanes : 1)
     }
 
     /// What became of an accepted event.
@@ -72,10 +74,9 @@ struct EventIntake: Sendable {
     func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
         let accepted: Accepted
-        if storage.kind == .sqlite, event.idempotencyKey == nil, event.topic == nil,
-            event.recipients.count <= Self.togetherRecipients
-        {
-            let pending = Pending(event: event, id: UUID.timeOrdered(at: now()), source: source, database: db)
+        if event.idempotencyKey == nil, event.topic == nil, event.recipients.count <= Self.togetherRecipients {
+            let pending = Pending(
+                event: event, id: UUID.timeOrdered(at: now()), source: source, database: db, arrived: .now)
             try await together.run(pending) { try await self.storeTogether($0) }
             accepted = Accepted(id: pending.id, replayed: false, recipients: event.recipients.count)
         } else {
@@ -93,13 +94,16 @@ struct EventIntake: Sendable {
     /// and nothing else may fail to tell of it: once its connection has closed, or after 20 s
     /// however slow the database, the store gives up, which answers 503 (send it again, with
     /// its Idempotency-Key) and replaces the pool. A store merely slow on a busy database waits.
+    /// The deadline counts from `since`, when the request that has waited longest arrived.
     private func durably<T: Sendable>(
-        _ store: @escaping @Sendable (ConnectionWatch?) async throws -> T
+        since: ContinuousClock.Instant = .now, _ store: @escaping @Sendable (ConnectionWatch?) async throws -> T
     ) async throws -> T {
         guard storage.kind == .postgres else { return try await store(nil) }
         let watch = ConnectionWatch()
+        let waited = Double((ContinuousClock.now - since) / .milliseconds(1)) / 1000
         return try await withDeadline(
-            Self.storeDeadline, "storing an event", extendedWhile: { watch.mayEnd }, upTo: Self.storePatience
+            max(Self.storeDeadline - waited, 0.25), "storing an event", extendedWhile: { watch.mayEnd },
+            upTo: Self.storePatience - waited
         ) {
             try await store(watch)
         }
@@ -112,15 +116,27 @@ struct EventIntake: Sendable {
         var source: Source
         /// The database of the request that brought it; the group's first one is used.
         var database: any Database
+        /// When its request came in: the group's deadline counts from its oldest.
+        var arrived: ContinuousClock.Instant
     }
 
-    /// Stores small events of concurrent requests on SQLite (no idempotency key, no topic, a short list)
-    /// with one insert of their events and one of their recipients, in one transaction: two
-    /// statements for the group instead of two for each event. Should the group fail, each
+    /// Stores small events of concurrent requests (no idempotency key, no topic, a short list)
+    /// together: on SQLite one insert of their events and one of their recipients in one
+    /// transaction, on PostgreSQL one statement (see `insert(_:rowsPerStatement:on:)`) instead of
+    /// one for each event, each parsed and planned by the server. Should the group fail, each
     /// event is stored again alone, so that only the one at fault fails.
     private func storeTogether(_ group: [Pending]) async throws -> [(any Error)?] {
         @Sendable func store(_ events: [Pending]) async throws {
-            try await storage.write(events[0].database) { tx in try await self.insert(events, on: tx) }
+            guard storage.kind == .postgres else {
+                return try await storage.write(events[0].database) { tx in try await self.insert(events, on: tx) }
+            }
+            let oldest = events.map(\.arrived).min() ?? .now
+            try await durably(since: oldest) { watch in
+                try await events[0].database.withConnection { connection in
+                    await watch?.note(connection)
+                    try await self.insert(events, on: connection)
+                }
+            }
         }
         do {
             try await store(group)
@@ -143,25 +159,20 @@ struct EventIntake: Sendable {
 
     private func insert(_ group: [Pending], on db: any Database) async throws {
         let now = now()
-        try await storage.insert(
-            into: Tables.events, columns: Self.eventColumns,
+        let events = BelfryDatabase.Rows(
+            table: Tables.events, columns: Self.eventColumns,
             rows: try group.map {
                 try eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
-            },
-            rowsPerStatement: 500, on: db)
-        try await insertRecipients(group.flatMap { Self.recipientRows($0.event.recipients, of: $0.id) }, on: db)
+            })
+        let recipients = BelfryDatabase.Rows(
+            table: Tables.eventRecipients, columns: Self.recipientColumns,
+            rows: group.flatMap { Self.recipientRows($0.event.recipients, of: $0.id) })
+        try await storage.insert([events, recipients], rowsPerStatement: Self.insertBatch, on: db)
     }
 
     /// An event's recipients as rows of `event_recipients`, by position.
     private static func recipientRows(_ recipients: [String], of event: UUID) -> [[BulkValue]] {
         recipients.enumerated().map { [.id(event), .integer($0.offset), .text($0.element)] }
-    }
-
-    private func insertRecipients(_ rows: [[BulkValue]], on db: any Database) async throws {
-        try await storage.insert(
-            into: Tables.eventRecipients, columns: Self.recipientColumns, rows: rows,
-            rowsPerStatement: Self.insertBatch,
-            on: db)
     }
 
     static let recipientColumns = ["event_id", "position", "external_id"]
