@@ -37,6 +37,9 @@ struct Fanout: Sendable {
     /// one writer that intake waits for, so it stays at `batchSize`.
     static let postgresPageSize = 2000
     static let eventsPerBatch = 32
+    /// Small events a batch takes together on PostgreSQL, where each statement costs the server
+    /// a parse and a plan whatever its rows.
+    static let postgresEventsPerBatch = 128
     /// Fan-out loops per process on PostgreSQL.
     static let postgresWorkers = 4
     /// Whether this loop takes the events of digest categories. A digest's items keep the
@@ -114,10 +117,12 @@ struct Fanout: Sendable {
         let now = now()
         guard let first = try await dueEvents(limit: 1, now: now, picked: picked, on: db).first else { return [] }
         if !alone, let size = groupSize(of: first) {
+            let postgres = storage.kind == .postgres
             var group = [first]
-            var room = Self.batchSize - size
+            var room = (postgres ? Self.postgresPageSize : Self.batchSize) - size
             let next = try await dueEvents(
-                limit: Self.eventsPerBatch - 1, after: first.id, now: now, picked: nil, on: db)
+                limit: (postgres ? Self.postgresEventsPerBatch : Self.eventsPerBatch) - 1, after: first.id, now: now,
+                picked: nil, on: db)
             for event in next {
                 guard let size = groupSize(of: event), size <= room else { break }
                 group.append(event)
