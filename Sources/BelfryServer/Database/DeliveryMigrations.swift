@@ -308,3 +308,23 @@ struct PartialDeliveryClaimIndexes: AsyncMigration {
         try await AddDeliveryClaimIndexes().prepare(on: database)
     }
 }
+
+/// On PostgreSQL, the events fan-out has yet to finish, by due time. An event's state is part of
+/// `events_due`, so each change of state adds an entry there and leaves the old one until a
+/// vacuum: under a stream of events the due-event read walked every event fanned out since the
+/// last vacuum (a bitmap scan marks nothing dead), 15 ms a read after 30 000 events. Here the
+/// read stops at its limit, and an index scan marks the entries of rows gone for the next. (On
+/// SQLite an update moves the entry at once.)
+struct PartialOpenEventsIndex: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        try await database.sql.raw(
+            "CREATE INDEX events_open ON events (not_before) WHERE state IN ('pending', 'running')"
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        try await database.sql.raw("DROP INDEX events_open").run()
+    }
+}

@@ -30,6 +30,7 @@ enum BelfryMigrations {
         AddInboxAnnouncements(),
         AddStatusEventBundles(),
         PartialDeliveryClaimIndexes(),
+        PartialOpenEventsIndex(),
     ]
 }
 

@@ -268,6 +268,10 @@ struct Fanout: Sendable {
         }
     }
 
+    /// Events fan-out has yet to finish.
+    static let open =
+        "\"state\" IN ('\(EventStatus.FanoutState.pending.rawValue)', '\(EventStatus.FanoutState.running.rawValue)')"
+
     /// The most overdue events (after `first`, when given), locked for this transaction
     /// (skipping those other workers hold). A row that cannot be read ends the list there; when
     /// it is the first, it is the batch's event (`picked`), which fails with that error.
@@ -277,7 +281,8 @@ struct Fanout: Sendable {
         let due = db.sql.select()
             .columns(DueEvent.columns.map { SQLColumn($0) })
             .from(Tables.events)
-            .where("state", .in, [EventStatus.FanoutState.pending.rawValue, EventStatus.FanoutState.running.rawValue])
+            // As literals: PostgreSQL's index of open events (`events_open`) names them so.
+            .where(SQLRaw(Self.open))
             .where("not_before", .lessThanOrEqual, now)
             .orderBy("not_before")
             .limit(limit)
