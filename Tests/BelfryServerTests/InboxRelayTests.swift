@@ -112,6 +112,29 @@ struct InboxRelayTests {
                 #expect(again.status == 200)
                 #expect(try await stream.next()?.name == "notification.updated")
                 #expect(try await stream.next()?.data == #"{"unread":1,"unseen":0}"#)
+
+                // Events accepted together are fanned out together, and told in one statement of
+                // several messages: each one's notification reaches the stream.
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for index in 0..<4 {
+                        group.addTask {
+                            let body =
+                                #"{"category": "edit-user-talk", "recipients": ["ada"], "content": {"title": "Batch \#(index)", "body": "b"}}"#
+                            return try await CommandLineTests.request(
+                                "POST", "\(front.base)/v1/events", bearer: key, json: body
+                            ).status
+                        }
+                    }
+                    for try await status in group { #expect(status == 202) }
+                }
+                var titles: Set<String> = []
+                for _ in 0..<8 {
+                    let next = try #require(try await stream.next())
+                    guard next.name == "notification.created" else { continue }
+                    let item = try JSONDecoder.iso8601.decode(InboxNotification.self, from: Data(next.data.utf8))
+                    titles.insert(item.title)
+                }
+                #expect(titles == Set((0..<4).map { "Batch \($0)" }))
             } catch {
                 try? await client.shutdown()
                 throw error

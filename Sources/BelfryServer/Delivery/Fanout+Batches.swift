@@ -99,7 +99,7 @@ extension Fanout {
     /// - Returns: whether there was a batch to close.
     func closeDueBatches(on db: any Database) async throws -> Bool {
         let outcome = try await storage.write(db) { tx in try await self.closeBatches(on: tx) }
-        await committed(outcome, on: db)
+        await committed([outcome], on: db)
         return outcome.processed
     }
 

@@ -74,7 +74,7 @@ struct Fanout: Sendable {
                     self.cancel(reserved)
                     return try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
                 }
-                for outcome in outcomes { await committed(outcome, on: db) }
+                await committed(outcomes, on: db)
                 return !outcomes.isEmpty
             } catch {
                 // Rolled back (or not known to have committed): the queue's room goes back. Rows
@@ -154,18 +154,25 @@ struct Fanout: Sendable {
         return event.total
     }
 
-    /// What follows a commit, never before it: the queue woken, the streams told of the new
-    /// notifications, the metrics counted.
-    func committed(_ outcome: Outcome, on db: any Database) async {
-        // Offered first: a claim the wake starts asks only for the slots the offer left. Those
-        // the queue took before the write are written claimed; the others wait for a claim.
-        if let reservation = outcome.rows.reservation {
-            offers?.offer(reservation)
-        } else if !outcome.rows.offered.isEmpty {
-            offers?.offer(outcome.rows.offered)
+    /// What follows a commit of a batch's outcomes, never before it: the queue woken, the
+    /// streams told of the new notifications (in one message to other instances), the metrics
+    /// counted.
+    func committed(_ outcomes: [Outcome], on db: any Database) async {
+        for outcome in outcomes {
+            // Offered first: a claim the wake starts asks only for the slots the offer left. Those
+            // the queue took before the write are written claimed; the others wait for a claim.
+            if let reservation = outcome.rows.reservation {
+                offers?.offer(reservation)
+            } else if !outcome.rows.offered.isEmpty {
+                offers?.offer(outcome.rows.offered)
+            }
         }
-        if outcome.rows.queued > 0 { wakeDeliveries() }
-        await outcome.rows.publish(to: events, on: db)
+        if outcomes.contains(where: { $0.rows.queued > 0 }) { wakeDeliveries() }
+        await NotificationRows.publish(outcomes.map(\.rows), to: events, on: db)
+        for outcome in outcomes { count(outcome) }
+    }
+
+    private func count(_ outcome: Outcome) {
         outcome.rows.count(into: metrics)
         if let acceptedAt = outcome.acceptedAt {
             for (channel, count) in outcome.rows.deliveredInInbox {

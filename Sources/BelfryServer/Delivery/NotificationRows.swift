@@ -212,11 +212,14 @@ struct NotificationRows: Sendable {
         }
     }
 
-    /// Tells the streams, after the commit.
-    func publish(to events: InboxEvents, on db: any Database) async {
-        for (event, users) in inboxUsers {
-            await events.created(event: event, items: created[event] ?? [], users: users, on: db)
-        }
+    /// Tells the streams of the new notifications of several batches' rows at once, after the
+    /// commit.
+    static func publish(_ all: [NotificationRows], to events: InboxEvents, on db: any Database) async {
+        var users: [UUID: [UUID]] = [:]
+        for rows in all { users.merge(rows.inboxUsers) { $0 + $1 } }
+        guard !users.isEmpty else { return }
+        let items = all.flatMap { rows in rows.inboxUsers.keys.flatMap { rows.created[$0] ?? [] } }
+        await events.created(items: items, users: users, on: db)
     }
 }
 

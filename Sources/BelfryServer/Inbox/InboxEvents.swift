@@ -42,37 +42,42 @@ struct InboxEvents: Sendable {
     let instance: UUID
     let logger: Logger
 
-    /// New notifications of one event. `items` are those of users followed here, already built;
-    /// `users` are all whose inbox got one, for the other instances.
-    func created(event: UUID, items: [(UUID, InboxNotification)], users: [UUID], on db: any Database) async {
+    /// New notifications of one event or more (a fan-out batch). `items` are those of users
+    /// followed here, already built; `users` are all whose inbox got one, by event, for the
+    /// other instances, all told in one statement.
+    func created(items: [(UUID, InboxNotification)], users: [UUID: [UUID]], on db: any Database) async {
         if !items.isEmpty {
             publishCreated(items, counts: (try? await store.counts(of: items.map(\.0), on: db)) ?? [:])
         }
-        for chunk in users.chunked(Self.usersPerMessage) {
-            await relay(.created(event: event, users: Array(chunk)), on: db)
+        var signals: [InboxSignal] = []
+        for (event, users) in users {
+            for chunk in users.chunked(Self.usersPerMessage) {
+                signals.append(.created(event: event, users: Array(chunk)))
+            }
         }
+        await relay(signals, on: db)
     }
 
     /// A notification of an event that only now became due (a calendar schedule).
     func becameAvailable(event: UUID, user: UUID, on db: any Database) async {
         await apply(.created(event: event, users: [user]), on: db)
-        await relay(.created(event: event, users: [user]), on: db)
+        await relay([.created(event: event, users: [user])], on: db)
     }
 
     func updated(_ item: InboxNotification, user: UUID, on db: any Database) async {
         publish(to: user, .notificationUpdated, item)
         await publishCounts(to: user, on: db)
-        await relay(.updated(user: user, notification: item.id), on: db)
+        await relay([.updated(user: user, notification: item.id)], on: db)
     }
 
     func countsChanged(user: UUID, on db: any Database) async {
         await publishCounts(to: user, on: db)
-        await relay(.counts(user: user), on: db)
+        await relay([.counts(user: user)], on: db)
     }
 
     func preferencesChanged(user: UUID, tenant: String?, etag: String, on db: any Database) async {
         await apply(.preferences(user: user, tenant: tenant, etag: etag), on: db)
-        await relay(.preferences(user: user, tenant: tenant, etag: etag), on: db)
+        await relay([.preferences(user: user, tenant: tenant, etag: etag)], on: db)
     }
 
     /// Brings this instance's streams up to date with a signal, reading what they need.
@@ -116,15 +121,19 @@ struct InboxEvents: Sendable {
         }
     }
 
-    /// Tells the other instances; a lost message costs their streams one update, never data.
-    private func relay(_ signal: InboxSignal, on db: any Database) async {
-        guard relays else { return }
+    /// Tells the other instances, a message a signal, in one statement; a lost message costs
+    /// their streams one update, never data.
+    private func relay(_ signals: [InboxSignal], on db: any Database) async {
+        guard relays, !signals.isEmpty else { return }
         do {
-            let payload = try JSONEncoder().encode(Message(origin: instance, signal: signal))
+            let encoder = JSONEncoder()
+            let payloads = try signals.map {
+                String(decoding: try encoder.encode(Message(origin: instance, signal: $0)), as: UTF8.self)
+            }
             // A notice lost with its connection must not hold up the change it follows.
             try await withDeadline(5, "telling other instances") {
                 try await db.sql.raw(
-                    "SELECT pg_notify(\(bind: Self.channel), \(bind: String(decoding: payload, as: UTF8.self)))"
+                    "SELECT pg_notify(\(bind: Self.channel), payload) FROM unnest(\(bind: payloads)::text[]) AS payload"
                 ).run()
             }
         } catch {
