@@ -337,7 +337,8 @@ private func useMiddleware(_ app: Application, context: BelfryContext, requestTi
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
     app.middleware.use(RequestDeadlineMiddleware(seconds: requestTimeout))
-    app.middleware.use(DatabaseDeadlineMiddleware(seconds: 4))
+    // 3 s: a 503 well within the 5 s a client may wait, however busy the machine.
+    app.middleware.use(DatabaseDeadlineMiddleware(seconds: 3))
     app.middleware.use(QueryCheckMiddleware())
     app.middleware.use(RateLimitMiddleware(limiter: context.rateLimiter, auth: context.auth))
 }

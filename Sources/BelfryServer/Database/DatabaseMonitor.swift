@@ -13,7 +13,7 @@ import NIOConcurrencyHelpers
 /// down that costs nothing, and once it is back the next query opens a fresh connection.
 ///
 /// The parts that meet database failures report them here (`noteFailure`): for 30 s after one,
-/// requests that wait on the database longer than 4 s (`DatabaseDeadlineMiddleware`) are answered
+/// requests that wait on the database longer than 3 s (`DatabaseDeadlineMiddleware`) are answered
 /// 503 rather than left to wait on a query that may never end.
 final class DatabaseMonitor: Sendable {
     private struct State {

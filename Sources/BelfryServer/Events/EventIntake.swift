@@ -18,7 +18,7 @@ struct EventIntake: Sendable {
     static let idempotencyWindow: TimeInterval = 24 * 3600
     /// How long storing an event on PostgreSQL may take once its connection has closed before
     /// the request is answered 503, and how long while its connection is open.
-    static let storeDeadline: TimeInterval = 4
+    static let storeDeadline: TimeInterval = 3
     static let storePatience: TimeInterval = 20
     /// Recipients per INSERT statement: well under SQLite's 32 766 bound parameters.
     static let insertBatch = 500
