@@ -103,6 +103,29 @@ struct APIEdgeTests {
         }
     }
 
+    @Test("a JSON body may say so with parameters or in capitals; another media type is 415")
+    func jsonMediaTypes() async throws {
+        try await withBelfry(.sqlite) { app in
+            let server = try app.testing(method: .running(port: 0))
+            let event = #"{"category": "mention", "recipients": ["ada"], "content": {"title": "T", "body": "B"}}"#
+            let answers: [(String?, HTTPStatus)] = [
+                ("application/json", .accepted), ("application/json; charset=utf-8", .accepted),
+                ("Application/JSON", .accepted), (nil, .accepted), ("text/plain", .unsupportedMediaType),
+                ("application/jsonx", .unsupportedMediaType), ("application/json-seq", .unsupportedMediaType),
+            ]
+            for (contentType, status) in answers {
+                var headers: HTTPHeaders = ["Authorization": "Bearer \(testAPIKey)"]
+                if let contentType { headers.add(name: .contentType, value: contentType) }
+                let answer = try await server.sendRequest(
+                    .POST, "/v1/events", headers: headers, body: ByteBuffer(string: event))
+                #expect(answer.status == status, "\(contentType ?? "no Content-Type"): \(answer.status)")
+                if status == .unsupportedMediaType {
+                    #expect(answer.errorMessage == "send the body as application/json")
+                }
+            }
+        }
+    }
+
     @Test("credentials are checked before the path's user id: none and a bad id is 401")
     func authenticationFirst() async throws {
         try await withBelfry(.sqlite) { app in
