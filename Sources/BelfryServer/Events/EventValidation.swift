@@ -251,7 +251,11 @@ extension EventIntake {
         var problems: [String] = []
         for (field, title) in [("content.title", text.title), ("content.push.title", text.pushTitle)] {
             guard let title else { continue }
-            if title.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty || title.count > maxTitleLength {
+            // Scalars, not `trimmingCharacters`: Foundation's copy through NSString cost more than
+            // the rest of the check.
+            if title.unicodeScalars.allSatisfy(CharacterSet.whitespacesAndNewlines.contains)
+                || title.count > maxTitleLength
+            {
                 problems.append(
                     "field \"\(field)\"\(rendered) must have 1 to \(maxTitleLength) characters, got \(title.count)")
             }
