@@ -70,8 +70,12 @@ struct EventIntake: Sendable {
         case command
     }
 
-    /// Checks `request` and stores it; throws a clear error naming every problem.
-    func accept(_ request: EventRequest, via source: Source = .api, on db: any Database) async throws -> Accepted {
+    /// Checks `request` and stores it; throws a clear error naming every problem. `db` is asked
+    /// for only when this request stores its event itself or leads a group: a request's
+    /// database handle is built anew each time, a part of intake worth sparing.
+    func accept(
+        _ request: EventRequest, via source: Source = .api, on db: @autoclosure @escaping @Sendable () -> any Database
+    ) async throws -> Accepted {
         let event = try Self.validate(request, workspace: workspace, now: now())
         let accepted: Accepted
         if event.idempotencyKey == nil, event.topic == nil, event.recipients.count <= Self.togetherRecipients {
@@ -80,8 +84,9 @@ struct EventIntake: Sendable {
             try await together.run(pending) { try await self.storeTogether($0) }
             accepted = Accepted(id: pending.id, replayed: false, recipients: event.recipients.count)
         } else {
+            let database = db()
             let (id, replayed, recipients) = try await durably { watch in
-                try await store(event, source: source, watch: watch, on: db)
+                try await store(event, source: source, watch: watch, on: database)
             }
             accepted = Accepted(id: id, replayed: replayed, recipients: recipients)
         }
@@ -115,7 +120,7 @@ struct EventIntake: Sendable {
         var id: UUID
         var source: Source
         /// The database of the request that brought it; the group's first one is used.
-        var database: any Database
+        var database: @Sendable () -> any Database
         /// When its request came in: the group's deadline counts from its oldest.
         var arrived: ContinuousClock.Instant
     }
@@ -128,11 +133,11 @@ struct EventIntake: Sendable {
     private func storeTogether(_ group: [Pending]) async throws -> [(any Error)?] {
         @Sendable func store(_ events: [Pending]) async throws {
             guard storage.kind == .postgres else {
-                return try await storage.write(events[0].database) { tx in try await self.insert(events, on: tx) }
+                return try await storage.write(events[0].database()) { tx in try await self.insert(events, on: tx) }
             }
             let oldest = events.map(\.arrived).min() ?? .now
             try await durably(since: oldest) { watch in
-                try await events[0].database.withConnection { connection in
+                try await events[0].database().withConnection { connection in
                     await watch?.note(connection)
                     try await self.insert(events, on: connection)
                 }
