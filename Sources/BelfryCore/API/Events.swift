@@ -216,11 +216,13 @@ public struct EventStatus: Codable, Hashable, Sendable {
 }
 
 extension EventRequest: RequestFields {
-    public static var fields: Set<String> { CodingKeys.names }
-    public static var nestedFields: [String: Set<String>] {
-        Content.fields(at: "content").merging(Schedule.fields(at: "schedule")) { $1 }
-            .merging(Push.fields(at: "push")) { $1 }
-    }
+    // Built once: intake checks every event's keys against them.
+    private static let topFields = CodingKeys.names
+    private static let innerFields = Content.fields(at: "content").merging(Schedule.fields(at: "schedule")) { $1 }
+        .merging(Push.fields(at: "push")) { $1 }
+
+    public static var fields: Set<String> { topFields }
+    public static var nestedFields: [String: Set<String>] { innerFields }
 }
 
 extension EventRequest.Content: RequestFields {
