@@ -236,11 +236,7 @@ final class DeliveryQueue: Sendable {
     private func claimDue(
         _ channels: [ChannelKind: [String]], failures: Int, clock: any ServiceClock
     ) async throws -> (claimed: [(id: UUID, kind: ChannelKind)], drained: Bool) {
-        // Offers waiting for a slot go before any claim: a kind with some is not claimed for.
-        let offered = waitingOffers.withLockedValue { $0.filter { $0.value > 0 } }
-        let wanted = slots.wanted(among: channels.keys.filter { offered[$0] == nil }).mapValues {
-            min($0, Self.claimBatch)
-        }
+        let wanted = slots.wanted(among: channels.keys).mapValues { min($0, Self.claimBatch) }
         guard !wanted.isEmpty else { return ([], true) }
         let claimed: [(id: UUID, kind: ChannelKind)]
         do {
