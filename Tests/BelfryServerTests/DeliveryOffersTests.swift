@@ -235,11 +235,13 @@ struct DeliveryOffersTests {
             let rows = try await app.db.sql.select()
                 .columns("status", "attempts", "worker", "lease_expires_at", "created_at", "updated_at")
                 .from(Tables.deliveries).where("event_id", .equal, event).where("channel", .equal, "webhook").all()
-            // Claimed: running, or sent already by the one slot on a slow machine.
+            // Claimed: running, or sent already by the one slot on a slow machine. On one slow
+            // enough that the slot's two-second send ended before these rows were read, the freed
+            // slot may also have gone to a claim of a queued row before a waiting offer asked.
             let claimed = try rows.filter { try $0.decode(column: "worker", as: String?.self) == queue.name }
-            #expect(claimed.count == room)
+            #expect(claimed.count >= room && claimed.count <= room + 1, "\(claimed.count) claimed")
             let queued = try rows.filter { try $0.decode(column: "status", as: String.self) == "queued" }
-            #expect(queued.count == Self.event.recipients.count - room)
+            #expect(queued.count == Self.event.recipients.count - claimed.count)
             let running = try claimed.filter { try $0.decode(column: "status", as: String.self) == "running" }
             #expect(running.count >= room - 1, "one send takes two seconds")
             for row in running {
