@@ -99,7 +99,8 @@ struct EventIntake: Sendable {
     /// and nothing else may fail to tell of it: once its connection has closed, or after 20 s
     /// however slow the database, the store gives up, which answers 503 (send it again, with
     /// its Idempotency-Key) and replaces the pool. A store merely slow on a busy database waits.
-    /// The deadline counts from `since`, when the request that has waited longest arrived.
+    /// The deadline for a lost connection counts from `since`, when the request that has waited
+    /// longest arrived; the patience with a slow one counts from the store's start.
     private func durably<T: Sendable>(
         since: ContinuousClock.Instant = .now, _ store: @escaping @Sendable (ConnectionWatch?) async throws -> T
     ) async throws -> T {
@@ -108,7 +109,7 @@ struct EventIntake: Sendable {
         let waited = Double((ContinuousClock.now - since) / .milliseconds(1)) / 1000
         return try await withDeadline(
             max(Self.storeDeadline - waited, 0.25), "storing an event", extendedWhile: { watch.mayEnd },
-            upTo: Self.storePatience - waited
+            upTo: Self.storePatience
         ) {
             try await store(watch)
         }
@@ -148,17 +149,23 @@ struct EventIntake: Sendable {
             return Array(repeating: nil, count: group.count)
         } catch  where group.count > 1 && !DatabaseFailure.isUnavailable(error) {
             // A database out of reach is no one event's fault: each caller hears of it (503)
-            // rather than storing again.
-            var errors: [(any Error)?] = []
-            for pending in group {
-                do {
-                    try await store([pending])
-                    errors.append(nil)
-                } catch {
-                    errors.append(error)
+            // rather than storing again. Otherwise each event alone, side by side: one after
+            // another, the last of a large group would wait out the deadlines of all before it.
+            return await withTaskGroup(of: (Int, (any Error)?).self) { alone in
+                for (index, pending) in group.enumerated() {
+                    alone.addTask {
+                        do {
+                            try await store([pending])
+                            return (index, nil)
+                        } catch {
+                            return (index, error)
+                        }
+                    }
                 }
+                var errors = [(any Error)?](repeating: nil, count: group.count)
+                for await (index, error) in alone { errors[index] = error }
+                return errors
             }
-            return errors
         }
     }
 
