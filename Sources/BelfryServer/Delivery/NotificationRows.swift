@@ -49,6 +49,8 @@ struct NotificationRows: Sendable {
     private(set) var created: [UUID: [(UUID, InboxNotification)]] = [:]
     /// Every user with a new notification in their inbox now, by event, for other instances.
     private(set) var inboxUsers: [UUID: [UUID]] = [:]
+    /// The events of `inboxUsers` in the order their first notification was written.
+    private var inboxEvents: [UUID] = []
     /// Inbox notifications available at once, by channel: delivered by being written.
     private(set) var deliveredInInbox: [String: Int] = [:]
     /// Whether to report each queued delivery (`message.queued`) and each inbox notification
@@ -87,6 +89,7 @@ struct NotificationRows: Sendable {
             .text(content.pushTitle), .text(content.pushBody), .date(announceAt),
         ])
         if inInbox, due <= now {
+            if inboxUsers[content.eventID] == nil { inboxEvents.append(content.eventID) }
             inboxUsers[content.eventID, default: []].append(user.id)
             // Streams on this instance get the item itself; others read it when told.
             if isFollowed(user.id) {
@@ -214,11 +217,11 @@ struct NotificationRows: Sendable {
 
     /// Tells the streams of the new notifications of several batches' rows at once, after the
     /// commit.
+    /// The events keep their order: the batch's, then within each the order they were written.
     static func publish(_ all: [NotificationRows], to events: InboxEvents, on db: any Database) async {
-        var users: [UUID: [UUID]] = [:]
-        for rows in all { users.merge(rows.inboxUsers) { $0 + $1 } }
+        let users = all.flatMap { rows in rows.inboxEvents.map { (event: $0, users: rows.inboxUsers[$0] ?? []) } }
         guard !users.isEmpty else { return }
-        let items = all.flatMap { rows in rows.inboxUsers.keys.flatMap { rows.created[$0] ?? [] } }
+        let items = all.flatMap { rows in rows.inboxEvents.flatMap { rows.created[$0] ?? [] } }
         await events.created(items: items, users: users, on: db)
     }
 }

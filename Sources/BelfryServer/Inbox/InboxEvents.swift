@@ -43,9 +43,13 @@ struct InboxEvents: Sendable {
     let logger: Logger
 
     /// New notifications of one event or more (a fan-out batch). `items` are those of users
-    /// followed here, already built; `users` are all whose inbox got one, by event, for the
-    /// other instances, all told in one statement.
-    func created(items: [(UUID, InboxNotification)], users: [UUID: [UUID]], on db: any Database) async {
+    /// followed here, already built; `users` are all whose inbox got one, by event in order, for
+    /// the other instances, all told in one statement, in that order.
+    func created(
+        items: [(UUID, InboxNotification)], users: [(event: UUID, users: [UUID])], on db: any Database
+    )
+        async
+    {
         if !items.isEmpty {
             publishCreated(items, counts: (try? await store.counts(of: items.map(\.0), on: db)) ?? [:])
         }
@@ -133,7 +137,10 @@ struct InboxEvents: Sendable {
             // A notice lost with its connection must not hold up the change it follows.
             try await withDeadline(5, "telling other instances") {
                 try await db.sql.raw(
-                    "SELECT pg_notify(\(bind: Self.channel), payload) FROM unnest(\(bind: payloads)::text[]) AS payload"
+                    """
+                    SELECT pg_notify(\(bind: Self.channel), payload)
+                    FROM unnest(\(bind: payloads)::text[]) WITH ORDINALITY AS sent(payload, position) ORDER BY position
+                    """
                 ).run()
             }
         } catch {
