@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import Prometheus
 import SQLKit
 
@@ -7,6 +8,36 @@ import SQLKit
 /// one process (as in the tests) each count their own.
 final class BelfryMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
+
+    /// A series: its metric's name and its label values, in order.
+    private struct Series: Hashable {
+        var name: String
+        var labels: [String]
+    }
+
+    /// The series counted on every request and every batch, once made: the registry checks each
+    /// name and help text and takes its lock whenever a series is asked for (about 1 % of
+    /// intake's samples). Their labels come from small sets (channels, outcomes, routes).
+    private let counters = NIOLockedValueBox<[Series: Counter]>([:])
+    private let histograms = NIOLockedValueBox<[Series: DurationHistogram]>([:])
+
+    private func counter(_ descriptor: MetricNameDescriptor, _ labels: [(String, String)] = []) -> Counter {
+        let series = Series(name: descriptor.metricName, labels: labels.map(\.1))
+        if let counter = counters.withLockedValue({ $0[series] }) { return counter }
+        let counter = registry.makeCounter(descriptor: descriptor, labels: labels)
+        counters.withLockedValue { $0[series] = counter }
+        return counter
+    }
+
+    private func histogram(
+        _ descriptor: MetricNameDescriptor, _ labels: [(String, String)], buckets: [Duration]
+    ) -> DurationHistogram {
+        let series = Series(name: descriptor.metricName, labels: labels.map(\.1))
+        if let histogram = histograms.withLockedValue({ $0[series] }) { return histogram }
+        let histogram = registry.makeDurationHistogram(descriptor: descriptor, labels: labels, buckets: buckets)
+        histograms.withLockedValue { $0[series] = histogram }
+        return histogram
+    }
 
     /// The outcomes `belfry_deliveries_total` counts.
     static let outcomes = ["sent", "retry", "failed", "skipped", "dead"]
@@ -98,8 +129,7 @@ final class BelfryMetrics: Sendable {
     /// A finished delivery attempt; an inbox notification written at once counts as `sent`.
     func delivered(channel: String, outcome: String, count: Int = 1) {
         guard count > 0 else { return }
-        registry.makeCounter(descriptor: Name.deliveries, labels: [("channel", channel), ("outcome", outcome)])
-            .increment(by: Int64(count))
+        counter(Name.deliveries, [("channel", channel), ("outcome", outcome)]).increment(by: Int64(count))
     }
 
     /// Deliveries sent (or inbox items made available) `count` times, each `latency` after its event's 202.
@@ -117,8 +147,7 @@ final class BelfryMetrics: Sendable {
     }
 
     private func latencyHistogram(_ channel: String) -> DurationHistogram {
-        registry.makeDurationHistogram(
-            descriptor: Name.deliveryLatency, labels: [("channel", channel)], buckets: Self.latencyBuckets)
+        histogram(Name.deliveryLatency, [("channel", channel)], buckets: Self.latencyBuckets)
     }
 
     /// From a few milliseconds (the pipeline at its best) to an hour (retries, schedules).
@@ -131,19 +160,18 @@ final class BelfryMetrics: Sendable {
     /// Recipients fan-out has processed, batched or not.
     func fannedOut(_ recipients: Int) {
         guard recipients > 0 else { return }
-        registry.makeCounter(descriptor: Name.fannedOut).increment(by: Int64(recipients))
+        counter(Name.fannedOut).increment(by: Int64(recipients))
     }
 
     /// What became of events: `accepted` when stored, then `done` or `failed` when fan-out ends.
     func event(_ state: String) {
-        registry.makeCounter(descriptor: Name.events, labels: [("state", state)]).increment()
+        counter(Name.events, [("state", state)]).increment()
     }
 
     /// An answered request: its route's pattern (never the ids in its path), method and status.
     func answered(route: String, method: String, status: Int, after duration: Duration) {
-        registry.makeDurationHistogram(
-            descriptor: Name.requestDuration,
-            labels: [("route", route), ("method", method), ("status", String(status))],
+        histogram(
+            Name.requestDuration, [("route", route), ("method", method), ("status", String(status))],
             buckets: Self.durationBuckets
         ).record(duration)
     }
