@@ -68,7 +68,7 @@ struct GroupCommitTests {
 
     /// With three lanes, groups commit side by side, never more than three at once, and each
     /// item once.
-    @Test("lanes: up to that many groups commit at once")
+    @Test("lanes: up to that many groups commit at once", .timeLimit(.minutes(1)))
     func lanes() async throws {
         let commits = GroupCommit<Int>(maxGroup: 8, lanes: 3)
         let log = Log()

@@ -119,7 +119,8 @@ struct InboxRelayTests {
                     for index in 0..<4 {
                         group.addTask {
                             let body =
-                                #"{"category": "edit-user-talk", "recipients": ["ada"], "content": {"title": "Batch \#(index)", "body": "b"}}"#
+                                #"{"category": "edit-user-talk", "recipients": ["ada"], "#
+                                + #""content": {"title": "Batch \#(index)", "body": "b"}}"#
                             return try await CommandLineTests.request(
                                 "POST", "\(front.base)/v1/events", bearer: key, json: body
                             ).status

@@ -314,7 +314,8 @@ struct PartialDeliveryClaimIndexes: AsyncMigration {
 /// vacuum: under a stream of events the due-event read walked every event fanned out since the
 /// last vacuum (a bitmap scan marks nothing dead), 15 ms a read after 30 000 events. Here the
 /// read stops at its limit, and an index scan marks the entries of rows gone for the next. (On
-/// SQLite an update moves the entry at once.)
+/// SQLite an update moves the entry at once.) The states are written as `Fanout.open` writes
+/// them, literals, or PostgreSQL cannot tell that the read's rows are the index's.
 struct PartialOpenEventsIndex: AsyncMigration {
     func prepare(on database: any Database) async throws {
         guard database.sql.dialect.name == "postgresql" else { return }

@@ -3,10 +3,9 @@ import NIOConcurrencyHelpers
 /// Commits the items of concurrent callers in groups, up to `lanes` groups at a time. A caller
 /// arriving while every lane is committing waits, and then everyone who waited goes in the next
 /// group (up to `maxGroup`): under load a commit holds many items, and alone a caller commits at
-/// once. Every
-/// caller returns only once the group holding its item has committed, with its own item's error
-/// if any. There is no thread of its own: a caller whose turn it is commits the group, then
-/// hands the turn to the next caller waiting.
+/// once. Every caller returns only once the group holding its item has committed, with its own
+/// item's error if any. There is no thread of its own: a caller whose turn it is commits the
+/// group, then hands the turn to the next caller waiting.
 final class GroupCommit<Item: Sendable>: Sendable {
     /// Commits a group: each item's error (nil: committed) in order, or throws when the group as a
     /// whole failed to commit.
