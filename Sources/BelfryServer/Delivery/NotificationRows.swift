@@ -89,20 +89,7 @@ struct NotificationRows: Sendable {
             .text(content.pushTitle), .text(content.pushBody), .date(announceAt),
         ])
         if inInbox, due <= now {
-            if inboxUsers[content.eventID] == nil { inboxEvents.append(content.eventID) }
-            inboxUsers[content.eventID, default: []].append(user.id)
-            // Streams on this instance get the item itself; others read it when told.
-            if isFollowed(user.id) {
-                created[content.eventID, default: []].append(
-                    (
-                        user.id,
-                        InboxNotification(
-                            id: notificationID, category: category.id, tenant: content.tenant, title: content.title,
-                            body: content.body, url: content.url, data: content.decodedData, actions: category.actions,
-                            createdAt: due, seenAt: nil, readAt: nil, archivedAt: nil, batch: content.batch,
-                            locale: content.locale)
-                    ))
-            }
+            noteInInbox(notificationID, content, user: user.id, at: due, isFollowed: isFollowed(user.id))
         }
         for channel in delivering {
             // The inbox delivery is the notification row itself, written in this transaction: a
@@ -152,6 +139,22 @@ struct NotificationRows: Sendable {
             }
         }
         return notificationID
+    }
+
+    /// Notes a notification visible in its user's inbox now, for the streams told after the commit.
+    private mutating func noteInInbox(
+        _ id: UUID, _ content: Content, user: UUID, at due: Date, isFollowed: Bool
+    ) {
+        if inboxUsers[content.eventID] == nil { inboxEvents.append(content.eventID) }
+        inboxUsers[content.eventID, default: []].append(user)
+        // Streams on this instance get the item itself; others read it when told.
+        guard isFollowed else { return }
+        let category = content.category
+        let item = InboxNotification(
+            id: id, category: category.id, tenant: content.tenant, title: content.title, body: content.body,
+            url: content.url, data: content.decodedData, actions: category.actions, createdAt: due, seenAt: nil,
+            readAt: nil, archivedAt: nil, batch: content.batch, locale: content.locale)
+        created[content.eventID, default: []].append((user, item))
     }
 
     /// A delivery due now, as the queue's read of its rows gives it but for a push's badge.
