@@ -40,6 +40,12 @@ struct Fanout: Sendable {
     /// Small events a batch takes together on PostgreSQL, where each statement costs the server
     /// a parse and a plan whatever its rows.
     static let postgresEventsPerBatch = 128
+    /// Recipients a batch takes on this database: a big event's page, or small events' together.
+    private var pageSize: Int { storage.kind == .postgres ? Self.postgresPageSize : Self.batchSize }
+    /// Small events a batch takes together on this database.
+    private var eventsPerGroup: Int {
+        storage.kind == .postgres ? Self.postgresEventsPerBatch : Self.eventsPerBatch
+    }
     /// Fan-out loops per process on PostgreSQL.
     static let postgresWorkers = 4
     /// Whether this loop takes the events of digest categories. A digest's items keep the
@@ -117,12 +123,9 @@ struct Fanout: Sendable {
         let now = now()
         guard let first = try await dueEvents(limit: 1, now: now, picked: picked, on: db).first else { return [] }
         if !alone, let size = groupSize(of: first) {
-            let postgres = storage.kind == .postgres
             var group = [first]
-            var room = (postgres ? Self.postgresPageSize : Self.batchSize) - size
-            let next = try await dueEvents(
-                limit: (postgres ? Self.postgresEventsPerBatch : Self.eventsPerBatch) - 1, after: first.id, now: now,
-                picked: nil, on: db)
+            var room = pageSize - size
+            let next = try await dueEvents(limit: eventsPerGroup - 1, after: first.id, now: now, picked: nil, on: db)
             for event in next {
                 guard let size = groupSize(of: event), size <= room else { break }
                 group.append(event)
@@ -316,7 +319,6 @@ struct Fanout: Sendable {
         _ event: DueEvent, now: Date, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
     ) async throws -> Outcome {
         let sql = db.sql
-        let pageSize = storage.kind == .postgres ? Self.postgresPageSize : Self.batchSize
         // The audience, a page at a time: the event's own list by position, or a topic's
         // subscribers (with the users they are) by user id.
         var recipients: [String]
