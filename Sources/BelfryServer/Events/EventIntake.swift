@@ -106,7 +106,7 @@ struct EventIntake: Sendable {
     ) async throws -> T {
         guard storage.kind == .postgres else { return try await store(nil) }
         let watch = ConnectionWatch()
-        let waited = Double((ContinuousClock.now - since) / .milliseconds(1)) / 1000
+        let waited = (ContinuousClock.now - since) / .seconds(1)
         return try await withDeadline(
             max(Self.storeDeadline - waited, 0.25), "storing an event", extendedWhile: { watch.mayEnd },
             upTo: Self.storePatience
@@ -170,16 +170,26 @@ struct EventIntake: Sendable {
     }
 
     private func insert(_ group: [Pending], on db: any Database) async throws {
-        let now = now()
-        let events = BelfryDatabase.Rows(
-            table: Tables.events, columns: Self.eventColumns,
-            rows: try group.map {
-                try eventRow($0.event, id: $0.id, recipients: $0.event.recipients.count, source: $0.source, now: now)
-            })
-        let recipients = BelfryDatabase.Rows(
-            table: Tables.eventRecipients, columns: Self.recipientColumns,
-            rows: group.flatMap { Self.recipientRows($0.event.recipients, of: $0.id) })
-        try await storage.insert([events, recipients], rowsPerStatement: Self.insertBatch, on: db)
+        let rows = try self.rows(
+            of: group.map { ($0.event, $0.id, $0.event.recipients.count, $0.source) }, now: now())
+        try await storage.insert(rows, rowsPerStatement: Self.insertBatch, on: db)
+    }
+
+    /// The rows of events about to be stored and of their own recipients: the events first,
+    /// which the recipients refer to. `recipients` is each event's count (a topic's subscribers).
+    private func rows(
+        of events: [(event: Checked, id: UUID, recipients: Int, source: Source)], now: Date
+    ) throws -> [BelfryDatabase.Rows] {
+        [
+            BelfryDatabase.Rows(
+                table: Tables.events, columns: Self.eventColumns,
+                rows: try events.map {
+                    try eventRow($0.event, id: $0.id, recipients: $0.recipients, source: $0.source, now: now)
+                }),
+            BelfryDatabase.Rows(
+                table: Tables.eventRecipients, columns: Self.recipientColumns,
+                rows: events.flatMap { Self.recipientRows($0.event.recipients, of: $0.id) }),
+        ]
     }
 
     /// An event's recipients as rows of `event_recipients`, by position.
@@ -275,15 +285,7 @@ struct EventIntake: Sendable {
         if let topic = event.topic {
             recipients = try await topics.subscribers(of: topic, on: db)
         }
-        // The event first: the others refer to it.
-        var rows = [
-            BelfryDatabase.Rows(
-                table: Tables.events, columns: Self.eventColumns,
-                rows: [try eventRow(event, id: id, recipients: recipients, source: source, now: now)]),
-            BelfryDatabase.Rows(
-                table: Tables.eventRecipients, columns: Self.recipientColumns,
-                rows: Self.recipientRows(event.recipients, of: id)),
-        ]
+        var rows = try self.rows(of: [(event, id, recipients, source)], now: now)
         if event.topic != nil {
             rows.append(
                 BelfryDatabase.Rows(
