@@ -879,22 +879,12 @@ final class DeliveryQueue: Sendable {
             try await self.applyEffects(resolved, recorded: recorded, now: now, on: db)
             return recorded
         }
-        // Counted once per channel and outcome, not per result: each count looks its series up.
-        var outcomes: [String: [String: Int]] = [:]
-        var latencies: [String: [TimeInterval]] = [:]
         for (attempt, resolution) in resolved {
             let channel = attempt.delivery.channel.id
-            outcomes[channel, default: [:]][resolution.status == .dead ? "dead" : attempt.result.outcome, default: 0] +=
-                1
+            metrics.delivered(channel: channel, outcome: resolution.status == .dead ? "dead" : attempt.result.outcome)
             if resolution.status == .sent, let acceptedAt = attempt.delivery.acceptedAt {
-                latencies[channel, default: []].append(attempt.finished.timeIntervalSince(acceptedAt))
+                metrics.deliveredAfter(attempt.finished.timeIntervalSince(acceptedAt), channel: channel)
             }
-        }
-        for (channel, counts) in outcomes {
-            for (outcome, count) in counts { metrics.delivered(channel: channel, outcome: outcome, count: count) }
-        }
-        for (channel, values) in latencies { metrics.deliveredAfter(values, channel: channel) }
-        for (attempt, _) in resolved {
             if !recorded.contains(attempt.delivery.id) {
                 logger.warning(
                     "a delivery's lease expired during its attempt",

@@ -22,21 +22,27 @@ final class BelfryMetrics: Sendable {
     private let histograms = NIOLockedValueBox<[Series: DurationHistogram]>([:])
 
     private func counter(_ descriptor: MetricNameDescriptor, _ labels: [(String, String)] = []) -> Counter {
-        let series = Series(name: descriptor.metricName, labels: labels.map(\.1))
-        if let counter = counters.withLockedValue({ $0[series] }) { return counter }
-        let counter = registry.makeCounter(descriptor: descriptor, labels: labels)
-        counters.withLockedValue { $0[series] = counter }
-        return counter
+        Self.kept(in: counters, descriptor, labels) { registry.makeCounter(descriptor: descriptor, labels: labels) }
     }
 
     private func histogram(
         _ descriptor: MetricNameDescriptor, _ labels: [(String, String)], buckets: [Duration]
     ) -> DurationHistogram {
+        Self.kept(in: histograms, descriptor, labels) {
+            registry.makeDurationHistogram(descriptor: descriptor, labels: labels, buckets: buckets)
+        }
+    }
+
+    /// The series of `descriptor` and `labels` from `cache`, made (by `make`) and kept the first time.
+    private static func kept<Metric>(
+        in cache: NIOLockedValueBox<[Series: Metric]>, _ descriptor: MetricNameDescriptor, _ labels: [(String, String)],
+        make: () -> Metric
+    ) -> Metric {
         let series = Series(name: descriptor.metricName, labels: labels.map(\.1))
-        if let histogram = histograms.withLockedValue({ $0[series] }) { return histogram }
-        let histogram = registry.makeDurationHistogram(descriptor: descriptor, labels: labels, buckets: buckets)
-        histograms.withLockedValue { $0[series] = histogram }
-        return histogram
+        if let metric = cache.withLockedValue({ $0[series] }) { return metric }
+        let metric = make()
+        cache.withLockedValue { $0[series] = metric }
+        return metric
     }
 
     /// The outcomes `belfry_deliveries_total` counts.
@@ -135,19 +141,8 @@ final class BelfryMetrics: Sendable {
     /// Deliveries sent (or inbox items made available) `count` times, each `latency` after its event's 202.
     func deliveredAfter(_ latency: TimeInterval, channel: String, count: Int = 1) {
         guard count > 0 else { return }
-        let histogram = latencyHistogram(channel)
+        let histogram = histogram(Name.deliveryLatency, [("channel", channel)], buckets: Self.latencyBuckets)
         for _ in 0..<count { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
-    }
-
-    /// Deliveries sent, each the time of `latencies` after its event's 202.
-    func deliveredAfter(_ latencies: [TimeInterval], channel: String) {
-        guard !latencies.isEmpty else { return }
-        let histogram = latencyHistogram(channel)
-        for latency in latencies { histogram.record(.milliseconds(Int64(max(latency, 0) * 1000))) }
-    }
-
-    private func latencyHistogram(_ channel: String) -> DurationHistogram {
-        histogram(Name.deliveryLatency, [("channel", channel)], buckets: Self.latencyBuckets)
     }
 
     /// From a few milliseconds (the pipeline at its best) to an hour (retries, schedules).
