@@ -33,7 +33,7 @@ struct GroupCommitTests {
     func grouped() async throws {
         let commits = GroupCommit<Int>(maxGroup: 8)
         let log = Log()
-        let commit: GroupCommit<Int>.Commit = { items in
+        let commit: GroupCommit<Int>.Commit = { items, _ in
             log.begin(items)
             defer { log.end() }
             // The first commit waits for a crowd to gather behind it.
@@ -72,7 +72,7 @@ struct GroupCommitTests {
     func lanes() async throws {
         let commits = GroupCommit<Int>(maxGroup: 8, lanes: 3)
         let log = Log()
-        let commit: GroupCommit<Int>.Commit = { items in
+        let commit: GroupCommit<Int>.Commit = { items, _ in
             log.begin(items)
             defer { log.end() }
             // The first groups wait until three commit at once.
@@ -93,11 +93,49 @@ struct GroupCommitTests {
         #expect(commits.waiting == 0)
     }
 
+    /// A commit that calls `begun` hands its lane on at once: with one lane, the next group
+    /// begins while the first is still being committed, and no third begins until the second
+    /// has called `begun` too.
+    @Test("begun: the next group gathers and begins while this one is committed", .timeLimit(.minutes(1)))
+    func handedOnWhenBegun() async throws {
+        let commits = GroupCommit<Int>(maxGroup: 100)
+        let log = Log()
+        let commit: GroupCommit<Int>.Commit = { items, begun in
+            log.begin(items)
+            defer { log.end() }
+            let number = log.groups.count
+            if number == 1 {
+                while commits.waiting < 5 { await Task.yield() }
+                begun()
+                // Holds on until the next group has begun beside it.
+                while log.groups.count < 2 { await Task.yield() }
+            } else if number == 2 {
+                while commits.waiting < 1 { await Task.yield() }
+                // Not yet begun: the caller waiting behind it waits too.
+                try await Task.sleep(for: .milliseconds(20))
+                #expect(log.groups.count == 2, "a third group began before the second called begun")
+                begun()
+            }
+            return items.map { _ in nil }
+        }
+        let first = Task { try await commits.run(0, commit: commit) }
+        while log.groups.isEmpty { await Task.yield() }
+        let others = (1...5).map { item in Task { try await commits.run(item, commit: commit) } }
+        while log.groups.count < 2 { await Task.yield() }
+        let last = Task { try await commits.run(6, commit: commit) }
+        try await first.value
+        for other in others { try await other.value }
+        try await last.value
+        #expect(log.groups.map { $0.sorted() } == [[0], [1, 2, 3, 4, 5], [6]], "\(log.groups)")
+        #expect(log.most == 2, "the second began while the first was committed: \(log.most)")
+        #expect(commits.waiting == 0)
+    }
+
     @Test("a commit that fails as a whole fails every caller in its group, and the next group goes on")
     func wholeGroupFails() async throws {
         let commits = GroupCommit<Int>(maxGroup: 100)
         let attempts = NIOLockedValueBox(0)
-        let commit: GroupCommit<Int>.Commit = { items in
+        let commit: GroupCommit<Int>.Commit = { items, _ in
             let attempt = attempts.withLockedValue {
                 $0 += 1
                 return $0

@@ -6,10 +6,16 @@ import NIOConcurrencyHelpers
 /// once. Every caller returns only once the group holding its item has committed, with its own
 /// item's error if any. There is no thread of its own: a caller whose turn it is commits the
 /// group, then hands the turn to the next caller waiting.
+///
+/// A commit may hand its lane on before it ends, by calling `begun`: where commits queue for one
+/// writer of their own (SQLite's write gate), the next group then gathers and queues while this
+/// one is written, and the writer finds it waiting instead of idling until it arrives.
 final class GroupCommit<Item: Sendable>: Sendable {
     /// Commits a group: each item's error (nil: committed) in order, or throws when the group as a
-    /// whole failed to commit.
-    typealias Commit = @Sendable (_ items: [Item]) async throws -> [(any Error)?]
+    /// whole failed to commit. `begun`, called once the group's commit has started for good,
+    /// hands its lane to the next group at once (calling it again does nothing).
+    typealias Commit =
+        @Sendable (_ items: [Item], _ begun: @escaping @Sendable () -> Void) async throws -> [(any Error)?]
 
     private enum Turn: Sendable {
         /// Commit the next group: this caller's item and those waiting.
@@ -68,20 +74,35 @@ final class GroupCommit<Item: Sendable>: Sendable {
     }
 
     /// Commits `own` and the items waiting as one group, tells their callers, and hands the turn
-    /// to the next caller waiting (or gives it up).
+    /// to the next caller waiting (or gives it up), unless the commit did so when it began.
     private func lead(with own: Item, _ commit: Commit) async -> (any Error)? {
         let others = state.withLockedValue { state -> [Waiter] in
             let group = Array(state.waiting.prefix(maxGroup - 1))
             state.waiting.removeFirst(group.count)
             return group
         }
+        let handed = NIOLockedValueBox(false)
+        let handOn: @Sendable () -> Void = {
+            let first = handed.withLockedValue { handed -> Bool in
+                defer { handed = true }
+                return !handed
+            }
+            if first { self.handOn() }
+        }
         let errors: [(any Error)?]
         do {
-            errors = try await commit([own] + others.map(\.item))
+            errors = try await commit([own] + others.map(\.item), handOn)
         } catch {
             errors = Array(repeating: error, count: others.count + 1)
         }
         for (waiter, error) in zip(others, errors.dropFirst()) { waiter.turn.resume(returning: .done(error)) }
+        handOn()
+        return errors[0]
+    }
+
+    /// Hands the lane straight to the next caller waiting, who leads the next group, or gives it
+    /// up when none waits.
+    private func handOn() {
         let next = state.withLockedValue { state -> Waiter? in
             guard !state.waiting.isEmpty else {
                 state.committing -= 1
@@ -89,8 +110,6 @@ final class GroupCommit<Item: Sendable>: Sendable {
             }
             return state.waiting.removeFirst()
         }
-        // The lane passes straight to the next caller, who leads the next group.
         next?.turn.resume(returning: .lead)
-        return errors[0]
     }
 }

@@ -48,7 +48,8 @@ struct EventIntake: Sendable {
         self.wake = wake
         self.metrics = metrics
         self.topics = topics
-        // SQLite has one writer: one group at a time, while the next gathers. PostgreSQL takes
+        // SQLite has one writer: one group waits for it at a time, while the next gathers; the
+        // lane passes on as the writer takes the group (see `storeTogether`). PostgreSQL takes
         // several groups at once, each within the deadline of the request that has waited longest
         // (see `durably`), so that a group on a lost connection holds no request past its own.
         together = GroupCommit(maxGroup: 64, lanes: storage.kind == .postgres ? Self.postgresLanes : 1)
@@ -81,7 +82,7 @@ struct EventIntake: Sendable {
         if event.idempotencyKey == nil, event.topic == nil, event.recipients.count <= Self.togetherRecipients {
             let pending = Pending(
                 event: event, id: UUID.timeOrdered(at: now()), source: source, database: db, arrived: .now)
-            try await together.run(pending) { try await self.storeTogether($0) }
+            try await together.run(pending) { try await self.storeTogether($0, begun: $1) }
             accepted = Accepted(id: pending.id, replayed: false, recipients: event.recipients.count)
         } else {
             let database = db()
@@ -131,10 +132,16 @@ struct EventIntake: Sendable {
     /// transaction, on PostgreSQL one statement (see `insert(_:rowsPerStatement:on:)`) instead of
     /// one for each event, each parsed and planned by the server. Should the group fail, each
     /// event is stored again alone, so that only the one at fault fails.
-    private func storeTogether(_ group: [Pending]) async throws -> [(any Error)?] {
+    private func storeTogether(
+        _ group: [Pending], begun: @escaping @Sendable () -> Void
+    ) async throws -> [(any Error)?] {
         @Sendable func store(_ events: [Pending]) async throws {
             guard storage.kind == .postgres else {
-                return try await storage.write(events[0].database()) { tx in try await self.insert(events, on: tx) }
+                return try await storage.write(events[0].database()) { tx in
+                    // The writer has taken this group: the next gathers and queues meanwhile.
+                    begun()
+                    try await self.insert(events, on: tx)
+                }
             }
             let oldest = events.map(\.arrived).min() ?? .now
             try await durably(since: oldest) { watch in
