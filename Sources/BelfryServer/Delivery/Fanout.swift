@@ -121,11 +121,18 @@ struct Fanout: Sendable {
         on db: any Database
     ) async throws -> [Outcome] {
         let now = now()
-        guard let first = try await dueEvents(limit: 1, now: now, picked: picked, on: db).first else { return [] }
+        // SQLite locks no rows: the events that may join the first are read with it, one read
+        // where PostgreSQL, which locks each row read until the batch ends, needs two.
+        let ahead = storage.kind == .postgres ? 1 : eventsPerGroup
+        let due = try await dueEvents(limit: ahead, now: now, picked: picked, on: db)
+        guard let first = due.first else { return [] }
         if !alone, let size = groupSize(of: first) {
             var group = [first]
             var room = pageSize - size
-            let next = try await dueEvents(limit: eventsPerGroup - 1, after: first.id, now: now, picked: nil, on: db)
+            let next =
+                ahead > 1
+                ? Array(due.dropFirst())
+                : try await dueEvents(limit: eventsPerGroup - 1, after: first.id, now: now, picked: nil, on: db)
             for event in next {
                 guard let size = groupSize(of: event), size <= room else { break }
                 group.append(event)
