@@ -5,7 +5,8 @@ h2load (Debian's nghttp2-client) keeps 32 HTTP/1.1 connections busy posting N on
 events to `POST /v1/events`, each answered 202 only once its event is committed; fan-out runs
 beside it, as in production. Once fan-out has caught up (every event in the inbox), the same
 h2load asks `GET /healthz` N times at the same concurrency: the cost of the HTTP server alone.
-Prints both rates and their ratio, and checks that the database holds every event that was
+Prints both rates and their ratio, the server's CPU an event (and PostgreSQL's, when it runs
+on this machine), and checks that the database holds every event that was
 answered 202.
 
 Usage: python3 scripts/benchmark_intake.py --binary .build/release/belfry --database PATH_OR_URL [--events N]
@@ -19,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmark_support import KEY, arguments, call, start_server
+from benchmark_support import KEY, arguments, call, cpu_seconds, postgres_cpu_seconds, start_server
 
 
 def h2load(url, count, clients, body=None):
@@ -47,6 +48,8 @@ def main():
         # A short warm-up, so that neither side pays for connections and caches the other did not.
         h2load(f"{base}/v1/events", 500, args.clients, body.name)
         h2load(f"{base}/healthz", 500, args.clients)
+        postgres = args.database.startswith("postgres")
+        cpu_before = (cpu_seconds(server.pid), postgres_cpu_seconds() if postgres else 0)
         started = time.monotonic()
         events_rate, accepted = h2load(f"{base}/v1/events", args.events, args.clients, body.name)
         if accepted != args.events:
@@ -56,13 +59,18 @@ def main():
         expected = args.events + 500
         unread = inbox_unread(base, expected)
         drained = time.monotonic() - started
+        server_cpu = cpu_seconds(server.pid) - cpu_before[0]
+        postgres_cpu = (postgres_cpu_seconds() if postgres else 0) - cpu_before[1]
         health_rate, _ = h2load(f"{base}/healthz", args.events, args.clients)
-        print(f"database:        {'PostgreSQL' if args.database.startswith('postgres') else 'SQLite'}")
+        print(f"database:        {'PostgreSQL' if postgres else 'SQLite'}")
         print(f"POST /v1/events: {events_rate:,.0f} events/s ({accepted} of {args.events} answered 202, "
               f"{args.clients} connections)")
         print(f"GET /healthz:    {health_rate:,.0f} requests/s (same connections and count, once fan-out is done)")
         print(f"ratio:           {events_rate / health_rate:.3f} of /healthz")
         print(f"in the inbox:    {unread} of {expected} accepted events, {drained:.1f} s after the first")
+        # CPU an event, from its request to its inbox row: steadier than the rates on a busy machine.
+        print(f"server CPU:      {server_cpu * 1e6 / args.events:.0f} µs an event (user and system, the first POST "
+              f"until fan-out was done)" + (f"; PostgreSQL {postgres_cpu * 1e6 / args.events:.0f} µs" if postgres else ""))
         if unread != expected:
             sys.exit("an accepted event is missing from the inbox")
     finally:

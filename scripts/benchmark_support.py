@@ -46,6 +46,23 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu_seconds():
+    """User and system CPU time the PostgreSQL processes on this machine have used so far (those
+    running now: a server started for the benchmark keeps its connections), from /proc."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as comm:
+                if comm.read().strip() != "postgres":
+                    continue
+            total += cpu_seconds(int(entry))
+        except OSError:
+            continue
+    return total
+
+
 def memory_mib(pid, field):
     """A memory figure of a process from /proc, in MiB: VmRSS (now) or VmHWM (peak)."""
     with open(f"/proc/{pid}/status") as status:
