@@ -126,6 +126,28 @@ struct EventsAPITests {
         }
     }
 
+    /// A small event's skips are kept in its row; a skip added later (at send time, as the
+    /// queue adds a fallback found unnecessary) goes to `event_skips`: the status adds the two.
+    @Test("skips in an event's row and those added later are added up", arguments: TestDatabase.allCases)
+    func skipsAddedUp(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada", "bob"]))
+                .decode(EventAccepted.self).eventID
+            try await Self.fanOut(app)
+            let row = try await app.db.sql.select().column("skips").from("events").where("id", .equal, id).first()
+            let stored = try #require(try row?.decode(column: "skips", as: String?.self))
+            #expect(try EventSkips.counts(inColumn: stored)["ios_push"] == ["no_authorized_device": 2])
+            let skipped = try #require(try await Self.status(app, id).skipped["ios_push"])
+            #expect(skipped == ["no_authorized_device": 2])
+            try await EventSkips.add(
+                [id: ["ios_push": [.noAuthorizedDevice: 1], "webhook": [.readBeforeFallback: 1]]],
+                storage: app.belfry.database, on: app.db)
+            let added = try await Self.status(app, id).skipped
+            #expect(added["ios_push"] == ["no_authorized_device": 3])
+            #expect(added["webhook"] == ["read_before_fallback": 1])
+        }
+    }
+
     @Test("a channel set to required reaches only the categories that require it", arguments: TestDatabase.allCases)
     func requiredChannel(database: TestDatabase) async throws {
         try await withBelfry(database) { app in

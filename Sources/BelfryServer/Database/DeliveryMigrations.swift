@@ -329,3 +329,14 @@ struct PartialOpenEventsIndex: AsyncMigration {
         try await database.sql.raw("DROP INDEX events_open").run()
     }
 }
+
+/// An event fanned out in one batch keeps the rule's skips in its own row (see `EventSkips`).
+struct AddEventSkipsColumn: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        try await database.schema("events").field("skips", .string).update()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.schema("events").deleteField("skips").update()
+    }
+}

@@ -31,6 +31,7 @@ enum BelfryMigrations {
         AddStatusEventBundles(),
         PartialDeliveryClaimIndexes(),
         PartialOpenEventsIndex(),
+        AddEventSkipsColumn(),
     ]
 }
 

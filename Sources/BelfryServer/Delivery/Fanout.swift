@@ -423,13 +423,14 @@ struct Fanout: Sendable {
                     event, category: category, recipients: lists[event.id] ?? [], audience: audience, now: now,
                     on: db))
         }
-        planned = try await write(planned, reserved: reserved, on: db)
-        // Each is done: every recipient of its list was read.
-        try await sql.update(Tables.events)
+        planned = try await write(planned, reserved: reserved, skipsInEvents: true, on: db)
+        // Each is done: every recipient of its list was read. Its skips go in its row.
+        let update = sql.update(Tables.events)
             .set("processed", to: SQLColumn("recipients"))
             .set("state", to: EventStatus.FanoutState.done.rawValue)
             .where("id", .in, events.map(\.id))
-            .run()
+        if let skips = EventSkips.columnUpdate(planned.map { ($0.event, $0.skips) }) { update.set("skips", to: skips) }
+        try await update.run()
         return zip(events, planned).map { event, planned in
             Outcome(
                 processed: true, rows: planned.rows, recipients: lists[event.id]?.count ?? 0, ended: .done,
@@ -593,12 +594,14 @@ struct Fanout: Sendable {
         return plans
     }
 
-    /// Writes what was planned for one or more events: their rows, reports and skips. The queue
-    /// takes what it has room for of the offered deliveries first (`reserved`, to give back
-    /// should the transaction fail), and they are written claimed by it.
+    /// Writes what was planned for one or more events: their rows, reports and skips (unless
+    /// `skipsInEvents`: the caller writes them in the events' rows). The queue takes what it
+    /// has room for of the offered deliveries first (`reserved`, to give back should the
+    /// transaction fail), and they are written claimed by it.
     /// - Returns: what was written.
     private func write(
-        _ planned: [Planned], reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+        _ planned: [Planned], reserved: NIOLockedValueBox<[OfferReservation]>, skipsInEvents: Bool = false,
+        on db: any Database
     ) async throws -> [Planned] {
         var planned = planned
         if let offers {
@@ -610,8 +613,10 @@ struct Fanout: Sendable {
         }
         try await NotificationRows.insert(planned.map(\.rows), storage: storage, on: db)
         try await statusEvents?.queue(planned.flatMap { $0.rows.statusEvents + $0.skipped }, on: db)
-        try await EventSkips.add(
-            Dictionary(planned.map { ($0.event, $0.skips) }) { first, _ in first }, storage: storage, on: db)
+        if !skipsInEvents {
+            try await EventSkips.add(
+                Dictionary(planned.map { ($0.event, $0.skips) }) { first, _ in first }, storage: storage, on: db)
+        }
         return planned
     }
 

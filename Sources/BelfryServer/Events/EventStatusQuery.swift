@@ -146,15 +146,26 @@ struct EventStatusQuery: Sendable {
         return deliveries
     }
 
-    /// Each event's channels left out, by channel and reason.
+    /// Each event's channels left out, by channel and reason: those in its row and those in
+    /// `event_skips` (see `EventSkips`), added.
     private func skips(of ids: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [String: [String: Int]]] {
         var skipped: [UUID: [String: [String: Int]]] = [:]
+        for row in try await sql.select().columns("id", "skips").from(Tables.events)
+            .where("id", .in, ids).where("skips", .isNot, SQLLiteral.null).all()
+        {
+            let event = try row.decode(column: "id", as: UUID.self)
+            for (channel, reasons) in try EventSkips.counts(inColumn: try row.decode(column: "skips", as: String.self))
+            {
+                skipped[event, default: [:]][channel, default: [:]].merge(reasons, uniquingKeysWith: +)
+            }
+        }
         for row in try await sql.select().columns("event_id", "channel", "reason", "count").from(Tables.eventSkips)
             .where("event_id", .in, ids).all()
         {
             skipped[try row.decode(column: "event_id", as: UUID.self), default: [:]][
                 try row.decode(column: "channel", as: String.self), default: [:]][
-                    try row.decode(column: "reason", as: String.self)] = try row.decode(column: "count", as: Int.self)
+                    try row.decode(column: "reason", as: String.self), default: 0] += try row.decode(
+                    column: "count", as: Int.self)
         }
         return skipped
     }
