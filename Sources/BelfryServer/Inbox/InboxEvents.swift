@@ -30,6 +30,18 @@ struct InboxEvents: Sendable {
     struct Message: Codable, Sendable {
         var origin: UUID
         var signal: InboxSignal
+
+        /// The message as sent: its origin first, written so, that an instance knows its own
+        /// messages by their start (`sentBy(_:)`) without decoding them. Fan-out sends one for
+        /// every event, and every instance hears its own as well as the others'.
+        func payload(_ encoder: JSONEncoder) throws -> String {
+            Self.start(origin) + "\"signal\":" + String(decoding: try encoder.encode(signal), as: UTF8.self) + "}"
+        }
+
+        /// Whether `payload` is a message `instance` sent.
+        static func sentBy(_ instance: UUID, _ payload: String) -> Bool { payload.hasPrefix(start(instance)) }
+
+        private static func start(_ origin: UUID) -> String { "{\"origin\":\"\(origin.uuidString)\"," }
     }
 
     /// This instance's open streams.
@@ -131,9 +143,7 @@ struct InboxEvents: Sendable {
         guard relays, !signals.isEmpty else { return }
         do {
             let encoder = JSONEncoder()
-            let payloads = try signals.map {
-                String(decoding: try encoder.encode(Message(origin: instance, signal: $0)), as: UTF8.self)
-            }
+            let payloads = try signals.map { try Message(origin: instance, signal: $0).payload(encoder) }
             // A notice lost with its connection must not hold up the change it follows.
             try await withDeadline(5, "telling other instances") {
                 try await db.sql.raw(

@@ -66,7 +66,7 @@ final class InboxRelayListener: LifecycleHandler, Sendable {
                         if connectedBefore { await resync(context: context, services: services, on: database()) }
                         connectedBefore = true
                         for try await notification in notifications {
-                            guard
+                            guard !InboxEvents.Message.sentBy(context.instance, notification.payload),
                                 let message = try? JSONDecoder().decode(
                                     InboxEvents.Message.self, from: Data(notification.payload.utf8)),
                                 message.origin != context.instance
