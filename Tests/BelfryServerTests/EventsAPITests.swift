@@ -126,6 +126,48 @@ struct EventsAPITests {
         }
     }
 
+    /// On SQLite small events are read and planned before the write; two fan-out loops planning
+    /// the same events at once (as a second process on the file could) write them once: the
+    /// second finds them taken and goes on with what is left.
+    @Test("events planned twice ahead of the writer are written once")
+    func plannedTwice() async throws {
+        try await withBelfry(.sqlite) { app in
+            var ids: [UUID] = []
+            for index in 0..<20 {
+                ids.append(
+                    try await app.send(
+                        .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["user\(index)", "ada"])
+                    )
+                    .decode(EventAccepted.self).eventID)
+            }
+            // Users known, so that the events can be planned ahead (a new user is the writer's).
+            try await Self.fanOut(app)
+            var again: [UUID] = []
+            for index in 0..<20 {
+                again.append(
+                    try await app.send(
+                        .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["user\(index)", "ada"])
+                    )
+                    .decode(EventAccepted.self).eventID)
+            }
+            let fanout = app.belfryServices.fanout
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask { while try await fanout.processBatch(on: app.db) {} }
+                }
+                try await group.waitForAll()
+            }
+            for id in ids + again {
+                let status = try await Self.status(app, id)
+                #expect(status.state == .done)
+                #expect(status.notifications == 2, "\(id): \(status.notifications)")
+            }
+            let ada = try await app.userToken("ada")
+            let counts = try await app.send(.GET, "/v1/me/notifications/counts", bearer: ada)
+            #expect(counts.body.string.contains("\"unread\":40"), "\(counts.body.string)")
+        }
+    }
+
     /// A small event's skips are kept in its row; a skip added later (at send time, as the
     /// queue adds a fallback found unnecessary) goes to `event_skips`: the status adds the two.
     @Test("skips in an event's row and those added later are added up", arguments: TestDatabase.allCases)

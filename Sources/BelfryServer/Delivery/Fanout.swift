@@ -74,10 +74,19 @@ struct Fanout: Sendable {
             let picked = NIOLockedValueBox<Picked?>(nil)
             let reserved = NIOLockedValueBox<[OfferReservation]>([])
             do {
+                // A plan ahead that fails leaves the work to the writer, which finds the event at
+                // fault (and a database out of reach fails there too).
+                let ahead = alone ? nil : try? await planAhead(on: db)
+                if let ahead {
+                    picked.withLockedValue { $0 = Picked(first: ahead.events[0].id, events: ahead.events.count) }
+                }
                 let outcomes = try await storage.write(db) { tx in
                     // SQLite's group commit runs the work again alone when another write of
                     // its group fails: what an earlier run reserved was never written.
                     self.cancel(reserved)
+                    if let ahead, let outcomes = try await self.write(ahead, reserved: reserved, on: tx) {
+                        return outcomes
+                    }
                     return try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
                 }
                 await committed(outcomes, on: db)
@@ -126,18 +135,12 @@ struct Fanout: Sendable {
         let ahead = storage.kind == .postgres ? 1 : eventsPerGroup
         let due = try await dueEvents(limit: ahead, now: now, picked: picked, on: db)
         guard let first = due.first else { return [] }
-        if !alone, let size = groupSize(of: first) {
-            var group = [first]
-            var room = pageSize - size
+        if !alone, groupSize(of: first) != nil {
             let next =
                 ahead > 1
                 ? Array(due.dropFirst())
                 : try await dueEvents(limit: eventsPerGroup - 1, after: first.id, now: now, picked: nil, on: db)
-            for event in next {
-                guard let size = groupSize(of: event), size <= room else { break }
-                group.append(event)
-                room -= size
-            }
+            let group = self.group(first, next)
             picked.withLockedValue { $0 = Picked(first: first.id, events: group.count) }
             return try await together(group, now: now, reserved: reserved, on: db)
         }
@@ -154,6 +157,53 @@ struct Fanout: Sendable {
             event = try await dueEvents(limit: 1, now: now, picked: nil, on: db).first
         }
         return outcomes
+    }
+
+    /// `first`, a small event, and those of `next` that fit beside it in a batch, in order.
+    private func group(_ first: DueEvent, _ next: [DueEvent]) -> [DueEvent] {
+        var group = [first]
+        var room = pageSize - (groupSize(of: first) ?? pageSize)
+        for event in next {
+            guard let size = groupSize(of: event), size <= room else { break }
+            group.append(event)
+            room -= size
+        }
+        return group
+    }
+
+    /// Small events due together, read and planned before the write (`planAhead`).
+    private struct Ahead: Sendable {
+        var events: [DueEvent]
+        var plan: TogetherPlan
+    }
+
+    /// On SQLite, the group of small events due first, read and planned on a reader's
+    /// connection before the write, so that the one writer, which intake waits for too, only
+    /// writes it. Nil (the writer reads and plans, as on PostgreSQL) when the first due event
+    /// goes alone, a category of the group throttles (its counts are the writer's to keep), or a
+    /// recipient is new (the writer creates the user).
+    private func planAhead(on db: any Database) async throws -> Ahead? {
+        guard storage.kind == .sqlite else { return nil }
+        let now = now()
+        let due = try await dueEvents(limit: eventsPerGroup, now: now, picked: nil, on: db)
+        guard let first = due.first, groupSize(of: first) != nil else { return nil }
+        let group = self.group(first, Array(due.dropFirst()))
+        guard group.allSatisfy({ workspace.category($0.categoryID)?.throttle == nil }),
+            let plan = try await planTogether(group, now: now, creatingUsers: false, on: db)
+        else { return nil }
+        return Ahead(events: group, plan: plan)
+    }
+
+    /// Writes a group planned ahead, in the writer's transaction; nil, writing nothing, when one
+    /// of its events is no longer open (taken meanwhile by another process on the same file).
+    private func write(
+        _ ahead: Ahead, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+    ) async throws -> [Outcome]? {
+        let ids = ahead.events.map(\.id)
+        let open = try await db.sql.select().column("id").from(Tables.events).where("id", .in, ids)
+            .where(SQLRaw(Self.open)).all()
+        guard open.count == ids.count else { return nil }
+        return try await writeTogether(ahead.events, ahead.plan, reserved: reserved, on: db)
     }
 
     /// The recipients an event brings to a batch of several, or `nil` when it goes alone.
@@ -402,6 +452,23 @@ struct Fanout: Sendable {
     private func together(
         _ events: [DueEvent], now: Date, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
     ) async throws -> [Outcome] {
+        guard let plan = try await planTogether(events, now: now, creatingUsers: true, on: db) else {
+            preconditionFailure("a plan that may create users is always made")
+        }
+        return try await writeTogether(events, plan, reserved: reserved, on: db)
+    }
+
+    /// What small events' recipients get: each event's list, and what was planned for it.
+    private struct TogetherPlan: Sendable {
+        var lists: [UUID: [String]]
+        var planned: [Planned]
+    }
+
+    /// Reads small events' recipients, users, preferences and devices, once for all of them,
+    /// and applies the rule. Nil when `creatingUsers` is false and a recipient is not a user yet.
+    private func planTogether(
+        _ events: [DueEvent], now: Date, creatingUsers: Bool, on db: any Database
+    ) async throws -> TogetherPlan? {
         let sql = db.sql
         var lists: [UUID: [String]] = [:]
         for row in try await sql.select().columns("event_id", "external_id").from(Tables.eventRecipients)
@@ -410,9 +477,15 @@ struct Fanout: Sendable {
             lists[try row.decode(column: "event_id", as: UUID.self), default: []].append(
                 try row.decode(column: "external_id", as: String.self))
         }
-        let audience = try await audience(
-            try await userIDs(for: Array(Set(lists.values.joined())), now: now, on: db),
-            tenants: Array(Set(events.map(\.tenant))), on: sql)
+        let externalIDs = Array(Set(lists.values.joined()))
+        let users: [String: Recipient]
+        if creatingUsers {
+            users = try await userIDs(for: externalIDs, now: now, on: db)
+        } else {
+            users = try await knownUsers(externalIDs, on: sql)
+            guard users.count == externalIDs.count else { return nil }
+        }
+        let audience = try await audience(users, tenants: Array(Set(events.map(\.tenant))), on: sql)
         var planned: [Planned] = []
         for event in events {
             guard let category = workspace.category(event.categoryID) else {
@@ -423,9 +496,17 @@ struct Fanout: Sendable {
                     event, category: category, recipients: lists[event.id] ?? [], audience: audience, now: now,
                     on: db))
         }
-        planned = try await write(planned, reserved: reserved, skipsInEvents: true, on: db)
+        return TogetherPlan(lists: lists, planned: planned)
+    }
+
+    /// Writes what was planned for small events, and ends them.
+    private func writeTogether(
+        _ events: [DueEvent], _ plan: TogetherPlan, reserved: NIOLockedValueBox<[OfferReservation]>,
+        on db: any Database
+    ) async throws -> [Outcome] {
+        let planned = try await write(plan.planned, reserved: reserved, skipsInEvents: true, on: db)
         // Each is done: every recipient of its list was read. Its skips go in its row.
-        let update = sql.update(Tables.events)
+        let update = db.sql.update(Tables.events)
             .set("processed", to: SQLColumn("recipients"))
             .set("state", to: EventStatus.FanoutState.done.rawValue)
             .where("id", .in, events.map(\.id))
@@ -433,7 +514,7 @@ struct Fanout: Sendable {
         try await update.run()
         return zip(events, planned).map { event, planned in
             Outcome(
-                processed: true, rows: planned.rows, recipients: lists[event.id]?.count ?? 0, ended: .done,
+                processed: true, rows: planned.rows, recipients: plan.lists[event.id]?.count ?? 0, ended: .done,
                 acceptedAt: event.acceptedAt, acceptedByCommand: event.fromCommand)
         }
     }
@@ -755,18 +836,7 @@ struct Fanout: Sendable {
     ) async throws
         -> [String: Recipient]
     {
-        let sql = db.sql
-        func lookup(_ externalIDs: [String]) async throws -> [String: Recipient] {
-            var found: [String: Recipient] = [:]
-            for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) })
-                .from(UserModel.schema).where("external_id", .in, externalIDs).all()
-            {
-                let (externalID, recipient) = try Self.recipient(from: row)
-                found[externalID] = recipient
-            }
-            return found
-        }
-        var found = try await lookup(externalIDs)
+        var found = try await knownUsers(externalIDs, on: db.sql)
         // Sorted, so two instances creating the same users take their locks in the same order.
         let missing = externalIDs.filter { found[$0] == nil }.sorted()
         guard !missing.isEmpty else { return found }
@@ -789,7 +859,19 @@ struct Fanout: Sendable {
             }
         }
         let raced = missing.filter { found[$0] == nil }
-        if !raced.isEmpty { found.merge(try await lookup(raced)) { first, _ in first } }
+        if !raced.isEmpty { found.merge(try await knownUsers(raced, on: db.sql)) { first, _ in first } }
+        return found
+    }
+
+    /// The users of these external ids that Belfry knows.
+    private func knownUsers(_ externalIDs: [String], on sql: any SQLDatabase) async throws -> [String: Recipient] {
+        var found: [String: Recipient] = [:]
+        for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) })
+            .from(UserModel.schema).where("external_id", .in, externalIDs).all()
+        {
+            let (externalID, recipient) = try Self.recipient(from: row)
+            found[externalID] = recipient
+        }
         return found
     }
 
