@@ -132,24 +132,21 @@ struct EventsAPITests {
     @Test("events planned twice ahead of the writer are written once")
     func plannedTwice() async throws {
         try await withBelfry(.sqlite) { app in
-            var ids: [UUID] = []
-            for index in 0..<20 {
-                ids.append(
-                    try await app.send(
-                        .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["user\(index)", "ada"])
-                    )
-                    .decode(EventAccepted.self).eventID)
+            @Sendable func post() async throws -> [UUID] {
+                var ids: [UUID] = []
+                for index in 0..<20 {
+                    ids.append(
+                        try await app.send(
+                            .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["user\(index)", "ada"])
+                        )
+                        .decode(EventAccepted.self).eventID)
+                }
+                return ids
             }
+            let ids = try await post()
             // Users known, so that the events can be planned ahead (a new user is the writer's).
             try await Self.fanOut(app)
-            var again: [UUID] = []
-            for index in 0..<20 {
-                again.append(
-                    try await app.send(
-                        .POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["user\(index)", "ada"])
-                    )
-                    .decode(EventAccepted.self).eventID)
-            }
+            let again = try await post()
             let fanout = app.belfryServices.fanout
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
