@@ -77,14 +77,12 @@ struct Fanout: Sendable {
                 // A plan ahead that fails leaves the work to the writer, which finds the event at
                 // fault (and a database out of reach fails there too).
                 let ahead = alone ? nil : try? await planAhead(on: db)
-                if let ahead {
-                    picked.withLockedValue { $0 = Picked(first: ahead.events[0].id, events: ahead.events.count) }
-                }
                 let outcomes = try await storage.write(db) { tx in
                     // SQLite's group commit runs the work again alone when another write of
                     // its group fails: what an earlier run reserved was never written.
                     self.cancel(reserved)
-                    if let ahead, let outcomes = try await self.write(ahead, reserved: reserved, on: tx) {
+                    if let ahead, let outcomes = try await self.write(ahead, picked: picked, reserved: reserved, on: tx)
+                    {
                         return outcomes
                     }
                     return try await self.fanOut(alone: alone, picked: picked, reserved: reserved, on: tx)
@@ -181,7 +179,9 @@ struct Fanout: Sendable {
     /// connection before the write, so that the one writer, which intake waits for too, only
     /// writes it. Nil (the writer reads and plans, as on PostgreSQL) when the first due event
     /// goes alone, a category of the group throttles (its counts are the writer's to keep), or a
-    /// recipient is new (the writer creates the user).
+    /// recipient is new (the writer creates the user). Preferences and devices are as they were
+    /// read: one changed in the few milliseconds before the write counts from the next event,
+    /// as on PostgreSQL, where each of a batch's reads sees what had committed when it ran.
     private func planAhead(on db: any Database) async throws -> Ahead? {
         guard storage.kind == .sqlite else { return nil }
         let now = now()
@@ -195,14 +195,22 @@ struct Fanout: Sendable {
     }
 
     /// Writes a group planned ahead, in the writer's transaction; nil, writing nothing, when one
-    /// of its events is no longer open (taken meanwhile by another process on the same file).
+    /// of its events is no longer open and unbegun (taken meanwhile by another process on the
+    /// same file) or one of its users is gone (erased meanwhile: nothing of theirs may be
+    /// written). The events are `picked` only then, so that a failure of the database before
+    /// them (no session, the lock busy) is not taken for theirs.
     private func write(
-        _ ahead: Ahead, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
+        _ ahead: Ahead, picked: NIOLockedValueBox<Picked?>, reserved: NIOLockedValueBox<[OfferReservation]>,
+        on db: any Database
     ) async throws -> [Outcome]? {
         let ids = ahead.events.map(\.id)
         let open = try await db.sql.select().column("id").from(Tables.events).where("id", .in, ids)
-            .where(SQLRaw(Self.open)).all()
+            .where(SQLRaw(Self.open)).where("processed", .equal, 0).all()
         guard open.count == ids.count else { return nil }
+        let users = try await db.sql.select().column("id").from(UserModel.schema)
+            .where("id", .in, ahead.plan.users).all()
+        guard users.count == ahead.plan.users.count else { return nil }
+        picked.withLockedValue { $0 = Picked(first: ids[0], events: ids.count) }
         return try await writeTogether(ahead.events, ahead.plan, reserved: reserved, on: db)
     }
 
@@ -462,6 +470,8 @@ struct Fanout: Sendable {
     private struct TogetherPlan: Sendable {
         var lists: [UUID: [String]]
         var planned: [Planned]
+        /// The recipients' users, as they were read.
+        var users: [UUID]
     }
 
     /// Reads small events' recipients, users, preferences and devices, once for all of them,
@@ -496,7 +506,7 @@ struct Fanout: Sendable {
                     event, category: category, recipients: lists[event.id] ?? [], audience: audience, now: now,
                     on: db))
         }
-        return TogetherPlan(lists: lists, planned: planned)
+        return TogetherPlan(lists: lists, planned: planned, users: users.values.map(\.id))
     }
 
     /// Writes what was planned for small events, and ends them.
