@@ -13,15 +13,23 @@ struct DeliverySlotsTests {
     ) async -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
         for (index, (kind, origin)) in requests.enumerated() {
+            let before = slots.waiting + started.withLockedValue { $0.count }
             tasks.append(
                 Task {
                     await slots.acquire(kind, origin: origin)
                     started.withLockedValue { $0.append(index) }
                 })
-            // Each is queued before the next asks.
-            try? await Task.sleep(for: .milliseconds(20))
+            // Each is queued (or started) before the next asks, however busy the machine.
+            await eventually { slots.waiting + started.withLockedValue { $0.count } > before }
         }
         return tasks
+    }
+
+    /// Waits until `condition` holds, for up to 30 s: what a task does once woken takes a while
+    /// on a machine busy with the rest of the suite.
+    static func eventually(_ condition: () -> Bool) async {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !condition(), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(1)) }
     }
 
     @Test("a released slot goes to its kind's first waiter, one at a time, in the order they came")
@@ -35,7 +43,7 @@ struct DeliverySlotsTests {
         let tasks = await Self.waiters(slots, [(.apns, nil), (.apns, nil), (.webhook, nil)], started: started)
         #expect(started.withLockedValue { $0 }.isEmpty, "every slot is taken")
         slots.release(.apns, origin: nil)
-        try await Task.sleep(for: .milliseconds(50))
+        await Self.eventually { !started.withLockedValue { $0 }.isEmpty }
         #expect(started.withLockedValue { $0 } == [0], "the first APNs waiter, and no other kind's")
         slots.release(.webhook, origin: nil)
         slots.release(.apns, origin: nil)
@@ -54,8 +62,9 @@ struct DeliverySlotsTests {
             slots, [(.webPush, "a.example"), (.webPush, "c.example")], started: started)
         // b's slot comes free: a's waiter still has a's origin full, c's takes the slot.
         slots.release(.webPush, origin: "b.example")
-        try await Task.sleep(for: .milliseconds(50))
+        await Self.eventually { !started.withLockedValue { $0 }.isEmpty }
         #expect(started.withLockedValue { $0 } == [1])
+        #expect(slots.waiting == 1, "a's waiter still waits, its origin full")
         slots.release(.webPush, origin: "a.example")
         for task in tasks { await task.value }
         #expect(started.withLockedValue { $0 } == [1, 0])

@@ -131,6 +131,11 @@ final class DeliverySlots: Sendable {
         state.withLockedValue { $0.running[kind, default: 0] }
     }
 
+    /// Callers waiting for a slot, of every kind.
+    var waiting: Int {
+        state.withLockedValue { $0.waiting.values.reduce(0) { $0 + $1.count } }
+    }
+
     private func take(_ kind: ChannelKind, _ origin: String?, _ state: inout State) -> Bool {
         guard state.running[kind, default: 0] < limit(of: kind).perKind, takeOrigin(kind, origin, &state) else {
             return false
