@@ -130,12 +130,12 @@ struct Fanout: Sendable {
         let now = now()
         // SQLite locks no rows: the events that may join the first are read with it, one read
         // where PostgreSQL, which locks each row read until the batch ends, needs two.
-        let ahead = storage.kind == .postgres ? 1 : eventsPerGroup
-        let due = try await dueEvents(limit: ahead, now: now, picked: picked, on: db)
+        let firstRead = storage.kind == .postgres ? 1 : eventsPerGroup
+        let due = try await dueEvents(limit: firstRead, now: now, picked: picked, on: db)
         guard let first = due.first else { return [] }
         if !alone, groupSize(of: first) != nil {
             let next =
-                ahead > 1
+                firstRead > 1
                 ? Array(due.dropFirst())
                 : try await dueEvents(limit: eventsPerGroup - 1, after: first.id, now: now, picked: nil, on: db)
             let group = self.group(first, next)
