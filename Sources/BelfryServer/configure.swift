@@ -123,7 +123,7 @@ public func configure(
             logger: app.logger)
         app.lifecycle.use(BackgroundServices(services: workers.all))
     }
-    useMiddleware(app, context: context, requestTimeout: settings.requestTimeout)
+    useMiddleware(app, context: context, settings: settings)
     try registerControllers(app, context: context, services: services)
     return StartupReport(
         createdDevelopmentKey: credentials.createdDevelopmentKey, usesDevelopmentKey: settings.apiKeys.isEmpty)
@@ -331,12 +331,22 @@ private struct Workers {
 }
 
 /// The middleware every request passes through, outermost first.
-private func useMiddleware(_ app: Application, context: BelfryContext, requestTimeout: Int) {
+private func useMiddleware(_ app: Application, context: BelfryContext, settings: ServerConfiguration) {
     app.middleware = Middlewares()
+    if ConnectionGuard.isAvailable {
+        let connections = ConnectionGuard(
+            headDeadline: TimeInterval(settings.requestTimeout), perAddress: settings.maxConnectionsPerAddress,
+            logger: app.logger)
+        app.middleware.use(
+            ConnectionGuardMiddleware(connections: connections) { [weak app] in
+                app?.http.server.shared.localAddress?.port
+            })
+        app.lifecycle.use(ConnectionGuard.Lifecycle(connections: connections))
+    }
     app.middleware.use(MetricsMiddleware(metrics: context.metrics))
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))
     app.middleware.use(BelfryErrorMiddleware())
-    app.middleware.use(RequestDeadlineMiddleware(seconds: requestTimeout))
+    app.middleware.use(RequestDeadlineMiddleware(seconds: settings.requestTimeout))
     // 3 s: a 503 well within the 5 s a client may wait, however busy the machine.
     app.middleware.use(DatabaseDeadlineMiddleware(seconds: 3))
     app.middleware.use(QueryCheckMiddleware())

@@ -73,14 +73,14 @@ struct ConnectionLimitsTests {
         }
     }
 
-    @Test("a body announced and never sent gets a 408, and the idle connection is closed")
+    @Test("a body announced and never sent gets a 408 with Connection: close, and its connection closes")
     func unfinishedBody() async throws {
         // The idle timeout well past the deadline, so that the 408 is what a slow, loaded machine
-        // still sees first.
+        // still sees first, and the connection's end is the 408's, not the idle timeout's.
         try await withBelfry(
             .sqlite,
             settings: {
-                $0.requestTimeout = 1; $0.idleTimeout = 15
+                $0.requestTimeout = 1; $0.idleTimeout = 60
             }
         ) { app in
             try await InboxStreamTests.serving(app) { port, _ in
@@ -97,10 +97,103 @@ struct ConnectionLimitsTests {
                     #expect(await client.waitUntilClosed(within: 40), "closed by the server")
                     #expect(client.received.hasPrefix("HTTP/1.1 408"), "\(client.received.prefix(80))")
                     #expect(client.received.contains("request_timeout"))
+                    #expect(client.received.lowercased().contains("connection: close"))
                 }
-                #expect(Date().timeIntervalSince(started) < 60)
+                #expect(Date().timeIntervalSince(started) < 50, "closed after the 408, not by the idle timeout")
             }
         }
+    }
+
+    @Test("a request head sent a byte at a time gets a 408 at the deadline; an idle kept-alive connection stays")
+    func slowHead() async throws {
+        try await withBelfry(
+            .sqlite,
+            settings: {
+                $0.requestTimeout = 2; $0.idleTimeout = 60
+            }
+        ) { app in
+            try await InboxStreamTests.serving(app) { port, _ in
+                let kept = try await RawClient.connect(port: port)
+                try await kept.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                let slow = try await RawClient.connect(port: port)
+                let started = Date()
+                // A byte every half second: each resets the idle timeout, as in the probe.
+                for byte in "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + String(repeating: "a", count: 200)
+                {
+                    guard (try? await slow.send(String(byte))) != nil, slow.channel.isActive else { break }
+                    if Date().timeIntervalSince(started) > 40 { break }
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+                #expect(await slow.waitUntilClosed(within: 5), "closed by the server")
+                #expect(slow.received.hasPrefix("HTTP/1.1 408"), "\(slow.received.prefix(80))")
+                #expect(Date().timeIntervalSince(started) < 40, "closed at the head's deadline, not the idle timeout")
+                // The kept-alive connection sent nothing after its answer: it is still open and answers.
+                #expect(kept.channel.isActive)
+                try await kept.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                try await Task.sleep(for: .seconds(1))
+                #expect(kept.received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(kept.received)")
+            }
+        }
+    }
+
+    @Test("one address holding more connections than its cap loses the newest idle ones")
+    func connectionsPerAddress() async throws {
+        try await withBelfry(
+            .sqlite,
+            settings: {
+                $0.maxConnectionsPerAddress = 5; $0.idleTimeout = 60
+            }
+        ) { app in
+            try await InboxStreamTests.serving(app) { port, _ in
+                // A request starts the guard's sweep and proves the server answers.
+                let first = try await RawClient.connect(port: port)
+                try await first.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                var clients = [first]
+                for _ in 0..<11 { clients.append(try await RawClient.connect(port: port)) }
+                var open = clients.count
+                for _ in 0..<100 where open > 5 {
+                    try await Task.sleep(for: .milliseconds(100))
+                    open = clients.filter(\.channel.isActive).count
+                }
+                #expect(open == 5)
+                #expect(first.channel.isActive, "the oldest connection is kept")
+                try await Task.sleep(for: .seconds(2))
+                #expect(clients.filter(\.channel.isActive).count == 5, "no more than the excess is closed")
+                for client in clients { client.channel.close(promise: nil) }
+            }
+        }
+    }
+
+    @Test("the guard's choices: streams and requests under way stay; the newest idle connections go first")
+    func guardDecisions() throws {
+        let connections = ConnectionGuard(headDeadline: 10, perAddress: 2, logger: Logger(label: "test"))
+        func peer(_ port: Int) -> ConnectionGuard.Peer { .init(address: [10, 0, 0, 1], port: port) }
+        let start = Date(timeIntervalSince1970: 1_000_000)
+        connections.started(peer(1), now: start)
+        connections.started(peer(2), now: start)
+        connections.answered(peer(2), closing: false, streaming: true, now: start)
+        connections.started(peer(3), now: start + 1)
+        connections.answered(peer(3), closing: false, streaming: false, now: start + 2)
+        connections.started(peer(4), now: start + 3)
+        connections.answered(peer(4), closing: true, streaming: false, now: start + 3)
+        var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
+        for port in 1...4 { open[peer(port)] = .init(sinceData: 100) }
+        open[peer(5)] = .init(sinceData: 5)  // first seen now, data came: not yet past the deadline
+        var decided = connections.decide(open: open, listedAt: start + 4, now: start + 4)
+        #expect(decided == [peer(4): .answeredTimeout, peer(5): .overCap, peer(3): .overCap])
+        // Past the deadline, data after the last answer is a slow head; none since it, idle.
+        open = [peer(3): .init(sinceData: 3), peer(1): .init(sinceData: 30)]
+        decided = connections.decide(open: open, listedAt: start + 20, now: start + 20)
+        #expect(decided == [peer(3): .slowHead])
+        #expect(
+            ConnectionGuard.Peer(try SocketAddress(ipAddress: "::ffff:127.0.0.1", port: 80))
+                == .init(address: [127, 0, 0, 1], port: 80))
+        #if os(Linux)
+            #expect(ConnectionGuard.endpoint("0100007F:1F90") == .init(address: [127, 0, 0, 1], port: 8080))
+            #expect(
+                ConnectionGuard.endpoint("0000000000000000FFFF00000100007F:0050")
+                    == .init(address: [127, 0, 0, 1], port: 80))
+        #endif
     }
 
     @Test("a connection that sends nothing at all is closed after the idle timeout")
@@ -117,12 +210,17 @@ struct ConnectionLimitsTests {
     @Test("the timeouts are settings, checked when read")
     func settings() throws {
         let resolved = try ServerConfiguration.resolve(
-            flags: .init(), environment: ["BELFRY_REQUEST_TIMEOUT": "5", "BELFRY_IDLE_TIMEOUT": "120"])
+            flags: .init(),
+            environment: [
+                "BELFRY_REQUEST_TIMEOUT": "5", "BELFRY_IDLE_TIMEOUT": "120", "BELFRY_MAX_CONNECTIONS_PER_ADDRESS": "0",
+            ])
         #expect(resolved.requestTimeout == 5)
         #expect(resolved.idleTimeout == 120)
+        #expect(resolved.maxConnectionsPerAddress == 0)
         let defaults = try ServerConfiguration.resolve(flags: .init(), environment: [:])
         #expect(defaults.requestTimeout == 30)
         #expect(defaults.idleTimeout == 60)
+        #expect(defaults.maxConnectionsPerAddress == 256)
         let error = try #require(throws: ConfigError.self) {
             try ServerConfiguration.resolve(
                 flags: .init(), environment: ["BELFRY_REQUEST_TIMEOUT": "0", "BELFRY_IDLE_TIMEOUT": "5"])

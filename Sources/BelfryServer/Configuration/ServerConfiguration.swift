@@ -33,6 +33,8 @@ public struct ServerConfiguration: Sendable {
     /// Seconds a connection may go without a byte either way before it is closed. Open
     /// streams send a heartbeat every 15 seconds, so this is at least 20.
     public var idleTimeout: Int
+    /// Connections one client address may hold open (0: no cap).
+    public var maxConnectionsPerAddress: Int
     /// Seconds a worker holds the deliveries it claimed: those of a worker that died are
     /// claimed again by another once this has passed.
     public var deliveryLease: Int
@@ -136,6 +138,7 @@ public struct ServerConfiguration: Sendable {
         maxBodySize: Int = ServerSetting.maxBodySize.defaultNumber,
         requestTimeout: Int = ServerSetting.requestTimeout.defaultNumber,
         idleTimeout: Int = ServerSetting.idleTimeout.defaultNumber,
+        maxConnectionsPerAddress: Int = ServerSetting.maxConnectionsPerAddress.defaultNumber,
         deliveryLease: Int = ServerSetting.deliveryLease.defaultNumber,
         retryBase: Int = ServerSetting.retryBase.defaultNumber,
         retentionDays: Int = ServerSetting.retentionDays.defaultNumber,
@@ -168,6 +171,7 @@ public struct ServerConfiguration: Sendable {
         self.maxBodySize = maxBodySize
         self.requestTimeout = requestTimeout
         self.idleTimeout = idleTimeout
+        self.maxConnectionsPerAddress = maxConnectionsPerAddress
         self.deliveryLease = deliveryLease
         self.retryBase = retryBase
         self.retentionDays = retentionDays
@@ -408,7 +412,8 @@ extension ServerConfiguration {
             "hostname=\(hostname)", "port=\(port)", "database=\(database)", "workspace=\(workspaceFingerprint)",
             "api_keys=\(apiKeys.map { secret($0) }.sorted())", "token_secret=\(secret(tokenSecret))",
             "token_ttl=\(tokenLifetime)", "log=\(logLevel) \(logFormat)", "max_body=\(maxBodySize)",
-            "timeouts=\(requestTimeout) \(idleTimeout) \(deliveryLease)", "retention=\(retentionDays)",
+            "timeouts=\(requestTimeout) \(idleTimeout) \(deliveryLease)",
+            "max_connections_per_address=\(maxConnectionsPerAddress)", "retention=\(retentionDays)",
             "retry_base=\(retryBase)",
             "max_devices=\(maxDevicesPerUser)", "rate_limits=\(rateLimits)", "max_streams=\(maxStreamsPerUser)",
             "webhook=\(webhook.map { "\($0.url) \(secret($0.secret))" } ?? "-")",
@@ -468,11 +473,12 @@ extension ServerConfiguration {
         self.logFormat = logFormat
     }
 
-    /// Reads the HTTP limits: body size, request and idle timeouts.
+    /// Reads the HTTP limits: body size, request and idle timeouts, connections per address.
     fileprivate mutating func readHTTP(_ read: SettingReader) {
         self.maxBodySize = read.number(.maxBodySize)
         self.requestTimeout = read.number(.requestTimeout)
         self.idleTimeout = read.number(.idleTimeout)
+        self.maxConnectionsPerAddress = read.number(.maxConnectionsPerAddress)
     }
 
     /// Reads the delivery lease, the retry backoff's base and the inbox retention.

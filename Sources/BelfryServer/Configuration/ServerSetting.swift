@@ -127,6 +127,12 @@ public struct ServerSetting: Sendable {
     public static let idleTimeout = wholeNumber(
         summary: "seconds a connection may stay silent before it is closed (20 to 86400)",
         environment: "BELFRY_IDLE_TIMEOUT", file: "idle_timeout_seconds", default: 60, in: 20...86_400)
+    public static let maxConnectionsPerAddress = wholeNumber(
+        summary:
+            "connections one client address may hold open; beyond it the newest idle ones are closed "
+            + "(0: no cap, up to 100000; Linux)",
+        environment: "BELFRY_MAX_CONNECTIONS_PER_ADDRESS", file: "max_connections_per_address", default: 256,
+        in: 0...100_000)
     public static let deliveryLease = wholeNumber(
         summary:
             "seconds a worker holds claimed deliveries; a dead worker's are claimed again after it (2 to 3600)",
@@ -209,7 +215,8 @@ public struct ServerSetting: Sendable {
     /// Every setting, in the guide's order.
     public static let all: [ServerSetting] = [
         config, hostname, port, database, apiKeys, tokenSecret, tokenLifetime, logLevel, logFormat, maxBodySize,
-        requestTimeout, idleTimeout, deliveryLease, retryBase, retentionDays, maxDevicesPerUser, rateLimits,
+        requestTimeout, idleTimeout, maxConnectionsPerAddress, deliveryLease, retryBase, retentionDays,
+        maxDevicesPerUser, rateLimits,
         maxStreamsPerUser, webhookURL, webhookSecret,
         apnsKey, apnsKeyID,
         apnsTeamID, apnsTopic, apnsURL, fcmServiceAccount, fcmURL, extraCertificates, vapidSubject, vapidKey,

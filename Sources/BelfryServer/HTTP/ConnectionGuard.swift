@@ -1,0 +1,316 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import Vapor
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Closes the connections a client holds without finishing a request, which the HTTP server's
+/// idle timeout alone cannot: a request head sent a byte at a time resets that timeout with each
+/// byte. Once a second it looks at the server's open connections (Linux: the process's sockets
+/// in `/proc`, and how long ago each last received data) and closes:
+/// - a connection whose request head has not come in full within the request deadline after the
+///   connection opened or its last answer went out, although data came: it gets a 408 with
+///   `Connection: close`;
+/// - a connection whose request got a 408 (its body did not come in time), once answered;
+/// - the newest idle connections of one client address beyond `perAddress`.
+///
+/// It learns from the middleware (``ConnectionGuardMiddleware``, outermost) which connections
+/// have a request under way, or a streamed answer (never closed here), and when each answer
+/// went out. A connection is closed by `shutdown(2)` of a duplicate of its descriptor, checked
+/// to be the same socket: the server notices its end as the client's.
+final class ConnectionGuard: Sendable {
+    /// A connection, as its socket and its requests' `remoteAddress` both name it.
+    struct Peer: Hashable, Sendable {
+        /// The address's bytes: 4 for IPv4 (an IPv4-mapped IPv6 address too), else 16.
+        var address: [UInt8]
+        var port: Int
+    }
+
+    /// Why a connection is closed.
+    enum Reason: Equatable, Sendable {
+        case slowHead, answeredTimeout, overCap
+    }
+
+    /// An open connection as the sweep saw it.
+    struct Open: Sendable {
+        /// Seconds since it last received data (since it opened, if none came).
+        var sinceData: TimeInterval
+        var descriptor: Int32 = -1
+        var inode: UInt64 = 0
+    }
+
+    private struct Tracked {
+        var firstSeen: Date
+        var busy = 0
+        var streaming = false
+        var answeredAt: Date?
+        var closeRequested = false
+    }
+
+    let headDeadline: TimeInterval
+    /// Connections one address may hold; 0: no cap.
+    let perAddress: Int
+    private let tracked = NIOLockedValueBox<[Peer: Tracked]>([:])
+    private let sweeper = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let logger: Logger
+
+    init(headDeadline: TimeInterval, perAddress: Int, logger: Logger) {
+        self.headDeadline = headDeadline
+        self.perAddress = perAddress
+        self.logger = logger
+    }
+
+    /// Whether this platform lets the guard see and close connections.
+    static var isAvailable: Bool {
+        #if os(Linux)
+            true
+        #else
+            false
+        #endif
+    }
+
+    /// A request's head came in on `peer`'s connection.
+    func started(_ peer: Peer, now: Date = Date()) {
+        tracked.withLockedValue { tracked in
+            tracked[peer, default: Tracked(firstSeen: now)].busy += 1
+        }
+    }
+
+    /// `peer`'s request was answered; `closing` when its connection is to close once the answer is
+    /// out, `streaming` when the answer goes on as a stream.
+    func answered(_ peer: Peer, closing: Bool, streaming: Bool, now: Date = Date()) {
+        tracked.withLockedValue { tracked in
+            guard var entry = tracked[peer] else { return }
+            entry.busy = max(0, entry.busy - 1)
+            entry.answeredAt = now
+            entry.closeRequested = entry.closeRequested || closing
+            entry.streaming = entry.streaming || streaming
+            tracked[peer] = entry
+        }
+    }
+
+    /// Which of the `open` connections (listed at `listedAt`) to close at `now`, and why.
+    /// Forgets the connections that closed.
+    func decide(open: [Peer: Open], listedAt: Date, now: Date) -> [Peer: Reason] {
+        tracked.withLockedValue { tracked in
+            tracked = tracked.filter { peer, entry in open[peer] != nil || entry.firstSeen >= listedAt }
+            var decided: [Peer: Reason] = [:]
+            for (peer, socket) in open {
+                let entry = tracked[peer, default: Tracked(firstSeen: now)]
+                tracked[peer] = entry
+                guard entry.busy == 0, !entry.streaming else { continue }
+                if entry.closeRequested {
+                    decided[peer] = .answeredTimeout
+                    continue
+                }
+                let waited = now.timeIntervalSince(entry.answeredAt ?? entry.firstSeen)
+                // Data came after the connection opened or its last answer went out (a second's
+                // margin: a connection's first sighting is only as exact as the sweep).
+                if waited > headDeadline, socket.sinceData < waited - 1 { decided[peer] = .slowHead }
+            }
+            guard perAddress > 0 else { return decided }
+            for peers in Dictionary(grouping: open.keys, by: \.address).values where peers.count > perAddress {
+                let idle = peers.filter { peer in
+                    decided[peer] == nil && tracked[peer].map { $0.busy == 0 && !$0.streaming } == true
+                }
+                let excess = peers.count - perAddress - peers.filter { decided[$0] != nil }.count
+                for peer in idle.sorted(by: { tracked[$0]!.firstSeen > tracked[$1]!.firstSeen }).prefix(max(0, excess))
+                {
+                    decided[peer] = .overCap
+                }
+            }
+            return decided
+        }
+    }
+
+    /// Starts the sweep, once a second, of the connections to the port `port` names (nil while
+    /// the server does not listen).
+    func startSweeping(port: @escaping @Sendable () -> Int?) {
+        guard Self.isAvailable else { return }
+        sweeper.withLockedValue { sweeper in
+            guard sweeper == nil else { return }
+            sweeper = Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    guard let self, let port = port() else { continue }
+                    self.sweep(port: port)
+                }
+            }
+        }
+    }
+
+    func stopSweeping() {
+        sweeper.withLockedValue { sweeper in
+            sweeper?.cancel()
+            sweeper = nil
+        }
+    }
+
+    /// One look at the connections to `port`: those to close are closed.
+    func sweep(port: Int) {
+        let listedAt = Date()
+        let open = Self.openConnections(port: port)
+        for (peer, reason) in decide(open: open, listedAt: listedAt, now: Date()) {
+            guard let socket = open[peer], Self.close(socket, answering: reason == .slowHead) else { continue }
+            logger.notice(
+                "connection closed",
+                metadata: ["belfry.reason": "\(reason)", "belfry.peer_port": "\(peer.port)"])
+        }
+    }
+}
+
+#if os(Linux)
+    extension ConnectionGuard {
+        /// What a slow request head gets before its connection closes.
+        private static let timeoutAnswer = Array(
+            "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".utf8)
+
+        /// The process's established TCP connections whose local port is `port`: each socket's
+        /// descriptor and inode (from `/proc/self/fd`), peer (from `/proc/self/net/tcp` and
+        /// `tcp6`), and how long ago it last received data (`TCP_INFO`).
+        static func openConnections(port: Int) -> [Peer: Open] {
+            let sockets = socketDescriptors()
+            var open: [Peer: Open] = [:]
+            for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+                guard let text = readAll(table) else { continue }
+                for line in text.split(separator: "\n").dropFirst() {
+                    let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                    guard fields.count > 9, fields[3] == "01", let local = endpoint(fields[1]), local.port == port,
+                        let inode = UInt64(fields[9]), let descriptor = sockets[inode], let peer = endpoint(fields[2])
+                    else { continue }
+                    var info = tcp_info()
+                    var length = socklen_t(MemoryLayout<tcp_info>.size)
+                    guard getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { continue }
+                    open[peer] = Open(
+                        sinceData: TimeInterval(info.tcpi_last_data_recv) / 1000, descriptor: descriptor, inode: inode)
+                }
+            }
+            return open
+        }
+
+        /// A file of `/proc` read to its end: its size says 0, and it comes a page at a time.
+        private static func readAll(_ path: String) -> String? {
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { return nil }
+            defer { Glibc.close(descriptor) }
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                guard count > 0 else { return count == 0 ? String(decoding: bytes, as: UTF8.self) : nil }
+                bytes += chunk[0..<count]
+            }
+        }
+
+        /// The process's socket descriptors by inode.
+        private static func socketDescriptors() -> [UInt64: Int32] {
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return [:] }
+            var sockets: [UInt64: Int32] = [:]
+            var target = [CChar](repeating: 0, count: 64)
+            for name in names {
+                guard let descriptor = Int32(name) else { continue }
+                let count = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
+                guard count > 0 else { continue }
+                let link = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                guard link.hasPrefix("socket:["), link.hasSuffix("]"),
+                    let inode = UInt64(link.dropFirst(8).dropLast())
+                else { continue }
+                sockets[inode] = descriptor
+            }
+            return sockets
+        }
+
+        /// `ADDRESS:PORT` of `/proc/net/tcp`: the address in hex, 32-bit words in the machine's
+        /// order; an IPv4-mapped IPv6 address as its IPv4 bytes.
+        static func endpoint(_ text: Substring) -> Peer? {
+            let parts = text.split(separator: ":")
+            guard parts.count == 2, let port = Int(parts[1], radix: 16), parts[0].count % 8 == 0 else { return nil }
+            var bytes: [UInt8] = []
+            var rest = parts[0]
+            while !rest.isEmpty {
+                guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
+                bytes += withUnsafeBytes(of: word.littleEndian) { Array($0) }
+                rest = rest.dropFirst(8)
+            }
+            if bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+                bytes = Array(bytes[12...])
+            }
+            return Peer(address: bytes, port: port)
+        }
+
+        /// Shuts the connection down (after a 408 when `answering`), through a duplicate of its
+        /// descriptor that is checked to still be the same socket.
+        private static func close(_ socket: Open, answering: Bool) -> Bool {
+            let duplicate = dup(socket.descriptor)
+            guard duplicate >= 0 else { return false }
+            defer { Glibc.close(duplicate) }
+            var status = stat()
+            guard fstat(duplicate, &status) == 0, UInt64(status.st_ino) == socket.inode else { return false }
+            if answering { _ = timeoutAnswer.withUnsafeBytes { write(duplicate, $0.baseAddress, $0.count) } }
+            return shutdown(duplicate, Int32(SHUT_RDWR)) == 0
+        }
+    }
+#else
+    extension ConnectionGuard {
+        static func openConnections(port: Int) -> [Peer: Open] { [:] }
+        private static func close(_ socket: Open, answering: Bool) -> Bool { false }
+    }
+#endif
+
+extension ConnectionGuard.Peer {
+    /// The peer a request's `remoteAddress` names; nil for a Unix socket.
+    init?(_ address: SocketAddress?) {
+        switch address {
+        case .v4(let address)?:
+            var raw = address.address.sin_addr
+            self.init(address: withUnsafeBytes(of: &raw) { Array($0) }, port: Int(address.address.sin_port.bigEndian))
+        case .v6(let address)?:
+            var raw = address.address.sin6_addr
+            var bytes = withUnsafeBytes(of: &raw) { Array($0) }
+            if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+                bytes = Array(bytes[12...])
+            }
+            self.init(address: bytes, port: Int(address.address.sin6_port.bigEndian))
+        default:
+            return nil
+        }
+    }
+}
+
+extension ConnectionGuard {
+    /// Stops the sweep when the application shuts down.
+    struct Lifecycle: LifecycleHandler {
+        let connections: ConnectionGuard
+
+        func shutdown(_ application: Application) {
+            connections.stopSweeping()
+        }
+    }
+}
+
+/// Tells the connection guard when each request's head came in and its answer went out.
+/// Outermost: a request is under way from its head on. A 408 (the body did not come in time)
+/// closes its connection once answered.
+struct ConnectionGuardMiddleware: AsyncMiddleware {
+    let connections: ConnectionGuard
+    let port: @Sendable () -> Int?
+
+    func respond(to request: Request, chainingTo next: any AsyncResponder) async throws -> Response {
+        guard let peer = ConnectionGuard.Peer(request.remoteAddress) else { return try await next.respond(to: request) }
+        connections.startSweeping(port: port)
+        connections.started(peer)
+        do {
+            let response = try await next.respond(to: request)
+            let closing = response.status == .requestTimeout
+            if closing { response.headers.replaceOrAdd(name: .connection, value: "close") }
+            connections.answered(peer, closing: closing, streaming: response.body.count < 0)
+            return response
+        } catch {
+            connections.answered(peer, closing: false, streaming: false)
+            throw error
+        }
+    }
+}
