@@ -337,11 +337,9 @@ private func useMiddleware(_ app: Application, context: BelfryContext, settings:
         let connections = ConnectionGuard(
             headDeadline: TimeInterval(settings.requestTimeout), perAddress: settings.maxConnectionsPerAddress,
             logger: app.logger)
-        app.middleware.use(
-            ConnectionGuardMiddleware(connections: connections) { [weak app] in
-                app?.http.server.shared.localAddress?.port
-            })
-        app.lifecycle.use(ConnectionGuard.Lifecycle(connections: connections))
+        let port: @Sendable () -> Int? = { [weak app] in app?.http.server.shared.localAddress?.port }
+        app.middleware.use(ConnectionGuardMiddleware(connections: connections, port: port))
+        app.lifecycle.use(ConnectionGuard.Lifecycle(connections: connections, port: port))
     }
     app.middleware.use(MetricsMiddleware(metrics: context.metrics))
     app.middleware.use(RouteLoggingMiddleware(logLevel: .info))

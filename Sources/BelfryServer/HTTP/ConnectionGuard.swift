@@ -281,9 +281,15 @@ extension ConnectionGuard.Peer {
 }
 
 extension ConnectionGuard {
-    /// Stops the sweep when the application shuts down.
+    /// Starts the sweep when the application boots (before any request: a client that never
+    /// completes one is what it is for), and stops it when the application shuts down.
     struct Lifecycle: LifecycleHandler {
         let connections: ConnectionGuard
+        let port: @Sendable () -> Int?
+
+        func didBoot(_ application: Application) throws {
+            connections.startSweeping(port: port)
+        }
 
         func shutdown(_ application: Application) {
             connections.stopSweeping()
@@ -291,7 +297,8 @@ extension ConnectionGuard {
     }
 }
 
-/// Tells the connection guard when each request's head came in and its answer went out.
+/// Tells the connection guard when each request's head came in and its answer went out, and
+/// starts its sweep if the application was not booted (tests start the server alone).
 /// Outermost: a request is under way from its head on. A 408 (the body did not come in time)
 /// closes its connection once answered.
 struct ConnectionGuardMiddleware: AsyncMiddleware {
