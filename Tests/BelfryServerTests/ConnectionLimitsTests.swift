@@ -178,12 +178,21 @@ struct ConnectionLimitsTests {
         connections.answered(peer(4), closing: true, streaming: false, now: start + 3)
         var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
         for port in 1...4 { open[peer(port)] = .init(sinceData: 100) }
-        open[peer(5)] = .init(sinceData: 5)  // first seen now, data came: not yet past the deadline
+        open[peer(5)] = .init(sinceData: 5, bytesReceived: 30)  // first seen now, a head under way
         var decided = connections.decide(open: open, listedAt: start + 4, now: start + 4)
         #expect(decided == [peer(4): .answeredTimeout, peer(5): .overCap, peer(3): .overCap])
-        // Past the deadline, data after the last answer is a slow head; none since it, idle.
-        open = [peer(3): .init(sinceData: 3), peer(1): .init(sinceData: 30)]
-        decided = connections.decide(open: open, listedAt: start + 20, now: start + 20)
+        // Data after the last answer is a head under way: a slow one once the deadline passed
+        // since a sweep first saw it. A request that starts meanwhile ends the wait; no data
+        // since the answer is an idle connection.
+        open = [
+            peer(3): .init(sinceData: 3), peer(1): .init(sinceData: 30),
+            .init(address: [10, 0, 0, 2], port: 6): .init(sinceData: 9),
+        ]
+        #expect(connections.decide(open: open, listedAt: start + 20, now: start + 20) == [:])
+        decided = connections.decide(open: open, listedAt: start + 29, now: start + 29)
+        #expect(decided == [:], "not yet 10 s since the head was first seen")
+        connections.started(peer(1), now: start + 29)
+        decided = connections.decide(open: open, listedAt: start + 30, now: start + 30)
         #expect(decided == [peer(3): .slowHead])
         #expect(
             ConnectionGuard.Peer(try SocketAddress(ipAddress: "::ffff:127.0.0.1", port: 80))

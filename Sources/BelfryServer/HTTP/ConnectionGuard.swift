@@ -11,9 +11,9 @@ import Vapor
 /// idle timeout alone cannot: a request head sent a byte at a time resets that timeout with each
 /// byte. Once a second it looks at the server's open connections (Linux: the process's sockets
 /// in `/proc`, and how long ago each last received data) and closes:
-/// - a connection whose request head has not come in full within the request deadline after the
-///   connection opened or its last answer went out, although data came: it gets a 408 with
-///   `Connection: close`;
+/// - a connection that has been sending a request head, not yet complete, for longer than the
+///   request deadline (counted from the first sweep that saw data come after the connection
+///   opened or its last answer went out): it gets a 408 with `Connection: close`;
 /// - a connection whose request got a 408 (its body did not come in time), once answered;
 /// - the newest idle connections of one client address beyond `perAddress`.
 ///
@@ -38,6 +38,8 @@ final class ConnectionGuard: Sendable {
     struct Open: Sendable {
         /// Seconds since it last received data (since it opened, if none came).
         var sinceData: TimeInterval
+        /// Bytes it received, all told (0 where the system does not say).
+        var bytesReceived: UInt64 = 0
         var descriptor: Int32 = -1
         var inode: UInt64 = 0
     }
@@ -47,6 +49,9 @@ final class ConnectionGuard: Sendable {
         var busy = 0
         var streaming = false
         var answeredAt: Date?
+        /// When a sweep first saw a request head under way: data after the last answer (or any,
+        /// before the first) and no request started since.
+        var headSince: Date?
         var closeRequested = false
     }
 
@@ -76,6 +81,7 @@ final class ConnectionGuard: Sendable {
     func started(_ peer: Peer, now: Date = Date()) {
         tracked.withLockedValue { tracked in
             tracked[peer, default: Tracked(firstSeen: now)].busy += 1
+            tracked[peer]?.headSince = nil
         }
     }
 
@@ -86,6 +92,7 @@ final class ConnectionGuard: Sendable {
             guard var entry = tracked[peer] else { return }
             entry.busy = max(0, entry.busy - 1)
             entry.answeredAt = now
+            entry.headSince = nil
             entry.closeRequested = entry.closeRequested || closing
             entry.streaming = entry.streaming || streaming
             tracked[peer] = entry
@@ -99,17 +106,23 @@ final class ConnectionGuard: Sendable {
             tracked = tracked.filter { peer, entry in open[peer] != nil || entry.firstSeen >= listedAt }
             var decided: [Peer: Reason] = [:]
             for (peer, socket) in open {
-                let entry = tracked[peer, default: Tracked(firstSeen: now)]
-                tracked[peer] = entry
+                var entry = tracked[peer, default: Tracked(firstSeen: now)]
+                defer { tracked[peer] = entry }
                 guard entry.busy == 0, !entry.streaming else { continue }
                 if entry.closeRequested {
                     decided[peer] = .answeredTimeout
                     continue
                 }
-                let waited = now.timeIntervalSince(entry.answeredAt ?? entry.firstSeen)
-                // Data came after the connection opened or its last answer went out (a second's
-                // margin: a connection's first sighting is only as exact as the sweep).
-                if waited > headDeadline, socket.sinceData < waited - 1 { decided[peer] = .slowHead }
+                // A head is under way when data came after the last answer went out (the answer
+                // is stamped before it is written; a tenth of a second covers the clock's steps),
+                // or, before any answer, when any data came.
+                let heading =
+                    entry.answeredAt.map { socket.sinceData + 0.1 < now.timeIntervalSince($0) }
+                    ?? (socket.bytesReceived > 0)
+                entry.headSince = heading ? entry.headSince ?? now : nil
+                if let since = entry.headSince, now.timeIntervalSince(since) >= headDeadline {
+                    decided[peer] = .slowHead
+                }
             }
             guard perAddress > 0 else { return decided }
             for peers in Dictionary(grouping: open.keys, by: \.address).values where peers.count > perAddress {
@@ -181,14 +194,31 @@ final class ConnectionGuard: Sendable {
                     guard fields.count > 9, fields[3] == "01", let local = endpoint(fields[1]), local.port == port,
                         let inode = UInt64(fields[9]), let descriptor = sockets[inode], let peer = endpoint(fields[2])
                     else { continue }
-                    var info = tcp_info()
-                    var length = socklen_t(MemoryLayout<tcp_info>.size)
-                    guard getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { continue }
-                    open[peer] = Open(
-                        sinceData: TimeInterval(info.tcpi_last_data_recv) / 1000, descriptor: descriptor, inode: inode)
+                    guard var socket = tcpInfo(descriptor) else { continue }
+                    socket.inode = inode
+                    open[peer] = socket
                 }
             }
             return open
+        }
+
+        /// What `TCP_INFO` says of the socket: when it last received data, and how many bytes
+        /// it received (`tcpi_bytes_received`, at byte 128 of Linux's `struct tcp_info` since
+        /// Linux 4.1; glibc's copy of the struct ends before it).
+        private static func tcpInfo(_ descriptor: Int32) -> Open? {
+            var raw = [UInt8](repeating: 0, count: 256)
+            var length = socklen_t(raw.count)
+            let status = raw.withUnsafeMutableBytes {
+                getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_INFO, $0.baseAddress, &length)
+            }
+            guard status == 0, let offset = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_recv),
+                Int(length) >= offset + 4
+            else { return nil }
+            return raw.withUnsafeBytes { bytes in
+                let sinceData = TimeInterval(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) / 1000
+                let received = length >= 136 ? bytes.loadUnaligned(fromByteOffset: 128, as: UInt64.self) : 0
+                return Open(sinceData: sinceData, bytesReceived: received, descriptor: descriptor)
+            }
         }
 
         /// A file of `/proc` read to its end: its size says 0, and it comes a page at a time.
