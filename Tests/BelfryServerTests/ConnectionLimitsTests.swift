@@ -80,7 +80,7 @@ struct ConnectionLimitsTests {
         try await withBelfry(
             .sqlite,
             settings: {
-                $0.requestTimeout = 1; $0.idleTimeout = 60
+                $0.requestTimeout = 2; $0.idleTimeout = 60
             }
         ) { app in
             try await InboxStreamTests.serving(app) { port, _ in
@@ -177,7 +177,7 @@ struct ConnectionLimitsTests {
         connections.started(peer(4), now: start + 3)
         connections.answered(peer(4), closing: true, streaming: false, now: start + 3)
         var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
-        for port in 1...4 { open[peer(port)] = .init(sinceData: 100) }
+        for port in 1...4 { open[peer(port)] = .init(sinceData: 100, sinceSent: 0.5) }
         open[peer(5)] = .init(sinceData: 5, bytesReceived: 30)  // first seen now, a head under way
         var decided = connections.decide(open: open, listedAt: start + 4, now: start + 4)
         #expect(decided == [peer(4): .answeredTimeout, peer(5): .overCap, peer(3): .overCap])
@@ -194,6 +194,13 @@ struct ConnectionLimitsTests {
         connections.started(peer(1), now: start + 29)
         decided = connections.decide(open: open, listedAt: start + 30, now: start + 30)
         #expect(decided == [peer(3): .slowHead])
+        // A 408's connection closes only once something was sent after the answer (the 408
+        // itself), or 5 s after it.
+        connections.started(peer(7), now: start + 30)
+        connections.answered(peer(7), closing: true, streaming: false, now: start + 30)
+        open = [peer(7): .init(sinceData: 2, sinceSent: 3)]
+        #expect(connections.decide(open: open, listedAt: start + 31, now: start + 31) == [:])
+        #expect(connections.decide(open: open, listedAt: start + 36, now: start + 36) == [peer(7): .answeredTimeout])
         #expect(
             ConnectionGuard.Peer(try SocketAddress(ipAddress: "::ffff:127.0.0.1", port: 80))
                 == .init(address: [127, 0, 0, 1], port: 80))

@@ -38,6 +38,8 @@ final class ConnectionGuard: Sendable {
     struct Open: Sendable {
         /// Seconds since it last received data (since it opened, if none came).
         var sinceData: TimeInterval
+        /// Seconds since it last sent data (since it opened, if none went).
+        var sinceSent: TimeInterval = .infinity
         /// Bytes it received, all told (0 where the system does not say).
         var bytesReceived: UInt64 = 0
         var descriptor: Int32 = -1
@@ -110,7 +112,10 @@ final class ConnectionGuard: Sendable {
                 defer { tracked[peer] = entry }
                 guard entry.busy == 0, !entry.streaming else { continue }
                 if entry.closeRequested {
-                    decided[peer] = .answeredTimeout
+                    // Once the 408 is out, which the server writes after it is stamped: data sent
+                    // since the stamp (the clock's steps are 4 ms), or after 5 s whatever came.
+                    let waited = now.timeIntervalSince(entry.answeredAt ?? entry.firstSeen)
+                    if socket.sinceSent < waited + 0.01 || waited > 5 { decided[peer] = .answeredTimeout }
                     continue
                 }
                 // A head is under way when data came after the last answer went out (the answer
@@ -202,7 +207,7 @@ final class ConnectionGuard: Sendable {
             return open
         }
 
-        /// What `TCP_INFO` says of the socket: when it last received data, and how many bytes
+        /// What `TCP_INFO` says of the socket: when it last received and sent data, how many bytes
         /// it received (`tcpi_bytes_received`, at byte 128 of Linux's `struct tcp_info` since
         /// Linux 4.1; glibc's copy of the struct ends before it).
         private static func tcpInfo(_ descriptor: Int32) -> Open? {
@@ -211,13 +216,17 @@ final class ConnectionGuard: Sendable {
             let status = raw.withUnsafeMutableBytes {
                 getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_INFO, $0.baseAddress, &length)
             }
-            guard status == 0, let offset = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_recv),
-                Int(length) >= offset + 4
+            guard status == 0, let received = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_recv),
+                let sent = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_sent), Int(length) >= received + 4
             else { return nil }
             return raw.withUnsafeBytes { bytes in
-                let sinceData = TimeInterval(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) / 1000
-                let received = length >= 136 ? bytes.loadUnaligned(fromByteOffset: 128, as: UInt64.self) : 0
-                return Open(sinceData: sinceData, bytesReceived: received, descriptor: descriptor)
+                func seconds(_ offset: Int) -> TimeInterval {
+                    TimeInterval(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) / 1000
+                }
+                return Open(
+                    sinceData: seconds(received), sinceSent: seconds(sent),
+                    bytesReceived: length >= 136 ? bytes.loadUnaligned(fromByteOffset: 128, as: UInt64.self) : 0,
+                    descriptor: descriptor)
             }
         }
 
