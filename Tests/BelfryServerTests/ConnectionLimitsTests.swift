@@ -106,60 +106,62 @@ struct ConnectionLimitsTests {
 
     @Test("a request head sent a byte at a time gets a 408 at the deadline; an idle kept-alive connection stays")
     func slowHead() async throws {
-        try await withBelfry(
-            .sqlite,
-            settings: {
-                $0.requestTimeout = 2; $0.idleTimeout = 60
+        try await Self.serving({ $0.requestTimeout = 2 }) { port, kept in
+            let slow = try await RawClient.connect(port: port)
+            let started = Date()
+            // A byte every half second: each resets the idle timeout, as in the probe.
+            for byte in "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + String(repeating: "a", count: 200) {
+                guard (try? await slow.send(String(byte))) != nil, slow.channel.isActive else { break }
+                if Date().timeIntervalSince(started) > 40 { break }
+                try await Task.sleep(for: .milliseconds(500))
             }
-        ) { app in
-            try await InboxStreamTests.serving(app) { port, _ in
-                let kept = try await RawClient.connect(port: port)
-                try await kept.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                let slow = try await RawClient.connect(port: port)
-                let started = Date()
-                // A byte every half second: each resets the idle timeout, as in the probe.
-                for byte in "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + String(repeating: "a", count: 200)
-                {
-                    guard (try? await slow.send(String(byte))) != nil, slow.channel.isActive else { break }
-                    if Date().timeIntervalSince(started) > 40 { break }
-                    try await Task.sleep(for: .milliseconds(500))
-                }
-                #expect(await slow.waitUntilClosed(within: 5), "closed by the server")
-                #expect(slow.received.hasPrefix("HTTP/1.1 408"), "\(slow.received.prefix(80))")
-                #expect(Date().timeIntervalSince(started) < 40, "closed at the head's deadline, not the idle timeout")
-                // The kept-alive connection sent nothing after its answer: it is still open and answers.
-                #expect(kept.channel.isActive)
-                try await kept.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                try await Task.sleep(for: .seconds(1))
-                #expect(kept.received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(kept.received)")
-            }
+            #expect(await slow.waitUntilClosed(within: 5), "closed by the server")
+            #expect(slow.received.hasPrefix("HTTP/1.1 408"), "\(slow.received.prefix(80))")
+            #expect(Date().timeIntervalSince(started) < 40, "closed at the head's deadline, not the idle timeout")
+            // The kept-alive connection sent nothing after its answer: it is still open and answers.
+            #expect(kept.channel.isActive)
+            try await kept.send(Self.healthz)
+            try await Task.sleep(for: .seconds(1))
+            #expect(kept.received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(kept.received)")
         }
     }
 
     @Test("one address holding more connections than its cap loses the newest idle ones")
     func connectionsPerAddress() async throws {
+        try await Self.serving({ $0.maxConnectionsPerAddress = 5 }) { port, first in
+            var clients = [first]
+            for _ in 0..<11 { clients.append(try await RawClient.connect(port: port)) }
+            var open = clients.count
+            for _ in 0..<100 where open > 5 {
+                try await Task.sleep(for: .milliseconds(100))
+                open = clients.filter(\.channel.isActive).count
+            }
+            #expect(open == 5)
+            #expect(first.channel.isActive, "the oldest connection is kept")
+            try await Task.sleep(for: .seconds(2))
+            #expect(clients.filter(\.channel.isActive).count == 5, "no more than the excess is closed")
+            for client in clients { client.channel.close(promise: nil) }
+        }
+    }
+
+    static let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    /// A server (its idle timeout a minute, then `adjust`ed) on a free port, and a first client
+    /// whose request it answers (which also starts the guard, as a booted server's start does).
+    static func serving(
+        _ adjust: (inout ServerConfiguration) -> Void, _ body: (Int, RawClient) async throws -> Void
+    ) async throws {
         try await withBelfry(
             .sqlite,
             settings: {
-                $0.maxConnectionsPerAddress = 5; $0.idleTimeout = 60
+                $0.idleTimeout = 60
+                adjust(&$0)
             }
         ) { app in
             try await InboxStreamTests.serving(app) { port, _ in
-                // A request starts the guard's sweep and proves the server answers.
                 let first = try await RawClient.connect(port: port)
-                try await first.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                var clients = [first]
-                for _ in 0..<11 { clients.append(try await RawClient.connect(port: port)) }
-                var open = clients.count
-                for _ in 0..<100 where open > 5 {
-                    try await Task.sleep(for: .milliseconds(100))
-                    open = clients.filter(\.channel.isActive).count
-                }
-                #expect(open == 5)
-                #expect(first.channel.isActive, "the oldest connection is kept")
-                try await Task.sleep(for: .seconds(2))
-                #expect(clients.filter(\.channel.isActive).count == 5, "no more than the excess is closed")
-                for client in clients { client.channel.close(promise: nil) }
+                try await first.send(healthz)
+                try await body(port, first)
             }
         }
     }
