@@ -121,7 +121,9 @@ struct ConnectionLimitsTests {
             // The kept-alive connection sent nothing after its answer: it is still open and answers.
             #expect(kept.channel.isActive)
             try await kept.send(Self.healthz)
-            try await Task.sleep(for: .seconds(1))
+            for _ in 0..<100 where kept.received.components(separatedBy: "HTTP/1.1 200").count < 3 {
+                try await Task.sleep(for: .milliseconds(100))
+            }
             #expect(kept.received.components(separatedBy: "HTTP/1.1 200").count == 3, "\(kept.received)")
         }
     }
@@ -170,7 +172,18 @@ struct ConnectionLimitsTests {
     func guardDecisions() throws {
         let connections = ConnectionGuard(headDeadline: 10, perAddress: 2, logger: Logger(label: "test"))
         func peer(_ port: Int) -> ConnectionGuard.Peer { .init(address: [10, 0, 0, 1], port: port) }
-        let start = Date(timeIntervalSince1970: 1_000_000)
+        let start: TimeInterval = 1_000
+        typealias Socket = (peer: ConnectionGuard.Peer, data: TimeInterval, sent: TimeInterval, bytes: UInt64)
+        // Each connection's last data in and out, on the guard's clock, as a sweep at `at` reads them.
+        func listing(at: TimeInterval, _ sockets: [Socket]) -> [ConnectionGuard.Peer: ConnectionGuard.Open] {
+            var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
+            for socket in sockets {
+                open[socket.peer] = ConnectionGuard.Open(
+                    sampledAt: at, sinceData: at - socket.data, sinceSent: at - socket.sent,
+                    bytesReceived: socket.bytes, inode: UInt64(socket.peer.port))
+            }
+            return open
+        }
         connections.started(peer(1), now: start)
         connections.started(peer(2), now: start)
         connections.answered(peer(2), closing: false, streaming: true, now: start)
@@ -178,31 +191,38 @@ struct ConnectionLimitsTests {
         connections.answered(peer(3), closing: false, streaming: false, now: start + 2)
         connections.started(peer(4), now: start + 3)
         connections.answered(peer(4), closing: true, streaming: false, now: start + 3)
-        var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
-        for port in 1...4 { open[peer(port)] = .init(sinceData: 100, sinceSent: 0.5) }
-        open[peer(5)] = .init(sinceData: 5, bytesReceived: 30)  // first seen now, a head under way
-        var decided = connections.decide(open: open, listedAt: start + 4, now: start + 4)
-        #expect(decided == [peer(4): .answeredTimeout, peer(5): .overCap, peer(3): .overCap])
-        // Data after the last answer is a head under way: a slow one once the deadline passed
-        // since a sweep first saw it. A request that starts meanwhile ends the wait; no data
-        // since the answer is an idle connection.
-        open = [
-            peer(3): .init(sinceData: 3), peer(1): .init(sinceData: 30),
-            .init(address: [10, 0, 0, 2], port: 6): .init(sinceData: 9),
+        let first: [Socket] = [
+            (peer(1), start, start - 5, 100), (peer(2), start, start + 3.9, 100), (peer(3), start + 1, start + 2, 100),
+            (peer(4), start + 2, start + 3.5, 100), (peer(5), start + 2, 0, 30),
         ]
-        #expect(connections.decide(open: open, listedAt: start + 20, now: start + 20) == [:])
-        decided = connections.decide(open: open, listedAt: start + 29, now: start + 29)
-        #expect(decided == [:], "not yet 10 s since the head was first seen")
-        connections.started(peer(1), now: start + 29)
-        decided = connections.decide(open: open, listedAt: start + 30, now: start + 30)
-        #expect(decided == [peer(3): .slowHead])
+        // 4 got its 408 out; 5 (first seen now) and 3 are the newest idle ones beyond the cap.
+        #expect(
+            connections.decide(open: listing(at: start + 4, first), now: start + 4)
+                == [peer(4): .answeredTimeout, peer(5): .overCap, peer(3): .overCap])
+        // Data after the last answer is a head under way: a slow one once the deadline passed
+        // since a sweep first saw it (the request under way on 1 has left the listing). The stream
+        // stays, even after a listing that missed it.
+        let other = ConnectionGuard.Peer(address: [10, 0, 0, 2], port: 6)
+        func sweep(_ at: TimeInterval, stream: Bool = true) -> [ConnectionGuard.Peer: ConnectionGuard.Reason] {
+            var sockets: [Socket] = [
+                (peer(3), start + 17, start + 2, 100), (other, start + 11, 0, 0),
+            ]
+            if stream { sockets.append((peer(2), at - 0.5, at - 5, 900)) }
+            return connections.decide(open: listing(at: at, sockets), now: at)
+        }
+        #expect(sweep(start + 20) == [:])
+        #expect(sweep(start + 29, stream: false) == [:], "not yet 10 s since the head was first seen")
+        #expect(sweep(start + 30) == [peer(3): .slowHead])
         // A 408's connection closes only once something was sent after the answer (the 408
         // itself), or 5 s after it.
         connections.started(peer(7), now: start + 30)
         connections.answered(peer(7), closing: true, streaming: false, now: start + 30)
-        open = [peer(7): .init(sinceData: 2, sinceSent: 3)]
-        #expect(connections.decide(open: open, listedAt: start + 31, now: start + 31) == [:])
-        #expect(connections.decide(open: open, listedAt: start + 36, now: start + 36) == [peer(7): .answeredTimeout])
+        #expect(
+            connections.decide(open: listing(at: start + 31, [(peer(7), start + 29, start + 28, 10)]), now: start + 31)
+                == [:])
+        #expect(
+            connections.decide(open: listing(at: start + 36, [(peer(7), start + 29, start + 28, 10)]), now: start + 36)
+                == [peer(7): .answeredTimeout])
         #expect(
             ConnectionGuard.Peer(try SocketAddress(ipAddress: "::ffff:127.0.0.1", port: 80))
                 == .init(address: [127, 0, 0, 1], port: 80))

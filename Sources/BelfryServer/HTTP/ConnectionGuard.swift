@@ -34,34 +34,56 @@ final class ConnectionGuard: Sendable {
         case slowHead, answeredTimeout, overCap
     }
 
-    /// An open connection as the sweep saw it.
+    /// An open connection as the sweep saw it. Times are seconds on the monotonic clock
+    /// (``now()``), which the wall clock's steps do not move.
     struct Open: Sendable {
-        /// Seconds since it last received data (since it opened, if none came).
+        /// When its `TCP_INFO` was read.
+        var sampledAt: TimeInterval
+        /// Seconds before `sampledAt` it last received data (since it opened, if none came).
         var sinceData: TimeInterval
-        /// Seconds since it last sent data (since it opened, if none went).
+        /// Seconds before `sampledAt` it last sent data (since it opened, if none went).
         var sinceSent: TimeInterval = .infinity
         /// Bytes it received, all told (0 where the system does not say).
         var bytesReceived: UInt64 = 0
+        /// Bytes written and not yet acknowledged: an answer still going out.
+        var sendQueue = 0
         var descriptor: Int32 = -1
         var inode: UInt64 = 0
+
+        var lastData: TimeInterval { sampledAt - sinceData }
+        var lastSent: TimeInterval { sampledAt - sinceSent }
+
+        /// Nothing going out and nothing sent for a second: no answer is being written.
+        var quiet: Bool { sendQueue == 0 && sinceSent >= 1 }
     }
 
     private struct Tracked {
-        var firstSeen: Date
+        var firstSeen: TimeInterval
+        /// The socket's inode once a sweep saw it: another one on the same peer is a new connection.
+        var inode: UInt64 = 0
+        /// Sweeps in a row that did not list it; forgotten after three.
+        var missed = 0
         var busy = 0
         var streaming = false
-        var answeredAt: Date?
+        var answeredAt: TimeInterval?
         /// When a sweep first saw a request head under way: data after the last answer (or any,
         /// before the first) and no request started since.
-        var headSince: Date?
+        var headSince: TimeInterval?
         var closeRequested = false
+
+        var idle: Bool { busy == 0 && !streaming }
+    }
+
+    private struct Sweeper {
+        var task: Task<Void, Never>?
+        var stopped = false
     }
 
     let headDeadline: TimeInterval
     /// Connections one address may hold; 0: no cap.
     let perAddress: Int
     private let tracked = NIOLockedValueBox<[Peer: Tracked]>([:])
-    private let sweeper = NIOLockedValueBox<Task<Void, Never>?>(nil)
+    private let sweeper = NIOLockedValueBox(Sweeper())
     private let logger: Logger
 
     init(headDeadline: TimeInterval, perAddress: Int, logger: Logger) {
@@ -79,17 +101,25 @@ final class ConnectionGuard: Sendable {
         #endif
     }
 
-    /// A request's head came in on `peer`'s connection.
-    func started(_ peer: Peer, now: Date = Date()) {
+    /// Seconds on the monotonic clock.
+    static func now() -> TimeInterval {
+        TimeInterval(NIODeadline.now().uptimeNanoseconds) / 1_000_000_000
+    }
+
+    /// A request's head came in on `peer`'s connection (after any stream it answered ended).
+    func started(_ peer: Peer, now: TimeInterval = ConnectionGuard.now()) {
         tracked.withLockedValue { tracked in
-            tracked[peer, default: Tracked(firstSeen: now)].busy += 1
-            tracked[peer]?.headSince = nil
+            var entry = tracked[peer, default: Tracked(firstSeen: now)]
+            entry.busy += 1
+            entry.streaming = false
+            entry.headSince = nil
+            tracked[peer] = entry
         }
     }
 
     /// `peer`'s request was answered; `closing` when its connection is to close once the answer is
     /// out, `streaming` when the answer goes on as a stream.
-    func answered(_ peer: Peer, closing: Bool, streaming: Bool, now: Date = Date()) {
+    func answered(_ peer: Peer, closing: Bool, streaming: Bool, now: TimeInterval = ConnectionGuard.now()) {
         tracked.withLockedValue { tracked in
             guard var entry = tracked[peer] else { return }
             entry.busy = max(0, entry.busy - 1)
@@ -101,59 +131,76 @@ final class ConnectionGuard: Sendable {
         }
     }
 
-    /// Which of the `open` connections (listed at `listedAt`) to close at `now`, and why.
-    /// Forgets the connections that closed.
-    func decide(open: [Peer: Open], listedAt: Date, now: Date) -> [Peer: Reason] {
+    /// Which of the `open` connections to close at `now`, and why.
+    func decide(open: [Peer: Open], now: TimeInterval) -> [Peer: Reason] {
         tracked.withLockedValue { tracked in
-            tracked = tracked.filter { peer, entry in open[peer] != nil || entry.firstSeen >= listedAt }
+            for peer in tracked.keys where open[peer] == nil { tracked[peer]?.missed += 1 }
+            tracked = tracked.filter { $0.value.missed < 3 }
             var decided: [Peer: Reason] = [:]
             for (peer, socket) in open {
                 var entry = tracked[peer, default: Tracked(firstSeen: now)]
-                defer { tracked[peer] = entry }
-                guard entry.busy == 0, !entry.streaming else { continue }
-                if entry.closeRequested {
-                    // Once the 408 is out, which the server writes after it is stamped: data sent
-                    // since the stamp (the clock's steps are 4 ms), or after 5 s whatever came.
-                    let waited = now.timeIntervalSince(entry.answeredAt ?? entry.firstSeen)
-                    if socket.sinceSent < waited + 0.01 || waited > 5 { decided[peer] = .answeredTimeout }
-                    continue
+                if entry.inode != 0, entry.inode != socket.inode {
+                    entry = Tracked(firstSeen: now, busy: entry.busy)
                 }
-                // A head is under way when data came after the last answer went out (the answer
-                // is stamped before it is written; a tenth of a second covers the clock's steps),
-                // or, before any answer, when any data came.
-                let heading =
-                    entry.answeredAt.map { socket.sinceData + 0.1 < now.timeIntervalSince($0) }
-                    ?? (socket.bytesReceived > 0)
-                entry.headSince = heading ? entry.headSince ?? now : nil
-                if let since = entry.headSince, now.timeIntervalSince(since) >= headDeadline {
-                    decided[peer] = .slowHead
-                }
+                entry.inode = socket.inode
+                entry.missed = 0
+                decided[peer] = Self.reason(&entry, socket, deadline: headDeadline, now: now)
+                tracked[peer] = entry
             }
             guard perAddress > 0 else { return decided }
-            for peers in Dictionary(grouping: open.keys, by: \.address).values where peers.count > perAddress {
-                let idle = peers.filter { peer in
-                    decided[peer] == nil && tracked[peer].map { $0.busy == 0 && !$0.streaming } == true
-                }
+            // An IPv6 client holds its whole /64.
+            for peers in Dictionary(grouping: open.keys, by: { $0.address.prefix(8) }).values
+            where peers.count > perAddress {
                 let excess = peers.count - perAddress - peers.filter { decided[$0] != nil }.count
-                for peer in idle.sorted(by: { tracked[$0]!.firstSeen > tracked[$1]!.firstSeen }).prefix(max(0, excess))
-                {
-                    decided[peer] = .overCap
+                let candidates = peers.filter { peer in
+                    // Not one whose head may have just come, nor one being answered.
+                    decided[peer] == nil && tracked[peer]?.idle == true && open[peer]!.quiet
+                        && open[peer]!.sinceData >= 1
                 }
+                let newestFirst = candidates.sorted {
+                    (tracked[$0]!.firstSeen, open[$0]!.inode) > (tracked[$1]!.firstSeen, open[$1]!.inode)
+                }
+                for peer in newestFirst.prefix(max(0, excess)) { decided[peer] = .overCap }
             }
             return decided
         }
     }
 
+    /// Why `socket` is to close, if it is, with `entry` brought up to date.
+    private static func reason(
+        _ entry: inout Tracked, _ socket: Open, deadline: TimeInterval, now: TimeInterval
+    ) -> Reason? {
+        guard entry.idle else { return nil }
+        if entry.closeRequested {
+            // Once the 408 is out, which the server writes after it is stamped: data sent since
+            // the stamp (the system's clock steps 4 ms), or after 5 s whatever came.
+            let answeredAt = entry.answeredAt ?? entry.firstSeen
+            return socket.lastSent >= answeredAt - 0.01 || now - answeredAt > 5 ? .answeredTimeout : nil
+        }
+        // A head is under way when data came after the last answer was stamped (a tenth of a
+        // second covers the clock's steps), or, before any answer, when any data came.
+        let heading = entry.answeredAt.map { socket.lastData > $0 + 0.1 } ?? (socket.bytesReceived > 0)
+        entry.headSince = heading ? entry.headSince ?? now : nil
+        guard let since = entry.headSince, now - since >= deadline, socket.quiet else { return nil }
+        return .slowHead
+    }
+
+    /// Whether `peer` has no request under way nor a stream: checked again just before a close.
+    private func stillIdle(_ peer: Peer) -> Bool {
+        tracked.withLockedValue { $0[peer]?.idle ?? true }
+    }
+
     /// Starts the sweep, once a second, of the connections to the port `port` names (nil while
-    /// the server does not listen).
+    /// the server does not listen); not again once stopped.
     func startSweeping(port: @escaping @Sendable () -> Int?) {
         guard Self.isAvailable else { return }
         sweeper.withLockedValue { sweeper in
-            guard sweeper == nil else { return }
-            sweeper = Task { [weak self] in
+            guard sweeper.task == nil, !sweeper.stopped else { return }
+            sweeper.task = Task { [weak self] in
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
-                    guard let self, let port = port() else { continue }
+                    guard let self else { break }
+                    guard let port = port() else { continue }
                     self.sweep(port: port)
                 }
             }
@@ -162,17 +209,18 @@ final class ConnectionGuard: Sendable {
 
     func stopSweeping() {
         sweeper.withLockedValue { sweeper in
-            sweeper?.cancel()
-            sweeper = nil
+            sweeper.task?.cancel()
+            sweeper.task = nil
+            sweeper.stopped = true
         }
     }
 
     /// One look at the connections to `port`: those to close are closed.
     func sweep(port: Int) {
-        let listedAt = Date()
         let open = Self.openConnections(port: port)
-        for (peer, reason) in decide(open: open, listedAt: listedAt, now: Date()) {
-            guard let socket = open[peer], Self.close(socket, answering: reason == .slowHead) else { continue }
+        for (peer, reason) in decide(open: open, now: Self.now()) {
+            guard let socket = open[peer], stillIdle(peer), Self.close(socket, answering: reason == .slowHead)
+            else { continue }
             logger.notice(
                 "connection closed",
                 metadata: ["belfry.reason": "\(reason)", "belfry.peer_port": "\(peer.port)"])
@@ -201,6 +249,8 @@ final class ConnectionGuard: Sendable {
                     else { continue }
                     guard var socket = tcpInfo(descriptor) else { continue }
                     socket.inode = inode
+                    // `tx_queue:rx_queue`, in hex.
+                    socket.sendQueue = fields[4].split(separator: ":").first.flatMap { Int($0, radix: 16) } ?? 0
                     open[peer] = socket
                 }
             }
@@ -224,7 +274,7 @@ final class ConnectionGuard: Sendable {
                     TimeInterval(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) / 1000
                 }
                 return Open(
-                    sinceData: seconds(received), sinceSent: seconds(sent),
+                    sampledAt: now(), sinceData: seconds(received), sinceSent: seconds(sent),
                     bytesReceived: length >= 136 ? bytes.loadUnaligned(fromByteOffset: 128, as: UInt64.self) : 0,
                     descriptor: descriptor)
             }
@@ -271,7 +321,7 @@ final class ConnectionGuard: Sendable {
             var rest = parts[0]
             while !rest.isEmpty {
                 guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
-                bytes += withUnsafeBytes(of: word.littleEndian) { Array($0) }
+                bytes += withUnsafeBytes(of: word) { Array($0) }  // the kernel prints each word as the machine holds it
                 rest = rest.dropFirst(8)
             }
             if bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
