@@ -206,9 +206,21 @@ struct InboxAPITests {
         arguments: TestDatabase.allCases)
     func retention(database: TestDatabase) async throws {
         let clock = TestClock()
-        try await withBelfry(database, clock: clock) { app in
+        // A webhook no one answers: each notification gets a delivery and a failed attempt.
+        let webhook = ServerConfiguration.Webhook(url: "http://127.0.0.1:9/hook", secret: WebhookReceiver.secret)
+        try await withBelfry(database, clock: clock, webhook: webhook) { app in
             let ada = try await app.userToken("ada")
-            for title in ["read", "archived", "unread"] { try await Self.notify(app, ["ada"], title: title) }
+            for title in ["read", "archived", "unread"] {
+                try await Self.notify(app, ["ada"], title: title, category: "login-fail")
+            }
+            try await #require(app.deliveryQueue).runOnce()
+            func count(_ sql: String) async throws -> Int {
+                try await app.db.sql.raw("SELECT COUNT(*) AS n FROM \(unsafeRaw: sql)").first()!
+                    .decode(column: "n", as: Int.self)
+            }
+            let deliveries = try await count("deliveries")
+            let attempts = try await count("delivery_attempts")
+            #expect(deliveries >= 3 && attempts >= 3 && deliveries % 3 == 0 && attempts % 3 == 0)
             let items = try await Self.page(app, ada).notifications
             for (title, action) in [("read", "read"), ("archived", "archive")] {
                 let item = try #require(items.first { $0.title == title })
@@ -219,6 +231,10 @@ struct InboxAPITests {
             #expect(try await app.belfryServices.inboxRetention.purge(on: app.db) == 0, "not old enough yet")
             clock.advance(by: 2 * 86_400)
             #expect(try await app.belfryServices.inboxRetention.purge(on: app.db) == 2)
+            // Their deliveries and attempts went with them, on PostgreSQL without a cascade.
+            #expect(try await count("deliveries") == deliveries / 3)
+            #expect(try await count("delivery_attempts") == attempts / 3)
+            #expect(try await count("delivery_attempts WHERE delivery_id NOT IN (SELECT id FROM deliveries)") == 0)
             let later = try await app.userToken("ada")
             #expect(try await Self.page(app, later, "?status=all").notifications.map(\.title) == ["unread"])
             #expect(try await Self.page(app, later, "?status=archived").notifications.isEmpty)

@@ -340,3 +340,40 @@ struct AddEventSkipsColumn: AsyncMigration {
         try await database.schema("events").deleteField("skips").update()
     }
 }
+
+/// PostgreSQL checks each inserted row's foreign keys, a lookup and a row lock apiece: for the
+/// hottest rows (a notification's event, a delivery's notification, an attempt's delivery) that
+/// was a tenth of the server's work during fan-out and delivery. Events are never deleted, and
+/// what deletes notifications or deliveries (erasure, retention) deletes their deliveries and
+/// attempts itself, so these three go. A notification's user keeps its key: it is what stops a
+/// fan-out racing an erasure from writing for a user already gone. SQLite keeps all of them
+/// (its checks cost little, and dropping one means rebuilding the table).
+struct DropHotForeignKeys: AsyncMigration {
+    static let dropped = [
+        ("delivery_attempts", "delivery_attempts_delivery_id_fkey", "delivery_id", "deliveries"),
+        ("deliveries", "deliveries_notification_id_fkey", "notification_id", "notifications"),
+        ("notifications", "notifications_event_id_fkey", "event_id", "events"),
+    ]
+
+    func prepare(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        for (table, constraint, _, _) in Self.dropped {
+            try await database.sql.raw(
+                "ALTER TABLE \(unsafeRaw: table) DROP CONSTRAINT IF EXISTS \(unsafeRaw: constraint)"
+            )
+            .run()
+        }
+    }
+
+    func revert(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        for (table, constraint, column, parent) in Self.dropped {
+            try await database.sql.raw(
+                """
+                ALTER TABLE \(unsafeRaw: table) ADD CONSTRAINT \(unsafeRaw: constraint) \
+                FOREIGN KEY (\(unsafeRaw: column)) REFERENCES \(unsafeRaw: parent) (id) ON DELETE CASCADE
+                """
+            ).run()
+        }
+    }
+}

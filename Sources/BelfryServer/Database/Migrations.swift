@@ -32,6 +32,7 @@ enum BelfryMigrations {
         PartialDeliveryClaimIndexes(),
         PartialOpenEventsIndex(),
         AddEventSkipsColumn(),
+        DropHotForeignKeys(),
     ]
 }
 

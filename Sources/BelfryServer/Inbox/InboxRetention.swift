@@ -3,7 +3,7 @@ import Foundation
 import SQLKit
 
 /// Purges inbox notifications that are read or archived and older than the retention age,
-/// with their deliveries and attempts (by cascade). Unread ones are kept however old.
+/// with their deliveries and those deliveries' attempts. Unread ones are kept however old.
 struct InboxRetention: Sendable {
     let storage: BelfryDatabase
     let now: @Sendable () -> Date
@@ -19,15 +19,25 @@ struct InboxRetention: Sendable {
         var purged = 0
         while true {
             let deleted = try await storage.write(db) { tx in
+                let ids = try await tx.sql.raw(
+                    """
+                    SELECT id FROM notifications
+                    WHERE available_at < \(bind: cutoff) AND (read_at IS NOT NULL OR archived_at IS NOT NULL)
+                    LIMIT \(literal: Self.batch)
+                    """
+                ).all().map { try $0.decode(column: "id", as: UUID.self) }
+                guard !ids.isEmpty else { return 0 }
+                // Their deliveries and those deliveries' attempts go with them: on PostgreSQL no
+                // foreign key cascades there (`DropHotForeignKeys`).
                 try await tx.sql.raw(
                     """
-                    DELETE FROM notifications WHERE id IN (
-                      SELECT id FROM notifications
-                      WHERE available_at < \(bind: cutoff) AND (read_at IS NOT NULL OR archived_at IS NOT NULL)
-                      LIMIT \(literal: Self.batch))
-                    RETURNING id
+                    DELETE FROM delivery_attempts WHERE delivery_id IN \
+                    (SELECT id FROM deliveries WHERE notification_id IN (\(binds: ids)))
                     """
-                ).all().count
+                ).run()
+                try await tx.sql.delete(from: Tables.deliveries).where("notification_id", .in, ids).run()
+                try await tx.sql.delete(from: Tables.notifications).where("id", .in, ids).run()
+                return ids.count
             }
             purged += deleted
             if deleted < Self.batch { return purged }
