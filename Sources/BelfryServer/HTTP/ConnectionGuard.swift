@@ -152,15 +152,15 @@ final class ConnectionGuard: Sendable {
             for peers in Dictionary(grouping: open.keys, by: { $0.address.prefix(8) }).values
             where peers.count > perAddress {
                 let excess = peers.count - perAddress - peers.filter { decided[$0] != nil }.count
-                let candidates = peers.filter { peer in
-                    // Not one whose head may have just come, nor one being answered.
-                    decided[peer] == nil && tracked[peer]?.idle == true && open[peer]!.quiet
-                        && open[peer]!.sinceData >= 1
-                }
-                let newestFirst = candidates.sorted {
+                // The newest `excess` go; those busy, being answered or just sent a head wait for
+                // a later sweep (an older one never goes in their place).
+                let newestFirst = peers.filter { decided[$0] == nil }.sorted {
                     (tracked[$0]!.firstSeen, open[$0]!.inode) > (tracked[$1]!.firstSeen, open[$1]!.inode)
                 }
-                for peer in newestFirst.prefix(max(0, excess)) { decided[peer] = .overCap }
+                for peer in newestFirst.prefix(max(0, excess))
+                where tracked[peer]!.idle && open[peer]!.quiet && open[peer]!.sinceData >= 1 {
+                    decided[peer] = .overCap
+                }
             }
             return decided
         }
