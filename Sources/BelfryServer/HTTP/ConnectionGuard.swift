@@ -324,10 +324,7 @@ final class ConnectionGuard: Sendable {
                 bytes += withUnsafeBytes(of: word) { Array($0) }  // the kernel prints each word as the machine holds it
                 rest = rest.dropFirst(8)
             }
-            if bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
-                bytes = Array(bytes[12...])
-            }
-            return Peer(address: bytes, port: port)
+            return Peer(unmapping: bytes, port: port)
         }
 
         /// Shuts the connection down (after a 408 when `answering`), through a duplicate of its
@@ -350,6 +347,14 @@ final class ConnectionGuard: Sendable {
 #endif
 
 extension ConnectionGuard.Peer {
+    /// The peer at `address` (4 or 16 bytes), an IPv4-mapped IPv6 address as its IPv4 bytes.
+    init(unmapping address: [UInt8], port: Int) {
+        let mapped =
+            address.count == 16 && address[0..<10].allSatisfy { $0 == 0 } && address[10] == 0xff
+            && address[11] == 0xff
+        self.init(address: mapped ? Array(address[12...]) : address, port: port)
+    }
+
     /// The peer a request's `remoteAddress` names; nil for a Unix socket.
     init?(_ address: SocketAddress?) {
         switch address {
@@ -358,11 +363,8 @@ extension ConnectionGuard.Peer {
             self.init(address: withUnsafeBytes(of: &raw) { Array($0) }, port: Int(address.address.sin_port.bigEndian))
         case .v6(let address)?:
             var raw = address.address.sin6_addr
-            var bytes = withUnsafeBytes(of: &raw) { Array($0) }
-            if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
-                bytes = Array(bytes[12...])
-            }
-            self.init(address: bytes, port: Int(address.address.sin6_port.bigEndian))
+            self.init(
+                unmapping: withUnsafeBytes(of: &raw) { Array($0) }, port: Int(address.address.sin6_port.bigEndian))
         default:
             return nil
         }
