@@ -232,13 +232,39 @@ struct ConnectionLimitsTests {
         #expect(
             ConnectionGuard.Peer(try SocketAddress(ipAddress: "::ffff:127.0.0.1", port: 80))
                 == .init(address: [127, 0, 0, 1], port: 80))
-        #if os(Linux)
-            #expect(ConnectionGuard.endpoint("0100007F:1F90") == .init(address: [127, 0, 0, 1], port: 8080))
-            #expect(
-                ConnectionGuard.endpoint("0000000000000000FFFF00000100007F:0050")
-                    == .init(address: [127, 0, 0, 1], port: 80))
-        #endif
     }
+
+    #if os(Linux)
+        @Test("the listing names the server port's established connections by peer, and nothing else")
+        func listing() async throws {
+            let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .bind(host: "127.0.0.1", port: 0).get()
+            let port = try #require(server.localAddress?.port)
+            let client = try await RawClient.connect(port: port)
+            let peer = try #require(ConnectionGuard.Peer(client.channel.localAddress))
+            try await client.send("GET / HTTP/1.1\r\n")
+            var open: [ConnectionGuard.Peer: ConnectionGuard.Open] = [:]
+            for _ in 0..<50 where open[peer]?.bytesReceived != 16 {
+                try await Task.sleep(for: .milliseconds(20))
+                open = ConnectionGuard.openConnections(port: port)
+            }
+            // The listener and the client's own end (its local port is another) are not listed.
+            #expect(Array(open.keys) == [peer])
+            #expect(open[peer]?.bytesReceived == 16)
+            #expect(open[peer]?.sendQueue == 0)
+            #expect(try #require(open[peer]).inode != 0)
+            #expect(ConnectionGuard.openConnections(port: port + 1).isEmpty, "another port's")
+            // Once the client has closed, the server's end is no longer established.
+            try await client.channel.close()
+            var left = open
+            for _ in 0..<50 where !left.isEmpty {
+                try await Task.sleep(for: .milliseconds(20))
+                left = ConnectionGuard.openConnections(port: port)
+            }
+            #expect(left.isEmpty)
+            try await server.close()
+        }
+    #endif
 
     @Test("a connection that sends nothing at all is closed after the idle timeout")
     func silentConnection() async throws {

@@ -10,7 +10,7 @@ import Vapor
 /// Closes the connections a client holds without finishing a request, which the HTTP server's
 /// idle timeout alone cannot: a request head sent a byte at a time resets that timeout with each
 /// byte. Once a second it looks at the server's open connections (Linux: the process's sockets
-/// in `/proc`, and how long ago each last received data) and closes:
+/// and how long ago each last received data) and closes:
 /// - a connection that has been sending a request head, not yet complete, for longer than the
 ///   request deadline (counted from the first sweep that saw data come after the connection
 ///   opened or its last answer went out): it gets a 408 with `Connection: close`;
@@ -235,38 +235,67 @@ final class ConnectionGuard: Sendable {
             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n".utf8)
 
         /// The process's established TCP connections whose local port is `port`: each socket's
-        /// descriptor and inode (from `/proc/self/fd`), peer (from `/proc/self/net/tcp` and
-        /// `tcp6`), and how long ago it last received data (`TCP_INFO`).
+        /// descriptor and inode (`/proc/self/fd`, `fstat`), its ends (`getsockname`,
+        /// `getpeername`), its state and how long ago it last received data (`TCP_INFO`), and
+        /// what waits in its send queue (`SIOCOUTQ`). It asks only about the process's own
+        /// sockets: a listing of the system's (`/proc/net/tcp`) grows with every connection the
+        /// machine holds, closed ones waiting out `TIME_WAIT` too.
         static func openConnections(port: Int) -> [Peer: Open] {
-            let sockets = socketDescriptors()
             var open: [Peer: Open] = [:]
-            for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-                guard let text = readAll(table) else { continue }
-                for line in text.split(separator: "\n").dropFirst() {
-                    let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                    guard fields.count > 9, fields[3] == "01", let local = endpoint(fields[1]), local.port == port,
-                        let inode = UInt64(fields[9]), let descriptor = sockets[inode], let peer = endpoint(fields[2])
-                    else { continue }
-                    guard var socket = tcpInfo(descriptor) else { continue }
-                    socket.inode = inode
-                    // `tx_queue:rx_queue`, in hex.
-                    socket.sendQueue = fields[4].split(separator: ":").first.flatMap { Int($0, radix: 16) } ?? 0
-                    open[peer] = socket
-                }
+            for descriptor in descriptors() {
+                var status = stat()
+                guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFSOCK,
+                    address(of: descriptor, getsockname)?.port == port,
+                    let peer = address(of: descriptor, getpeername), var socket = tcpInfo(descriptor)
+                else { continue }
+                socket.inode = UInt64(status.st_ino)
+                var queued: Int32 = 0
+                socket.sendQueue = ioctl(descriptor, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+                open[peer] = socket
             }
             return open
         }
 
-        /// What `TCP_INFO` says of the socket: when it last received and sent data, how many bytes
-        /// it received (`tcpi_bytes_received`, at byte 128 of Linux's `struct tcp_info` since
-        /// Linux 4.1; glibc's copy of the struct ends before it).
+        /// One end of a TCP socket, as `getsockname` or `getpeername` gives it; nil for any other
+        /// kind of socket, or one not connected.
+        private static func address(
+            of descriptor: Int32,
+            _ name: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32
+        ) -> Peer? {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let status = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { name(descriptor, $0, &length) }
+            }
+            guard status == 0 else { return nil }
+            switch Int32(storage.ss_family) {
+            case AF_INET:
+                let address = withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in.self) }
+                return Peer(
+                    address: withUnsafeBytes(of: address.sin_addr) { Array($0) },
+                    port: Int(UInt16(bigEndian: address.sin_port)))
+            case AF_INET6:
+                let address = withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in6.self) }
+                return Peer(
+                    unmapping: withUnsafeBytes(of: address.sin6_addr) { Array($0) },
+                    port: Int(UInt16(bigEndian: address.sin6_port)))
+            default:
+                return nil
+            }
+        }
+
+        /// What `TCP_INFO` says of an established socket (nil for any other state): when it last
+        /// received and sent data, how many bytes it received (`tcpi_bytes_received`, at byte 128
+        /// of Linux's `struct tcp_info` since Linux 4.1; glibc's copy of the struct ends before
+        /// it).
         private static func tcpInfo(_ descriptor: Int32) -> Open? {
             var raw = [UInt8](repeating: 0, count: 256)
             var length = socklen_t(raw.count)
             let status = raw.withUnsafeMutableBytes {
                 getsockopt(descriptor, Int32(IPPROTO_TCP), TCP_INFO, $0.baseAddress, &length)
             }
-            guard status == 0, let received = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_recv),
+            guard status == 0, raw[0] == UInt8(TCP_ESTABLISHED),
+                let received = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_recv),
                 let sent = MemoryLayout<tcp_info>.offset(of: \.tcpi_last_data_sent), Int(length) >= received + 4
             else { return nil }
             return raw.withUnsafeBytes { bytes in
@@ -280,51 +309,19 @@ final class ConnectionGuard: Sendable {
             }
         }
 
-        /// A file of `/proc` read to its end: its size says 0, and it comes a page at a time.
-        private static func readAll(_ path: String) -> String? {
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-            guard descriptor >= 0 else { return nil }
-            defer { Glibc.close(descriptor) }
-            var bytes: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 65_536)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                guard count > 0 else { return count == 0 ? String(decoding: bytes, as: UTF8.self) : nil }
-                bytes += chunk[0..<count]
+        /// The process's open descriptors, from `/proc/self/fd`.
+        private static func descriptors() -> [Int32] {
+            guard let directory = opendir("/proc/self/fd") else { return [] }
+            defer { closedir(directory) }
+            let own = dirfd(directory)
+            var descriptors: [Int32] = []
+            while let entry = readdir(directory) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                    String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if let descriptor = Int32(name), descriptor != own { descriptors.append(descriptor) }
             }
-        }
-
-        /// The process's socket descriptors by inode.
-        private static func socketDescriptors() -> [UInt64: Int32] {
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return [:] }
-            var sockets: [UInt64: Int32] = [:]
-            var target = [CChar](repeating: 0, count: 64)
-            for name in names {
-                guard let descriptor = Int32(name) else { continue }
-                let count = readlink("/proc/self/fd/\(name)", &target, target.count - 1)
-                guard count > 0 else { continue }
-                let link = String(decoding: target[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                guard link.hasPrefix("socket:["), link.hasSuffix("]"),
-                    let inode = UInt64(link.dropFirst(8).dropLast())
-                else { continue }
-                sockets[inode] = descriptor
-            }
-            return sockets
-        }
-
-        /// `ADDRESS:PORT` of `/proc/net/tcp`: the address in hex, 32-bit words in the machine's
-        /// order; an IPv4-mapped IPv6 address as its IPv4 bytes.
-        static func endpoint(_ text: Substring) -> Peer? {
-            let parts = text.split(separator: ":")
-            guard parts.count == 2, let port = Int(parts[1], radix: 16), parts[0].count % 8 == 0 else { return nil }
-            var bytes: [UInt8] = []
-            var rest = parts[0]
-            while !rest.isEmpty {
-                guard let word = UInt32(rest.prefix(8), radix: 16) else { return nil }
-                bytes += withUnsafeBytes(of: word) { Array($0) }  // the kernel prints each word as the machine holds it
-                rest = rest.dropFirst(8)
-            }
-            return Peer(unmapping: bytes, port: port)
+            return descriptors
         }
 
         /// Shuts the connection down (after a 408 when `answering`), through a duplicate of its
