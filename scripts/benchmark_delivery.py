@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from benchmark_support import arguments, call, memory_mib, start_server
+from benchmark_support import arguments, call, cpu_seconds, memory_mib, postgres_cpu_seconds, start_server
 
 WORKSPACE = {
     "channels": [
@@ -179,6 +179,8 @@ def measure(args, database, port, work, status_events):
             count = min(10_000, args.recipients - offset)
             call(base, "PUT", "/v1/topics/everyone/subscribers",
                  {"users": [f"reader-{offset + i}" for i in range(count)]})
+        postgres = database.startswith("postgres")
+        cpu_before = (cpu_seconds(server.pid), postgres_cpu_seconds() if postgres else 0)
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
             "category": "announcement", "topic": "everyone",
@@ -202,6 +204,7 @@ def measure(args, database, port, work, status_events):
                 break
             time.sleep(0.05)
         recorded = time.time() - started
+        cpu = (cpu_seconds(server.pid) - cpu_before[0], (postgres_cpu_seconds() if postgres else 0) - cpu_before[1])
         if status_events:
             # message.sent for each webhook delivery and for each inbox notification.
             expected = 2 * args.recipients
@@ -217,7 +220,7 @@ def measure(args, database, port, work, status_events):
         if server:
             server.terminate()
             server.wait(timeout=30)
-    return elapsed, recorded, sent, body_size, peak, status_last
+    return elapsed, recorded, sent, body_size, peak, status_last, cpu
 
 
 def main():
@@ -232,7 +235,7 @@ def main():
     os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
     rounds = []
     try:
-        elapsed, recorded, sent, body_size, peak, _ = measure(args, args.database, port, work, False)
+        elapsed, recorded, sent, body_size, peak, _, cpu = measure(args, args.database, port, work, False)
         with_status = None
         if args.status_events:
             with_status = measure(args, args.database + "-status", port, work, True)
@@ -258,6 +261,9 @@ def main():
     print(f"deliveries:      {args.recipients} webhook requests of ~{body_size} bytes (and as many inbox items)")
     print(f"202 to last arrival: {elapsed:.2f} s  ->  {rate:,.0f} deliveries/s "
           f"(all {sent} recorded as sent after {recorded:.2f} s)")
+    print(f"server CPU:      {cpu[0] * 1e6 / args.recipients:.0f} µs a delivery (user and system, 202 to every result "
+          "recorded; steadier than the rate on a busy machine)"
+          + (f"; PostgreSQL {cpu[1] * 1e6 / args.recipients:.0f} µs" if args.database.startswith("postgres") else ""))
     print(f"h2load --h1 -c 16, same count and size: {reference:,.0f} requests/s")
     print(f"ratio:           {rate / reference:.3f} of h2load")
     if channel:
@@ -265,7 +271,7 @@ def main():
               f"{channel[1] * 1e6:.0f} µs of CPU each; the queue reached {rate / channel[0]:.2f} of it")
     print(f"server memory:   {peak:.0f} MiB peak")
     if with_status:
-        status_elapsed, status_recorded, _, _, status_peak, status_last = with_status
+        status_elapsed, status_recorded, _, _, status_peak, status_last, _ = with_status
         print(f"with {2 * args.recipients} message.sent status events (webhook and inbox) to a second endpoint: last webhook arrival {status_elapsed:.2f} s, "
               f"all recorded {status_recorded:.2f} s, last status event {status_last:.2f} s, "
               f"{status_peak:.0f} MiB peak")
