@@ -114,6 +114,62 @@ struct BulkInsertTests {
         }
     }
 
+    @Test(
+        "direct rows read every column as SQLKit's rows do, binds of each type and NULL included",
+        arguments: TestDatabase.allCases)
+    func directRows(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let storage = BelfryDatabase(location: app.belfry.settings.database)
+            try await app.db.sql.raw(
+                "CREATE TABLE direct_check (id UUID NOT NULL, other UUID, label TEXT, number BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, flag BOOLEAN NOT NULL, maybe BOOLEAN)"
+            ).run()
+            let at = Date(timeIntervalSince1970: 1_800_000_000.25)
+            for index in 0..<4 {
+                let other: UUID? = index.isMultiple(of: 2) ? UUID() : nil
+                let label: String? = index == 3 ? nil : "row \(index) ✓ \"quoted\"\n🔔"
+                let maybe: Bool? = index == 1 ? true : nil
+                try await app.db.sql.insert(into: "direct_check")
+                    .columns("id", "other", "label", "number", "at", "flag", "maybe")
+                    .values(
+                        SQLBind(UUID()), SQLBind(other), SQLBind(label), SQLBind(index - 2 + Int(Int32.max)),
+                        SQLBind(at.addingTimeInterval(Double(index))), SQLBind(index.isMultiple(of: 2)), SQLBind(maybe)
+                    )
+                    .run()
+            }
+            let query: SQLQueryString = """
+                SELECT * FROM direct_check WHERE number > \(bind: 0) AND at >= \(bind: at) AND flag IN (\(bind: true), \(bind: false))
+                  AND (other IS NULL OR other <> \(bind: UUID())) AND (label IS NULL OR label <> \(bind: "x"))
+                  AND (maybe IS NULL OR maybe = \(bind: Bool?.some(true))) AND COALESCE(\(bind: String?.none), label, 'none') IS NOT NULL
+                ORDER BY number
+                """
+            let direct = try await storage.rows(query, on: app.db.sql)
+            let usual = try await app.db.sql.raw(query).all()
+            #expect(direct.count == 4)
+            #expect(usual.count == 4)
+            for (row, expected) in zip(direct, usual) {
+                #expect(try row.decode(column: "id", as: UUID.self) == expected.decode(column: "id", as: UUID.self))
+                #expect(
+                    try row.decode(column: "other", as: UUID?.self) == expected.decode(column: "other", as: UUID?.self))
+                #expect(
+                    try row.decode(column: "label", as: String?.self)
+                        == expected.decode(column: "label", as: String?.self))
+                #expect(
+                    try row.decode(column: "number", as: Int.self) == expected.decode(column: "number", as: Int.self))
+                #expect(try row.decode(column: "at", as: Date.self) == expected.decode(column: "at", as: Date.self))
+                #expect(try row.decode(column: "flag", as: Bool.self) == expected.decode(column: "flag", as: Bool.self))
+                #expect(
+                    try row.decode(column: "maybe", as: Bool?.self) == expected.decode(column: "maybe", as: Bool?.self))
+            }
+            #expect(try direct[1].decode(column: "maybe", as: Bool?.self) == true)
+            #expect(try direct[3].decode(column: "label", as: String?.self) == nil)
+            // A missing column, a NULL asked for as a value, and a column of another type throw.
+            #expect(throws: (any Error).self) { try direct[0].decode(column: "nowhere", as: String.self) }
+            #expect(throws: (any Error).self) { try direct[0].decode(column: "nowhere", as: String?.self) }
+            #expect(throws: (any Error).self) { try direct[3].decode(column: "label", as: String.self) }
+            #expect(throws: (any Error).self) { try direct[0].decode(column: "label", as: UUID.self) }
+        }
+    }
+
     @Test("conflicting rows are skipped, and only the rows inserted come back", arguments: TestDatabase.allCases)
     func conflicts(database: TestDatabase) async throws {
         try await withBelfry(database) { app in

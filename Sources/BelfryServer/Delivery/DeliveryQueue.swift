@@ -630,7 +630,7 @@ final class DeliveryQueue: Sendable {
     func claimIDs(_ wanted: [(channels: [String]?, limit: Int)]) async throws -> [(id: UUID, kind: ChannelKind)] {
         let statement = claimStatement(wanted, now: now())
         return try await storage.write(database()) { db in
-            try await db.sql.raw(statement).all().map { row in
+            try await self.storage.rows(statement, on: db.sql).map { row in
                 let channel = try row.decode(column: "channel", as: String.self)
                 // A channel that left the config is failed by the read, as an orphan.
                 return (try row.decode(column: "id", as: UUID.self), self.kindOfChannel[channel] ?? .inbox)
@@ -681,7 +681,7 @@ final class DeliveryQueue: Sendable {
     private func read(claimed ids: [UUID], now: Date) async throws -> [Delivery] {
         var orphans: [(UUID, String)] = []
         var deliveries: [Delivery] = []
-        for row in try await database().sql.raw(claimed(ids, now: now)).all() {
+        for row in try await storage.rows(claimed(ids, now: now), on: database().sql) {
             let id = try row.decode(column: "delivery_id", as: UUID.self)
             let channelID = try row.decode(column: "channel", as: String.self)
             let categoryID = try row.decode(column: "category", as: String.self)
@@ -712,7 +712,7 @@ final class DeliveryQueue: Sendable {
     }
 
     private func delivery(
-        _ row: any SQLRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
+        _ row: DirectRow, id: UUID, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery {
         Delivery(
             id: id,
@@ -746,7 +746,7 @@ final class DeliveryQueue: Sendable {
 
     /// What the row's channel kind needs, from the claim's columns.
     private func payload(
-        _ row: any SQLRow, channel: ChannelDefinition, category: CategoryDefinition
+        _ row: DirectRow, channel: ChannelDefinition, category: CategoryDefinition
     ) throws -> Delivery.Payload {
         let action = try row.decode(column: "action_id", as: String?.self).map { id in
             category.actions.first { $0.id == id } ?? NotificationAction(id: id, title: id)

@@ -224,9 +224,9 @@ extension Fanout {
     private func audience(of batches: [OpenBatch], on sql: any SQLDatabase) async throws -> BatchAudience {
         let userIDs = Array(Set(batches.map(\.userID)))
         var audience = BatchAudience()
-        for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) }).from(UserModel.schema)
-            .where("id", .in, userIDs).all()
-        {
+        let select = sql.select().columns(Self.recipientColumns.map { SQLColumn($0) }).from(UserModel.schema)
+            .where("id", .in, userIDs)
+        for row in try await storage.rows(select.query, on: sql) {
             let (externalID, recipient) = try Self.recipient(from: row)
             audience.users[recipient.id] = recipient
             audience.externalIDs[recipient.id] = externalID

@@ -402,7 +402,7 @@ struct Fanout: Sendable {
                 .map { try $0.decode(column: "user_id", as: UUID.self) }
             let page =
                 ids.isEmpty
-                ? [] : try await sql.raw(Self.topicUsers(ids, event: event.id)).all().map(Self.recipient(from:))
+                ? [] : try await storage.rows(Self.topicUsers(ids, event: event.id), on: sql).map(Self.recipient(from:))
             recipients = page.map(\.externalID)
             topicUsers = Dictionary(page.map { ($0.externalID, $0.recipient) }) { first, _ in first }
             topicCursor = ids.last ?? after
@@ -807,7 +807,7 @@ struct Fanout: Sendable {
     ]
 
     /// A user row (`recipientColumns`) as fan-out sees it.
-    static func recipient(from row: any SQLRow) throws -> (externalID: String, recipient: Recipient) {
+    static func recipient(from row: DirectRow) throws -> (externalID: String, recipient: Recipient) {
         var quietHours: QuietHours?
         if let start = try row.decode(column: "quiet_start", as: String?.self),
             let end = try row.decode(column: "quiet_end", as: String?.self)
@@ -876,9 +876,9 @@ struct Fanout: Sendable {
     /// The users of these external ids that Belfry knows.
     private func knownUsers(_ externalIDs: [String], on sql: any SQLDatabase) async throws -> [String: Recipient] {
         var found: [String: Recipient] = [:]
-        for row in try await sql.select().columns(Self.recipientColumns.map { SQLColumn($0) })
-            .from(UserModel.schema).where("external_id", .in, externalIDs).all()
-        {
+        let select = sql.select().columns(Self.recipientColumns.map { SQLColumn($0) })
+            .from(UserModel.schema).where("external_id", .in, externalIDs)
+        for row in try await storage.rows(select.query, on: sql) {
             let (externalID, recipient) = try Self.recipient(from: row)
             found[externalID] = recipient
         }

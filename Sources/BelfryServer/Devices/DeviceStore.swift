@@ -149,27 +149,27 @@ struct DeviceStore: Sendable {
     }
 
     func device(_ id: UUID, on db: any Database) async throws -> Device? {
-        try await db.sql.select().columns(Self.columns).from(Tables.devices).where("id", .equal, id).first().map {
-            try Self.device($0)
-        }
+        let select = db.sql.select().columns(Self.columns).from(Tables.devices).where("id", .equal, id).limit(1)
+        return try await storage.rows(select.query, on: db.sql).first.map { try Self.device($0) }
     }
 
     /// The user's devices, newest first, retired ones included.
     func devices(of userID: UUID, on db: any Database) async throws -> [Device] {
-        try await db.sql.select().columns(Self.columns).from(Tables.devices).where("user_id", .equal, userID)
-            .orderBy("created_at", .descending).orderBy("id", .descending).all().map { try Self.device($0) }
+        let select = db.sql.select().columns(Self.columns).from(Tables.devices).where("user_id", .equal, userID)
+            .orderBy("created_at", .descending).orderBy("id", .descending)
+        return try await storage.rows(select.query, on: db.sql).map { try Self.device($0) }
     }
 
     /// The devices that may be notified, of many users at once (for a fan-out batch).
     func deliverableDevices(of users: [UUID], on sql: any SQLDatabase) async throws -> [UUID: [Device]] {
         guard !users.isEmpty else { return [:] }
-        let rows = try await sql.select().columns(Self.columns).from(Tables.devices)
+        let select = sql.select().columns(Self.columns).from(Tables.devices)
             .where("user_id", .in, users).where("retired_at", .is, SQLLiteral.null)
             .where(
                 "authorization", .in,
                 PushAuthorization.allCases.filter(\.allowsDelivery).map(\.rawValue)
             )
-            .all()
+        let rows = try await storage.rows(select.query, on: sql)
         return Dictionary(grouping: try rows.map { try Self.device($0) }, by: \.userID)
     }
 
@@ -193,12 +193,12 @@ struct DeviceStore: Sendable {
     /// A device from a query that selected its columns beside another table's, named
     /// `<prefix><column>` (see `prefixedColumns`): how the delivery queue reads a claimed push's
     /// device in the same query as its delivery.
-    func device(_ row: any SQLRow, prefix: String) throws -> Device {
+    func device(_ row: DirectRow, prefix: String) throws -> Device {
         try Self.device(PrefixedRow(row: row, prefix: prefix))
     }
 
     /// A device from a row of `columns`.
-    private static func device(_ row: any SQLRow) throws -> Device {
+    private static func device(_ row: DirectRow) throws -> Device {
         try device(PrefixedRow(row: row, prefix: ""))
     }
 
@@ -208,15 +208,15 @@ struct DeviceStore: Sendable {
     }
 
     private struct PrefixedRow {
-        let row: any SQLRow
+        let row: DirectRow
         let prefix: String
 
-        func decode<D: Decodable>(column: String, as type: D.Type) throws -> D {
+        func decode<D: DirectColumn>(column: String, as type: D.Type) throws -> D {
             try row.decode(column: prefix + column, as: type)
         }
 
-        /// A column that may be NULL (see `SQLRow.decode(column:as:)` for `D?`).
-        func decode<D: Decodable>(column: String, as type: D?.Type) throws -> D? {
+        /// A column that may be NULL.
+        func decode<D: DirectColumn>(column: String, as type: D?.Type) throws -> D? {
             try row.decode(column: prefix + column, as: type)
         }
     }
