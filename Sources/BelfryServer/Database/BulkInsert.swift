@@ -58,18 +58,21 @@ extension BelfryDatabase {
         let group = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
         for chunk in rows.chunked(rowsPerStatement) {
             let sql = head + Array(repeating: group, count: chunk.count).joined(separator: ", ") + tail
-            var binds: [any Encodable & Sendable] = []
+            var binds: [SQLiteData] = []
             binds.reserveCapacity(chunk.count * columns.count)
             for row in chunk {
                 precondition(row.count == columns.count, "a bulk row has a value for each column")
                 for value in row { binds.append(value.sqliteData) }
             }
-            // Through SQLKit, which on a connection (a transaction) runs the statement on the
-            // driver's thread and resumes from there; the driver's own `query` also passes
-            // each row and the end through an event loop.
             let rows = NIOLockedValueBox<[any SQLRow]>([])
-            try await db.sql.execute(sql: PreparedSQL(sql: sql, binds: binds)) { row in
-                rows.withLockedValue { $0.append(row) }
+            if let sqlite = db as? any SQLiteDatabase {
+                // The driver's own values straight to the driver: SQLKit's encoder would cast
+                // each one to find that it already is one (3 % of the push benchmark's CPU).
+                try await sqlite.query(sql, binds) { row in rows.withLockedValue { $0.append(row.sql()) } }
+            } else {
+                try await db.sql.execute(sql: PreparedSQL(sql: sql, binds: binds)) { row in
+                    rows.withLockedValue { $0.append(row) }
+                }
             }
             inserted += rows.withLockedValue { $0 }
         }

@@ -87,11 +87,23 @@ extension BelfryDatabase {
             return result.rows.map { DirectRow(cells: .postgres($0.makeRandomAccess())) }
         }
         if let sqlite = database as? any SQLiteDatabase {
-            let encoder = SQLiteDataEncoder()
-            let binds = try serializer.binds.map { try encoder.encode($0) }
+            let binds = try serializer.binds.map(Self.sqliteData)
             return try await sqlite.query(serializer.sql, binds).map { DirectRow(cells: .sqlite($0)) }
         }
         return try await database.sqlKitRows(query)
+    }
+
+    /// A bind as SQLite's value: the usual types directly, anything else through SQLiteKit's
+    /// encoder (which casts each value to find out whether it converts itself).
+    private static func sqliteData(_ value: any Encodable & Sendable) throws -> SQLiteData {
+        switch value {
+        case let value as UUID: value.sqliteData ?? .null
+        case let value as String: .text(value)
+        case let value as Int: .integer(value)
+        case let value as Date: value.sqliteData ?? .null
+        case let value as Bool: .integer(value ? 1 : 0)
+        default: try SQLiteDataEncoder().encode(value)
+        }
     }
 
     /// The binds as PostgreSQL's own values; nil when one is of a type this does not know (the
