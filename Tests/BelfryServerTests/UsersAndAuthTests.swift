@@ -1,6 +1,7 @@
 import BelfryCore
 import BelfryTestSupport
 import Foundation
+import NIOConcurrencyHelpers
 import SQLKit
 import Testing
 import Vapor
@@ -206,6 +207,45 @@ struct UsersAndAuthTests {
             let data = try await app.send(.GET, "/v1/me/preferences", bearer: fresh).decode(PreferenceData.self)
             let mention = data.sections?.flatMap { $0.subcategories ?? [] }.first { $0.category == "mention" }
             #expect(mention?.preference == .optIn)
+        }
+    }
+
+    @Test("an erasure racing a result being recorded leaves none of its attempt rows behind (PostgreSQL)")
+    func erasureRacingAResult() async throws {
+        try await withBelfry(.postgres) { app in
+            _ = try await DeliveryQueueTests.trigger(app, to: ["ada"])
+            let delivery = try #require(
+                try await app.db.sql.raw("SELECT id FROM deliveries LIMIT 1").first()?.decode(
+                    column: "id", as: UUID.self))
+            // A result being recorded, as the queue records it: the delivery updated, its attempt
+            // logged, not yet committed.
+            let recording = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
+            let recorder = Task {
+                try await app.db.transaction { tx in
+                    _ = try await tx.sql.raw(
+                        "UPDATE deliveries SET updated_at = updated_at WHERE id = \(bind: delivery) RETURNING id"
+                    ).all()
+                    try await tx.sql.raw(
+                        """
+                        INSERT INTO delivery_attempts (id, delivery_id, attempt, started_at, finished_at, outcome)
+                        VALUES (\(bind: UUID()), \(bind: delivery), 1, \(bind: Date()), \(bind: Date()), 'sent')
+                        """
+                    ).run()
+                    recording.withLockedValue { $0.holding = true }
+                    while !recording.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
+                }
+            }
+            while !recording.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
+            let erasure = Task { try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status }
+            // The erasure waits on the delivery the result holds; the result then commits.
+            try await Task.sleep(for: .milliseconds(500))
+            recording.withLockedValue { $0.release = true }
+            try await recorder.value
+            #expect(try await erasure.value == .noContent)
+            let left = try await app.db.sql.raw(
+                "SELECT COUNT(*) AS n FROM delivery_attempts WHERE delivery_id = \(bind: delivery)"
+            ).first()?.decode(column: "n", as: Int.self)
+            #expect(left == 0, "the attempt committed during the erasure went with its delivery")
         }
     }
 

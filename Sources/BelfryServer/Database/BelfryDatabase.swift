@@ -163,6 +163,10 @@ extension BelfryDatabase {
     func lockingSkipLocked(_ select: SQLSelectBuilder) -> SQLSelectBuilder {
         kind == .postgres ? select.lockingClause(SQLRaw("FOR UPDATE SKIP LOCKED")) : select
     }
+
+    /// ` FOR KEY SHARE` on PostgreSQL (the rows cannot be deleted until this transaction
+    /// ends), nothing on SQLite.
+    var forKeyShare: String { kind == .postgres ? " FOR KEY SHARE" : "" }
 }
 
 extension Application {

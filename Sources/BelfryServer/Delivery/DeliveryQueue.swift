@@ -923,13 +923,15 @@ final class DeliveryQueue: Sendable {
     private func logAttempts(
         _ resolved: [(AttemptResult, Resolution)], recorded: Set<UUID>, on db: any Database
     ) async throws {
-        // A delivery erased with its user during the attempt has nowhere to log it.
+        // A delivery erased with its user during the attempt has nowhere to log it. Those still
+        // there are held until this commits (the updated ones already are), so that an erasure
+        // or a purge, which holds them before deleting their attempts, sees these rows.
         let unrecorded = resolved.map(\.0.delivery.id).filter { !recorded.contains($0) }
         var existing = recorded
         if !unrecorded.isEmpty {
-            for row in try await db.sql.select().column("id").from(Tables.deliveries).where("id", .in, unrecorded)
-                .all()
-            {
+            let held: SQLQueryString =
+                "SELECT id FROM deliveries WHERE id IN (\(binds: unrecorded))\(unsafeRaw: storage.forKeyShare)"
+            for row in try await storage.rows(held, on: db.sql) {
                 existing.insert(try row.decode(column: "id", as: UUID.self))
             }
         }

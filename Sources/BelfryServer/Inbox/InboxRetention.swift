@@ -28,7 +28,13 @@ struct InboxRetention: Sendable {
                 ).all().map { try $0.decode(column: "id", as: UUID.self) }
                 guard !ids.isEmpty else { return 0 }
                 // Their deliveries and those deliveries' attempts go with them: on PostgreSQL no
-                // foreign key cascades there (`DropHotForeignKeys`).
+                // foreign key cascades there (`DropHotForeignKeys`). The deliveries are held
+                // first, so that a result recorded meanwhile has committed its attempt rows.
+                if storage.kind == .postgres {
+                    try await tx.sql.raw(
+                        "SELECT id FROM deliveries WHERE notification_id IN (\(binds: ids)) FOR UPDATE"
+                    ).run()
+                }
                 try await tx.sql.raw(
                     """
                     DELETE FROM delivery_attempts WHERE delivery_id IN \
