@@ -70,15 +70,29 @@ struct BulkInsertTests {
         #expect(UUID(sqliteData: .null) == nil)
     }
 
+    /// A moment with a fraction of a second, for dates to read back.
+    static let instant = Date(timeIntervalSince1970: 1_800_000_000.25)
+
+    /// A Belfry on `database` with one more table, `checks`, and its storage.
+    static func withTable(
+        _ database: TestDatabase, _ body: @escaping @Sendable (Application, BelfryDatabase) async throws -> Void
+    ) async throws {
+        try await withBelfry(database) { app in
+            try await app.db.sql.raw(
+                """
+                CREATE TABLE checks (id UUID NOT NULL, other UUID, label TEXT, number BIGINT NOT NULL, \
+                at TIMESTAMPTZ NOT NULL, flag BOOLEAN NOT NULL, maybe BOOLEAN)
+                """
+            ).run()
+            try await body(app, BelfryDatabase(location: app.belfry.settings.database))
+        }
+    }
+
     @Test(
         "a bulk insert reads back as the drivers' own writes do: nulls, escapes, dates",
         arguments: TestDatabase.allCases)
     func roundTrip(database: TestDatabase) async throws {
-        try await withBelfry(database) { app in
-            let storage = BelfryDatabase(location: app.belfry.settings.database)
-            try await app.db.sql.raw(
-                "CREATE TABLE bulk_check (id UUID NOT NULL, other UUID, label TEXT, number INTEGER NOT NULL, at TIMESTAMPTZ NOT NULL, flag BOOLEAN NOT NULL)"
-            ).run()
+        try await Self.withTable(database) { app, storage in
             let at = Date(timeIntervalSince1970: 1_800_000_000.5)
             let rows: [[BulkValue]] = (0..<7).map { index in
                 [
@@ -90,10 +104,10 @@ struct BulkInsertTests {
                 ]
             }
             try await storage.insert(
-                into: "bulk_check", columns: ["id", "other", "label", "number", "at", "flag"], rows: rows,
+                into: "checks", columns: ["id", "other", "label", "number", "at", "flag"], rows: rows,
                 rowsPerStatement: 3, on: app.db)
             let read = try await app.db.sql.select().columns("id", "other", "label", "number", "at", "flag")
-                .from("bulk_check").orderBy("number").all()
+                .from("checks").orderBy("number").all()
             #expect(read.count == 7)
             for (row, written) in zip(read, rows) {
                 guard case .id(let id) = written[0], case .id(let other) = written[1],
@@ -108,7 +122,7 @@ struct BulkInsertTests {
             }
             // A row written by the driver's usual path is found by the same bound UUID.
             guard case .id(let first?) = rows[0][0] else { return }
-            let found = try await app.db.sql.select().column("number").from("bulk_check").where("id", .equal, first)
+            let found = try await app.db.sql.select().column("number").from("checks").where("id", .equal, first)
                 .all()
             #expect(found.count == 1)
         }
@@ -118,26 +132,22 @@ struct BulkInsertTests {
         "direct rows read every column as SQLKit's rows do, binds of each type and NULL included",
         arguments: TestDatabase.allCases)
     func directRows(database: TestDatabase) async throws {
-        try await withBelfry(database) { app in
-            let storage = BelfryDatabase(location: app.belfry.settings.database)
-            try await app.db.sql.raw(
-                "CREATE TABLE direct_check (id UUID NOT NULL, other UUID, label TEXT, number BIGINT NOT NULL, at TIMESTAMPTZ NOT NULL, flag BOOLEAN NOT NULL, maybe BOOLEAN)"
-            ).run()
-            let at = Date(timeIntervalSince1970: 1_800_000_000.25)
+        try await Self.withTable(database) { app, storage in
             for index in 0..<4 {
                 let other: UUID? = index.isMultiple(of: 2) ? UUID() : nil
                 let label: String? = index == 3 ? nil : "row \(index) ✓ \"quoted\"\n🔔"
                 let maybe: Bool? = index == 1 ? true : nil
-                try await app.db.sql.insert(into: "direct_check")
+                try await app.db.sql.insert(into: "checks")
                     .columns("id", "other", "label", "number", "at", "flag", "maybe")
                     .values(
                         SQLBind(UUID()), SQLBind(other), SQLBind(label), SQLBind(index - 2 + Int(Int32.max)),
-                        SQLBind(at.addingTimeInterval(Double(index))), SQLBind(index.isMultiple(of: 2)), SQLBind(maybe)
+                        SQLBind(Self.instant.addingTimeInterval(Double(index))), SQLBind(index.isMultiple(of: 2)),
+                        SQLBind(maybe)
                     )
                     .run()
             }
             let query: SQLQueryString = """
-                SELECT * FROM direct_check WHERE number > \(bind: 0) AND at >= \(bind: at) AND flag IN (\(bind: true), \(bind: false))
+                SELECT * FROM checks WHERE number > \(bind: 0) AND at >= \(bind: Self.instant) AND flag IN (\(bind: true), \(bind: false))
                   AND (other IS NULL OR other <> \(bind: UUID())) AND (label IS NULL OR label <> \(bind: "x"))
                   AND (maybe IS NULL OR maybe = \(bind: Bool?.some(true))) AND COALESCE(\(bind: String?.none), label, 'none') IS NOT NULL
                 ORDER BY number
