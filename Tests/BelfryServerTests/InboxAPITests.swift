@@ -240,4 +240,25 @@ struct InboxAPITests {
             #expect(try await Self.page(app, later, "?status=archived").notifications.isEmpty)
         }
     }
+
+    @Test("a purge racing a result being recorded leaves none of its attempt rows behind (PostgreSQL)")
+    func retentionRacingAResult() async throws {
+        let clock = TestClock()
+        let webhook = ServerConfiguration.Webhook(url: "http://127.0.0.1:9/hook", secret: WebhookReceiver.secret)
+        try await withBelfry(.postgres, clock: clock, webhook: webhook) { app in
+            let ada = try await app.userToken("ada")
+            try await Self.notify(app, ["ada"], title: "read", category: "login-fail")
+            let item = try #require(try await Self.page(app, ada).notifications.first)
+            #expect(try await app.send(.POST, "/v1/me/notifications/\(item.id)/read", bearer: ada).status == .ok)
+            let delivery = try #require(
+                try await app.db.sql.raw("SELECT id FROM deliveries WHERE channel = 'webhook'").first()?
+                    .decode(column: "id", as: UUID.self))
+            clock.advance(by: 91 * 86_400)
+            let purged = try await UsersAndAuthTests.racingAResult(app, on: delivery) {
+                try await app.belfryServices.inboxRetention.purge(on: app.db)
+            }
+            #expect(purged == 1)
+            #expect(try await UsersAndAuthTests.attempts(app, of: delivery) == 0)
+        }
+    }
 }

@@ -217,36 +217,48 @@ struct UsersAndAuthTests {
             let delivery = try #require(
                 try await app.db.sql.raw("SELECT id FROM deliveries LIMIT 1").first()?.decode(
                     column: "id", as: UUID.self))
-            // A result being recorded, as the queue records it: the delivery updated, its attempt
-            // logged, not yet committed.
-            let recording = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
-            let recorder = Task {
-                try await app.db.transaction { tx in
-                    _ = try await tx.sql.raw(
-                        "UPDATE deliveries SET updated_at = updated_at WHERE id = \(bind: delivery) RETURNING id"
-                    ).all()
-                    try await tx.sql.raw(
-                        """
-                        INSERT INTO delivery_attempts (id, delivery_id, attempt, started_at, finished_at, outcome)
-                        VALUES (\(bind: UUID()), \(bind: delivery), 1, \(bind: Date()), \(bind: Date()), 'sent')
-                        """
-                    ).run()
-                    recording.withLockedValue { $0.holding = true }
-                    while !recording.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
-                }
+            let status = try await Self.racingAResult(app, on: delivery) {
+                try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status
             }
-            while !recording.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
-            let erasure = Task { try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status }
-            // The erasure waits on the delivery the result holds; the result then commits.
-            try await Task.sleep(for: .milliseconds(500))
-            recording.withLockedValue { $0.release = true }
-            try await recorder.value
-            #expect(try await erasure.value == .noContent)
-            let left = try await app.db.sql.raw(
-                "SELECT COUNT(*) AS n FROM delivery_attempts WHERE delivery_id = \(bind: delivery)"
-            ).first()?.decode(column: "n", as: Int.self)
-            #expect(left == 0, "the attempt committed during the erasure went with its delivery")
+            #expect(status == .noContent)
+            #expect(try await Self.attempts(app, of: delivery) == 0, "the attempt committed meanwhile went too")
         }
+    }
+
+    /// Runs `deleting` while a result is being recorded for `delivery`, as the queue records one:
+    /// the delivery updated and its attempt logged in a transaction that commits half a second
+    /// after `deleting` began (which waits for it, if it holds the delivery first).
+    static func racingAResult<T: Sendable>(
+        _ app: Application, on delivery: UUID, _ deleting: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let recording = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
+        let recorder = Task {
+            try await app.db.transaction { tx in
+                _ = try await tx.sql.raw(
+                    "UPDATE deliveries SET updated_at = updated_at WHERE id = \(bind: delivery) RETURNING id"
+                ).all()
+                try await tx.sql.raw(
+                    """
+                    INSERT INTO delivery_attempts (id, delivery_id, attempt, started_at, finished_at, outcome)
+                    VALUES (\(bind: UUID()), \(bind: delivery), 1, \(bind: Date()), \(bind: Date()), 'sent')
+                    """
+                ).run()
+                recording.withLockedValue { $0.holding = true }
+                while !recording.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
+            }
+        }
+        while !recording.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
+        let deletion = Task { try await deleting() }
+        try await Task.sleep(for: .milliseconds(500))
+        recording.withLockedValue { $0.release = true }
+        try await recorder.value
+        return try await deletion.value
+    }
+
+    /// Attempt rows of `delivery`.
+    static func attempts(_ app: Application, of delivery: UUID) async throws -> Int? {
+        try await app.db.sql.raw("SELECT COUNT(*) AS n FROM delivery_attempts WHERE delivery_id = \(bind: delivery)")
+            .first()?.decode(column: "n", as: Int.self)
     }
 
     @Test("tokens carry the configured lifetime and expire on the server's clock")
