@@ -268,17 +268,14 @@ final class ConnectionGuard: Sendable {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { name(descriptor, $0, &length) }
             }
             guard status == 0 else { return nil }
+            // As NIO's address, read as a request's `remoteAddress` is (no host name to format).
             switch Int32(storage.ss_family) {
             case AF_INET:
-                let address = withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in.self) }
                 return Peer(
-                    address: withUnsafeBytes(of: address.sin_addr) { Array($0) },
-                    port: Int(UInt16(bigEndian: address.sin_port)))
+                    SocketAddress(withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in.self) }, host: ""))
             case AF_INET6:
-                let address = withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in6.self) }
                 return Peer(
-                    unmapping: withUnsafeBytes(of: address.sin6_addr) { Array($0) },
-                    port: Int(UInt16(bigEndian: address.sin6_port)))
+                    SocketAddress(withUnsafeBytes(of: storage) { $0.loadUnaligned(as: sockaddr_in6.self) }, host: ""))
             default:
                 return nil
             }
