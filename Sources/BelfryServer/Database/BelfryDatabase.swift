@@ -167,6 +167,21 @@ extension BelfryDatabase {
     /// ` FOR KEY SHARE` on PostgreSQL (the rows cannot be deleted until this transaction
     /// ends), nothing on SQLite.
     var forKeyShare: String { kind == .postgres ? " FOR KEY SHARE" : "" }
+
+    /// Deletes the deliveries `condition` selects (on `deliveries`), and their attempts, in the
+    /// caller's transaction: erasure and inbox retention. On PostgreSQL no foreign key takes
+    /// the attempts along (`DropHotForeignKeys`), so the deliveries are held first: a result
+    /// being recorded meanwhile commits its attempt rows before the next statement, which then
+    /// sees and deletes them.
+    func deleteDeliveries(where condition: SQLQueryString, on sql: any SQLDatabase) async throws {
+        if kind == .postgres {
+            try await sql.raw("SELECT id FROM deliveries WHERE " + condition + " FOR UPDATE").run()
+        }
+        try await sql.raw(
+            "DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE " + condition + ")"
+        ).run()
+        try await sql.raw("DELETE FROM deliveries WHERE " + condition).run()
+    }
 }
 
 extension Application {

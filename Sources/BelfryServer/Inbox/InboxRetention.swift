@@ -27,21 +27,8 @@ struct InboxRetention: Sendable {
                     """
                 ).all().map { try $0.decode(column: "id", as: UUID.self) }
                 guard !ids.isEmpty else { return 0 }
-                // Their deliveries and those deliveries' attempts go with them: on PostgreSQL no
-                // foreign key cascades there (`DropHotForeignKeys`). The deliveries are held
-                // first, so that a result recorded meanwhile has committed its attempt rows.
-                if storage.kind == .postgres {
-                    try await tx.sql.raw(
-                        "SELECT id FROM deliveries WHERE notification_id IN (\(binds: ids)) FOR UPDATE"
-                    ).run()
-                }
-                try await tx.sql.raw(
-                    """
-                    DELETE FROM delivery_attempts WHERE delivery_id IN \
-                    (SELECT id FROM deliveries WHERE notification_id IN (\(binds: ids)))
-                    """
-                ).run()
-                try await tx.sql.delete(from: Tables.deliveries).where("notification_id", .in, ids).run()
+                // Their deliveries and those deliveries' attempts go with them.
+                try await storage.deleteDeliveries(where: "notification_id IN (\(binds: ids))", on: tx.sql)
                 try await tx.sql.delete(from: Tables.notifications).where("id", .in, ids).run()
                 return ids.count
             }

@@ -14,18 +14,7 @@ enum UserErasure {
             // Deleted explicitly as well as by the foreign keys' cascade, so erasure
             // does not depend on the database enforcing them.
             let sql = db.sql
-            // The user's deliveries first, held: a result being recorded meanwhile commits its
-            // attempt rows before this goes on, so that the next statement sees them (on
-            // PostgreSQL no foreign key takes them along; `DropHotForeignKeys`).
-            if storage.kind == .postgres {
-                try await sql.raw("SELECT id FROM deliveries WHERE user_id = \(bind: userID) FOR UPDATE").run()
-            }
-            try await sql.raw(
-                """
-                DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE user_id = \(bind: userID))
-                """
-            ).run()
-            try await sql.delete(from: Tables.deliveries).where("user_id", .equal, userID).run()
+            try await storage.deleteDeliveries(where: "user_id = \(bind: userID)", on: sql)
             try await sql.raw(
                 """
                 DELETE FROM notification_actions \
