@@ -35,8 +35,11 @@ struct EventIntake: Sendable {
     private let together: GroupCommit<Pending>
     /// The most recipients of an event stored together with others.
     static let togetherRecipients = 100
-    /// Groups stored at once on PostgreSQL, each on a connection of its own.
-    static let postgresLanes = 4
+    /// Groups stored at once on PostgreSQL, each on a connection of its own. Two, not more: with
+    /// 32 clients posting, four lanes made groups of under five events, and the server's CPU an
+    /// event rose by a quarter over two lanes' (BENCHMARKS.md); one would leave every request
+    /// waiting behind a group on a lost connection.
+    static let postgresLanes = 2
 
     init(
         storage: BelfryDatabase, workspace: WorkspaceConfig, now: @escaping @Sendable () -> Date,
