@@ -318,7 +318,7 @@ struct Fanout: Sendable {
         /// What else its deliveries carry: the image, the time to live, a background push.
         var extras: NotificationRows.EventExtras
 
-        init(row: any SQLRow) throws {
+        init(row: DirectRow) throws {
             id = try row.decode(column: "id", as: UUID.self)
             categoryID = try row.decode(column: "category", as: String.self)
             tenant = try row.decode(column: "tenant", as: String.self)
@@ -367,7 +367,7 @@ struct Fanout: Sendable {
             if !digests.isEmpty { due.where("category", .notIn, digests) }
         }
         var events: [DueEvent] = []
-        for row in try await storage.lockingSkipLocked(due).all() {
+        for row in try await storage.rows(storage.lockingSkipLocked(due).query, on: db.sql) {
             do {
                 events.append(try DueEvent(row: row))
             } catch {
@@ -409,9 +409,10 @@ struct Fanout: Sendable {
             cursor = event.processed + page.count
             done = ids.count < pageSize
         } else {
-            let rows = try await sql.select().columns("position", "external_id").from(Tables.eventRecipients)
+            let page = sql.select().columns("position", "external_id").from(Tables.eventRecipients)
                 .where("event_id", .equal, event.id).where("position", .greaterThanOrEqual, event.processed)
-                .orderBy("position").limit(pageSize).all()
+                .orderBy("position").limit(pageSize)
+            let rows = try await storage.rows(page.query, on: sql)
             recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
             // Positions below the cursor are done. They are dense unless a user was erased since
             // (their rows go with them), so the cursor follows the last position read.
@@ -481,9 +482,9 @@ struct Fanout: Sendable {
     ) async throws -> TogetherPlan? {
         let sql = db.sql
         var lists: [UUID: [String]] = [:]
-        for row in try await sql.select().columns("event_id", "external_id").from(Tables.eventRecipients)
-            .where("event_id", .in, events.map(\.id)).orderBy("event_id").orderBy("position").all()
-        {
+        let listed = sql.select().columns("event_id", "external_id").from(Tables.eventRecipients)
+            .where("event_id", .in, events.map(\.id)).orderBy("event_id").orderBy("position")
+        for row in try await storage.rows(listed.query, on: sql) {
             lists[try row.decode(column: "event_id", as: UUID.self), default: []].append(
                 try row.decode(column: "external_id", as: String.self))
         }
