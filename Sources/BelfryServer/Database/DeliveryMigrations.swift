@@ -377,3 +377,25 @@ struct DropHotForeignKeys: AsyncMigration {
         }
     }
 }
+
+/// On PostgreSQL, `deliveries_due` holds only deliveries not sent. Every change of a
+/// delivery's status writes a new entry in each of its indexes, and the last change, to sent,
+/// put one there that no read asks for: the outbox's counts (the console, `/metrics`) ask for
+/// queued, running, failed and dead ones, which PostgreSQL finds in the smaller index. SQLite
+/// would not use it for those counts (its planner proves no `IN` implies `<>`), and an update
+/// there replaces its entry in place, so SQLite keeps the whole index.
+struct PartialDeliveriesDueIndex: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        try await database.sql.raw("DROP INDEX deliveries_due").run()
+        try await database.sql.raw(
+            "CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at) WHERE status <> 'sent'"
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        guard database.sql.dialect.name == "postgresql" else { return }
+        try await database.sql.raw("DROP INDEX deliveries_due").run()
+        try await database.sql.raw("CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at)").run()
+    }
+}

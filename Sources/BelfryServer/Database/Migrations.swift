@@ -33,6 +33,7 @@ enum BelfryMigrations {
         PartialOpenEventsIndex(),
         AddEventSkipsColumn(),
         DropHotForeignKeys(),
+        PartialDeliveriesDueIndex(),
     ]
 }
 
