@@ -93,6 +93,52 @@ struct GroupCommitTests {
         #expect(commits.waiting == 0)
     }
 
+    /// With a spare lane: callers behind a group that sticks wait until it has committed for
+    /// `spareAfter`, then share the spare; once the lanes move again, a crowd of quick commits
+    /// shares one lane.
+    @Test("spare lanes: one opens only behind a stuck lane, and a busy spell shares one", .timeLimit(.minutes(1)))
+    func spareLanes() async throws {
+        let commits = GroupCommit<Int>(maxGroup: 8, lanes: 2, spareAfter: .seconds(1))
+        let log = NIOLockedValueBox(Log())
+        let stuck = NIOLockedValueBox(true)
+        let commit: GroupCommit<Int>.Commit = { items, _ in
+            let current = log.withLockedValue { $0 }
+            current.begin(items)
+            defer { current.end() }
+            if items.contains(0) {
+                while stuck.withLockedValue({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+            } else {
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            return items.map { _ in nil }
+        }
+        let first = Task { try await commits.run(0, commit: commit) }
+        while log.withLockedValue({ $0.groups.isEmpty }) { await Task.yield() }
+        let began = ContinuousClock.now
+        let behind = (1...5).map { item in Task { try await commits.run(item, commit: commit) } }
+        for task in behind { try await task.value }
+        let waited = ContinuousClock.now - began
+        #expect(waited >= .seconds(1), "the spare opened before the first lane had stuck: \(waited)")
+        let stuckSpell = log.withLockedValue { $0 }
+        #expect(stuckSpell.groups.map { $0.sorted() } == [[0], [1, 2, 3, 4, 5]], "\(stuckSpell.groups)")
+        #expect(stuckSpell.most == 2, "the spare committed beside the stuck lane")
+        stuck.withLockedValue { $0 = false }
+        try await first.value
+
+        let busySpell = Log()
+        log.withLockedValue { $0 = busySpell }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for item in 100..<140 {
+                group.addTask { try await commits.run(item, commit: commit) }
+            }
+            try await group.waitForAll()
+        }
+        #expect(busySpell.groups.flatMap { $0 }.sorted() == Array(100..<140), "each item committed once")
+        #expect(busySpell.most == 1, "quick commits share one lane: \(busySpell.most)")
+        #expect(busySpell.groups.count < 40, "callers shared groups: \(busySpell.groups.map(\.count))")
+        #expect(commits.waiting == 0)
+    }
+
     /// A commit that calls `begun` hands its lane on at once: with one lane, the next group
     /// begins while the first is still being committed, and no third begins until the second
     /// has called `begun` too.

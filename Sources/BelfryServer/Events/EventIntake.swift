@@ -35,11 +35,13 @@ struct EventIntake: Sendable {
     private let together: GroupCommit<Pending>
     /// The most recipients of an event stored together with others.
     static let togetherRecipients = 100
-    /// Groups stored at once on PostgreSQL, each on a connection of its own. Two, not more: with
-    /// 32 clients posting, four lanes made groups of under five events, and the server's CPU an
-    /// event rose by a quarter over two lanes' (BENCHMARKS.md); one would leave every request
-    /// waiting behind a group on a lost connection.
+    /// Groups stored at once on PostgreSQL, each on a connection of its own: one, and a spare
+    /// that opens only once the first has been storing its group for `postgresSpareAfter`, so
+    /// that a group on a lost connection holds no one else up. Lanes open to every group made
+    /// them small: with 32 clients posting, four lanes gave groups of under five events, and
+    /// two lanes cost the server a fifth more CPU an event than one (BENCHMARKS.md).
     static let postgresLanes = 2
+    static let postgresSpareAfter: Duration = .milliseconds(50)
 
     init(
         storage: BelfryDatabase, workspace: WorkspaceConfig, now: @escaping @Sendable () -> Date,
@@ -52,10 +54,13 @@ struct EventIntake: Sendable {
         self.metrics = metrics
         self.topics = topics
         // SQLite has one writer: one group waits for it at a time, while the next gathers; the
-        // lane passes on as the writer takes the group (see `storeTogether`). PostgreSQL takes
-        // several groups at once, each within the deadline of the request that has waited longest
-        // (see `durably`), so that a group on a lost connection holds no request past its own.
-        together = GroupCommit(maxGroup: 64, lanes: storage.kind == .postgres ? Self.postgresLanes : 1)
+        // lane passes on as the writer takes the group (see `storeTogether`). On PostgreSQL each
+        // group stores within the deadline of the request that has waited longest (see
+        // `durably`), and the spare lane takes those waiting behind a group that sticks.
+        together =
+            storage.kind == .postgres
+            ? GroupCommit(maxGroup: 64, lanes: Self.postgresLanes, spareAfter: Self.postgresSpareAfter)
+            : GroupCommit(maxGroup: 64)
     }
 
     /// What became of an accepted event.
