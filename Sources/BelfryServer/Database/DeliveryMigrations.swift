@@ -1,4 +1,5 @@
 import Fluent
+import SQLKit
 
 // The delivery tables are read and written with SQLKit (batched statements on the hot paths),
 // so they have no Fluent models; Fluent's schema builder still creates them portably.
@@ -318,15 +319,12 @@ struct PartialDeliveryClaimIndexes: AsyncMigration {
 /// them, literals, or PostgreSQL cannot tell that the read's rows are the index's.
 struct PartialOpenEventsIndex: AsyncMigration {
     func prepare(on database: any Database) async throws {
-        guard database.sql.dialect.name == "postgresql" else { return }
-        try await database.sql.raw(
-            "CREATE INDEX events_open ON events (not_before) WHERE state IN ('pending', 'running')"
-        ).run()
+        try await database.onPostgres(
+            "CREATE INDEX events_open ON events (not_before) WHERE state IN ('pending', 'running')")
     }
 
     func revert(on database: any Database) async throws {
-        guard database.sql.dialect.name == "postgresql" else { return }
-        try await database.sql.raw("DROP INDEX events_open").run()
+        try await database.onPostgres("DROP INDEX events_open")
     }
 }
 
@@ -386,16 +384,22 @@ struct DropHotForeignKeys: AsyncMigration {
 /// there replaces its entry in place, so SQLite keeps the whole index.
 struct PartialDeliveriesDueIndex: AsyncMigration {
     func prepare(on database: any Database) async throws {
-        guard database.sql.dialect.name == "postgresql" else { return }
-        try await database.sql.raw("DROP INDEX deliveries_due").run()
-        try await database.sql.raw(
-            "CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at) WHERE status <> 'sent'"
-        ).run()
+        try await database.onPostgres(
+            "DROP INDEX deliveries_due",
+            "CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at) WHERE status <> 'sent'")
     }
 
     func revert(on database: any Database) async throws {
-        guard database.sql.dialect.name == "postgresql" else { return }
-        try await database.sql.raw("DROP INDEX deliveries_due").run()
-        try await database.sql.raw("CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at)").run()
+        try await database.onPostgres(
+            "DROP INDEX deliveries_due", "CREATE INDEX deliveries_due ON deliveries (status, next_attempt_at)")
+    }
+}
+
+extension Database {
+    /// Runs `statements` in turn on PostgreSQL, and nothing on SQLite: a migration for what only
+    /// PostgreSQL's planner or storage needs.
+    func onPostgres(_ statements: SQLQueryString...) async throws {
+        guard sql.dialect.name == "postgresql" else { return }
+        for statement in statements { try await sql.raw(statement).run() }
     }
 }
