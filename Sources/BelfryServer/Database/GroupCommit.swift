@@ -22,7 +22,7 @@ final class GroupCommit<Item: Sendable>: Sendable {
     typealias Commit =
         @Sendable (_ items: [Item], _ begun: @escaping @Sendable () -> Void) async throws -> [(any Error)?]
 
-    /// A lane while it commits: which, and since when.
+    /// A lane, by number; `State.lanes` holds when the group it commits began.
     private typealias Lane = UInt64
 
     private enum Turn: Sendable {
