@@ -272,6 +272,30 @@ struct DeliveryQueueTests {
         }
     }
 
+    @Test("the claim's read looks each row up by key, even among 20 000 users of a moment ago (PostgreSQL)")
+    func claimReadLooksUp() async throws {
+        try await withBelfry(.postgres) { app in
+            let storage = try #require(app.deliveryQueue).storage
+            try await app.db.sql.raw(
+                """
+                INSERT INTO users (id, external_id, created_at, updated_at) \
+                SELECT gen_random_uuid(), 'user-' || n, now(), now() FROM generate_series(1, 20000) AS n
+                """
+            ).run()
+            let ids = (0..<128).map { _ in UUID() }
+            func plan(_ join: String) async throws -> String {
+                try await app.db.sql.raw(
+                    "EXPLAIN SELECT users.external_id FROM deliveries \(unsafeRaw: join) WHERE deliveries.id IN (\(binds: ids))"
+                ).all().map { try $0.decode(column: "QUERY PLAN", as: String.self) }.joined(separator: "\n")
+            }
+            let plain = try await plan("JOIN users ON users.id = deliveries.user_id")
+            #expect(plain.contains("Seq Scan on users"), "a plain join reads the whole table: \(plain)")
+            let keyed = try await plan(storage.keyJoin("users", on: "users.id = deliveries.user_id"))
+            #expect(!keyed.contains("Seq Scan on users"), "\(keyed)")
+            #expect(keyed.contains("Index Scan using users_pkey"), "\(keyed)")
+        }
+    }
+
     @Test("a delivery whose attempts never finish is dead-lettered once past the attempt limit")
     func poisonDelivery() async throws {
         let receiver = try await WebhookReceiver(answers: "200")

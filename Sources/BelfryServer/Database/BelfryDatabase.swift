@@ -168,6 +168,18 @@ extension BelfryDatabase {
     /// ends), nothing on SQLite.
     var forKeyShare: String { kind == .postgres ? " FOR KEY SHARE" : "" }
 
+    /// Joins `table` (under its own name) on `condition`, a lookup by key for each row.
+    /// PostgreSQL's planner, costing an index lookup as a read from disk and its statistics
+    /// behind a table filled a moment ago, would otherwise hash the whole table to join a page
+    /// of rows: 20 000 fresh users took 4.5 ms a statement against 0.3 ms for 128 lookups. The
+    /// lateral subquery (kept apart by `OFFSET 0`) leaves it only the lookup. SQLite's planner
+    /// looks rows up by key already.
+    func keyJoin(_ table: String, on condition: String, optional: Bool = false) -> String {
+        let join = optional ? "LEFT JOIN" : "JOIN"
+        guard kind == .postgres else { return "\(join) \(table) ON \(condition)" }
+        return "\(join) LATERAL (SELECT * FROM \(table) WHERE \(condition) OFFSET 0) AS \(table) ON true"
+    }
+
     /// Deletes the deliveries `condition` selects (on `deliveries`), and their attempts, in the
     /// caller's transaction: erasure and inbox retention. On PostgreSQL no foreign key takes
     /// the attempts along (`DropHotForeignKeys`), so the deliveries are held first: a result

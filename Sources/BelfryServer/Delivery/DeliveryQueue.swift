@@ -793,10 +793,10 @@ final class DeliveryQueue: Sendable {
               AND inbox.archived_at IS NULL AND inbox.available_at <= \(bind: now)
           ) END AS unread
         FROM deliveries
-        JOIN notifications ON notifications.id = deliveries.notification_id
-        JOIN events ON events.id = deliveries.event_id
-        JOIN users ON users.id = deliveries.user_id
-        LEFT JOIN devices ON devices.id = deliveries.device_id
+        \(unsafeRaw: storage.keyJoin("notifications", on: "notifications.id = deliveries.notification_id"))
+        \(unsafeRaw: storage.keyJoin("events", on: "events.id = deliveries.event_id"))
+        \(unsafeRaw: storage.keyJoin("users", on: "users.id = deliveries.user_id"))
+        \(unsafeRaw: storage.keyJoin("devices", on: "devices.id = deliveries.device_id", optional: true))
         WHERE deliveries.id IN (\(binds: ids))
         """
     }
