@@ -87,7 +87,7 @@ struct DeliveryOffersTests {
     }
 
     static let event = EventRequest(
-        category: "login-fail", recipients: (0..<30).map { "reader-\($0)" },
+        category: "login-fail", recipients: (0..<40).map { "reader-\($0)" },
         content: .init(
             title: "Failed login attempts", body: "From an unknown device", url: "https://example.org/security",
             imageURL: "https://example.org/lock.png"),
@@ -180,7 +180,7 @@ struct DeliveryOffersTests {
             var offering = app.belfryServices.fanout
             offering.offers = queue
             let event = try await Self.trigger(app, fanout: offering)
-            // One webhook sends, four wait for the slot.
+            // One webhook sends, `offersWaiting` more wait for the slot.
             let waiting = 1 + DeliveryQueue.offersWaiting
             let deadline = ContinuousClock.now + .seconds(30)
             while queue.offersTaken.withLockedValue({ $0 }) < waiting && ContinuousClock.now < deadline {
@@ -211,7 +211,7 @@ struct DeliveryOffersTests {
             // given back.
             let webhook = try #require(queue.workspace.channel("webhook"))
             let content = PushBenchmark.sampleContent()
-            let deliveries = (0..<20).map { index in
+            let deliveries = (0..<40).map { index in
                 Delivery(
                     id: UUID(), eventID: content.notificationID, channel: webhook, attempt: 1,
                     userID: content.deliveryID, externalUserID: "reader-\(index)", content: content,

@@ -68,11 +68,14 @@ final class DeliveryQueue: Sendable {
     /// queue in one statement, not one each.
     private let unstartedAtStop = NIOLockedValueBox<[UUID]>([])
     /// Offered deliveries taken without a slot and not yet started, by kind: at most
-    /// `offersWaiting` times the kind's slots: room for a whole batch of a big event on
-    /// PostgreSQL (`Fanout.postgresPageSize`) with 128 slots, which otherwise writes the rest
-    /// queued, to be claimed again one statement at a time.
+    /// `offersWaiting` times the kind's slots: room for two whole pages of a big event on
+    /// PostgreSQL (`Fanout.postgresPageSize`) with 128 slots, so that fan-out writes the next
+    /// page claimed while the one before is being sent. What does not fit is written queued,
+    /// to be claimed again: a third write of each row. With room for one page, 6 000 to 7 700
+    /// of a 20 000-recipient event's webhook deliveries went that way, and PostgreSQL's CPU a
+    /// delivery was 72–98 µs against 58–67 µs with room for two (none claimed).
     private let waitingOffers = NIOLockedValueBox<[ChannelKind: Int]>([:])
-    static let offersWaiting = 16
+    static let offersWaiting = 32
     /// Offered deliveries this queue took and started: no search of the queue, no read.
     let offersTaken = NIOLockedValueBox(0)
 
