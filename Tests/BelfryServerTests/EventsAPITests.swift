@@ -497,6 +497,11 @@ struct EventsAPITests {
             let id = try accepted.decode(EventAccepted.self).eventID
             #expect(try await Self.status(app, id).recipients == 1)
             #expect(try await count("event_recipients") == 1)
+            // Written with their event, they check no key (`DropEventRecipientsForeignKey`).
+            let keys = try await app.db.sql.raw(
+                "SELECT count(*) AS n FROM pg_constraint WHERE conrelid = 'event_recipients'::regclass AND contype = 'f'"
+            ).first()?.decode(column: "n", as: Int.self)
+            #expect(keys == 0)
         }
     }
 

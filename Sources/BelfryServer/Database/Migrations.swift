@@ -34,6 +34,7 @@ enum BelfryMigrations {
         AddEventSkipsColumn(),
         DropHotForeignKeys(),
         PartialDeliveriesDueIndex(),
+        DropEventRecipientsForeignKey(),
     ]
 }
 
