@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from benchmark_support import arguments, call, cpu_seconds, memory_mib, postgres_cpu_seconds, start_server
+from benchmark_support import CPUMeter, arguments, call, memory_mib, start_server
 
 WORKSPACE = {
     "channels": [
@@ -179,8 +179,7 @@ def measure(args, database, port, work, status_events):
             count = min(10_000, args.recipients - offset)
             call(base, "PUT", "/v1/topics/everyone/subscribers",
                  {"users": [f"reader-{offset + i}" for i in range(count)]})
-        postgres = database.startswith("postgres")
-        cpu_before = (cpu_seconds(server.pid), postgres_cpu_seconds() if postgres else 0)
+        meter = CPUMeter(server.pid, database.startswith("postgres"))
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
             "category": "announcement", "topic": "everyone",
@@ -204,7 +203,7 @@ def measure(args, database, port, work, status_events):
                 break
             time.sleep(0.05)
         recorded = time.time() - started
-        cpu = (cpu_seconds(server.pid) - cpu_before[0], (postgres_cpu_seconds() if postgres else 0) - cpu_before[1])
+        cpu = meter.used()
         if status_events:
             # message.sent for each webhook delivery and for each inbox notification.
             expected = 2 * args.recipients

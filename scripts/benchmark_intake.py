@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmark_support import KEY, arguments, call, cpu_seconds, postgres_cpu_seconds, start_server
+from benchmark_support import KEY, CPUMeter, arguments, call, start_server
 
 
 def h2load(url, count, clients, body=None):
@@ -49,7 +49,7 @@ def main():
         h2load(f"{base}/v1/events", 500, args.clients, body.name)
         h2load(f"{base}/healthz", 500, args.clients)
         postgres = args.database.startswith("postgres")
-        cpu_before = (cpu_seconds(server.pid), postgres_cpu_seconds() if postgres else 0)
+        meter = CPUMeter(server.pid, postgres)
         started = time.monotonic()
         events_rate, accepted = h2load(f"{base}/v1/events", args.events, args.clients, body.name)
         if accepted != args.events:
@@ -59,8 +59,7 @@ def main():
         expected = args.events + 500
         unread = inbox_unread(base, expected)
         drained = time.monotonic() - started
-        server_cpu = cpu_seconds(server.pid) - cpu_before[0]
-        postgres_cpu = (postgres_cpu_seconds() if postgres else 0) - cpu_before[1]
+        server_cpu, postgres_cpu = meter.used()
         health_rate, _ = h2load(f"{base}/healthz", args.events, args.clients)
         print(f"database:        {'PostgreSQL' if postgres else 'SQLite'}")
         print(f"POST /v1/events: {events_rate:,.0f} events/s ({accepted} of {args.events} answered 202, "

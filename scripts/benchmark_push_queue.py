@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchmark_support import KEY, arguments, call, cpu_seconds, memory_mib, start_server
+from benchmark_support import KEY, CPUMeter, arguments, call, memory_mib, start_server
 
 PLATFORMS = {
     "apns": {"channel": "ios_push", "name": "iOS push"},
@@ -113,7 +113,7 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda pair: register_device(base, args.platform, pair[1], pair[0]), enumerate(users)))
 
-        cpu_before = cpu_seconds(server.pid)
+        meter = CPUMeter(server.pid, postgres=False)
         started = time.time()
         accepted = call(base, "POST", "/v1/events", {
             "category": "announcement", "topic": "everyone",
@@ -129,7 +129,7 @@ def main():
                 sys.exit(f"only {sent_count(base, channel)} of {args.devices} pushes recorded in 600 s")
             time.sleep(0.02)
         elapsed = time.time() - started
-        cpu = cpu_seconds(server.pid) - cpu_before
+        cpu, _ = meter.used()
         counts = call(base, "GET", f"/v1/events/{accepted['event_id']}")["deliveries"].get(channel, {})
         if counts.get("sent", 0) != args.devices:
             sys.exit(f"the event's status counts {counts}, not {args.devices} sent")

@@ -46,6 +46,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class CPUMeter:
+    """The CPU a server (and PostgreSQL on this machine, when it runs there) uses from now on."""
+
+    def __init__(self, pid, postgres):
+        self.pid, self.postgres = pid, postgres
+        self.start = self.now()
+
+    def now(self):
+        return cpu_seconds(self.pid), postgres_cpu_seconds() if self.postgres else 0.0
+
+    def used(self):
+        """(server seconds, PostgreSQL seconds) since the meter was made."""
+        server, postgres = self.now()
+        return server - self.start[0], postgres - self.start[1]
+
+
 def postgres_cpu_seconds():
     """User and system CPU time the PostgreSQL processes on this machine have used so far (those
     running now: a server started for the benchmark keeps its connections), from /proc."""
