@@ -140,7 +140,7 @@ struct DeliveryOffersTests {
             let offered = recorder.take()
             // A kind's free slots may go to a claim the pipeline made just before the offer
             // came; the places to wait for a slot are the offers' own.
-            let takenAKind = min(users.count, slots * DeliveryQueue.offersWaiting)
+            let takenAKind = min(users.count, slots * DeliveryQueue.offersWaiting(on: queue.storage.kind))
             #expect(
                 queue.offersTaken.withLockedValue { $0 } >= takenAKind * 2,
                 "webhooks and pushes were offered and taken as slots allow; the emails were claimed")
@@ -180,8 +180,8 @@ struct DeliveryOffersTests {
             var offering = app.belfryServices.fanout
             offering.offers = queue
             let event = try await Self.trigger(app, fanout: offering)
-            // One webhook sends, `offersWaiting` more wait for the slot.
-            let waiting = 1 + DeliveryQueue.offersWaiting
+            // One webhook sends, `offersWaiting(on:)` more wait for the slot.
+            let waiting = 1 + DeliveryQueue.offersWaiting(on: .sqlite)
             let deadline = ContinuousClock.now + .seconds(30)
             while queue.offersTaken.withLockedValue({ $0 }) < waiting && ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(5))
@@ -207,7 +207,7 @@ struct DeliveryOffersTests {
             let recorder = Recorder(concurrency: 1, delay: .seconds(2))
             let (queue, pipeline) = try await Self.running(recorder, in: app)
 
-            // Room for one webhook under way and `offersWaiting` more waiting: taken, held back,
+            // Room for one webhook under way and `offersWaiting(on:)` more waiting: taken, held back,
             // given back.
             let webhook = try #require(queue.workspace.channel("webhook"))
             let content = PushBenchmark.sampleContent()
@@ -217,7 +217,7 @@ struct DeliveryOffersTests {
                     userID: content.deliveryID, externalUserID: "reader-\(index)", content: content,
                     payload: .webhook(action: nil))
             }
-            let room = 1 + DeliveryQueue.offersWaiting
+            let room = 1 + DeliveryQueue.offersWaiting(on: .sqlite)
             let first = try #require(queue.reserve(deliveries))
             #expect(first.taken.count == room)
             #expect(first.worker == queue.name)

@@ -68,14 +68,18 @@ final class DeliveryQueue: Sendable {
     /// queue in one statement, not one each.
     private let unstartedAtStop = NIOLockedValueBox<[UUID]>([])
     /// Offered deliveries taken without a slot and not yet started, by kind: at most
-    /// `offersWaiting` times the kind's slots: room for two whole pages of a big event on
-    /// PostgreSQL (`Fanout.postgresPageSize`) with 128 slots, so that fan-out writes the next
-    /// page claimed while the one before is being sent. What does not fit is written queued,
-    /// to be claimed again: a third write of each row. With room for one page, 6 000 to 7 700
-    /// of a 20 000-recipient event's webhook deliveries went that way, and PostgreSQL's CPU a
-    /// delivery was 72–98 µs against 58–67 µs with room for two (none claimed).
+    /// `offersWaiting(on:)` times the kind's slots.
     private let waitingOffers = NIOLockedValueBox<[ChannelKind: Int]>([:])
-    static let offersWaiting = 32
+    /// How many times its slots a kind may have waiting: room for two whole pages of a big event
+    /// with 128 slots (two of `Fanout.postgresPageSize` on PostgreSQL, more than two of
+    /// `Fanout.batchSize` on SQLite), so that fan-out writes the next page claimed while the one
+    /// before is being sent. What does not fit is written queued, to be claimed again: a third
+    /// write of each row. On PostgreSQL, with room for one page, 6 000 to 7 700 of a 20
+    /// 000-recipient event's webhook deliveries went that way, and the server's CPU a delivery
+    /// was 72–98 µs against 58–67 µs with room for two (none claimed).
+    static func offersWaiting(on database: BelfryDatabase.Kind) -> Int {
+        database == .postgres ? 32 : 16
+    }
     /// Offered deliveries this queue took and started: no search of the queue, no read.
     let offersTaken = NIOLockedValueBox(0)
 
@@ -1135,7 +1139,8 @@ extension DeliveryQueue: DeliveryOffers {
         for (kind, offered) in Dictionary(grouping: deliveries, by: \.channel.kind) {
             let reserved = slots.reserve(upTo: offered.count, of: kind)
             let waiting = waitingOffers.withLockedValue { waiting in
-                let room = Self.offersWaiting * slots.limit(of: kind).perKind - waiting[kind, default: 0]
+                let room =
+                    Self.offersWaiting(on: storage.kind) * slots.limit(of: kind).perKind - waiting[kind, default: 0]
                 let count = max(0, min(offered.count - reserved, room))
                 waiting[kind, default: 0] += count
                 return count
