@@ -182,7 +182,7 @@ final class BelfryMetrics: Sendable {
     /// streams open on this one.
     func exposition(channels: [String], openStreams: Int, now: Date, on sql: any SQLDatabase) async throws -> String {
         var oldest = Dictionary(uniqueKeysWithValues: channels.map { ($0, 0.0) })
-        oldest.merge(try await Outbox.oldestDue(now: now, on: sql)) { _, age in age }
+        oldest.merge(try await Outbox.oldestDue(now: now, channels: channels, on: sql)) { _, age in age }
         for (channel, age) in oldest {
             registry.makeGauge(descriptor: Name.outboxOldest, labels: [("channel", channel)]).set(to: age)
         }
