@@ -88,12 +88,12 @@ def memory_mib(pid, field):
     return float("nan")
 
 
-def start_server(binary, database, config=""):
-    """Starts `belfry serve` on a free loopback port (with a workspace config file, if given);
-    returns the process, its base URL and port."""
+def start_server(binary, database, config="", options=()):
+    """Starts `belfry serve` on a free loopback port (with a workspace config file, if given, and
+    `serve`'s other options); returns the process, its base URL and port."""
     env = dict(os.environ, BELFRY_API_KEY=KEY, BELFRY_LOG_LEVEL="warning", DATABASE_URL="", BELFRY_CONFIG=config)
     server = subprocess.Popen(
-        [binary, "serve", "--port", "0", "--database", database],
+        [binary, "serve", "--port", "0", "--database", database, *options],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
     for line in server.stdout:
         match = re.search(r"listening on (http://127\.0\.0\.1:(\d+))", line)
