@@ -125,6 +125,31 @@ struct BulkInsertTests {
             let found = try await app.db.sql.select().column("number").from("checks").where("id", .equal, first)
                 .all()
             #expect(found.count == 1)
+
+            // Microseconds are kept, as the driver keeps them.
+            let precise = Date(timeIntervalSince1970: 1_800_000_000.123456)
+            try await storage.insert(
+                into: "checks", columns: ["id", "number", "at", "flag"],
+                rows: [[.id(UUID()), .integer(100), .date(precise), .bool(true)]], rowsPerStatement: 1, on: app.db)
+            let stored = try await app.db.sql.select().column("at").from("checks").where("number", .equal, 100).all()
+            let storedAt = try #require(stored.first).decode(column: "at", as: Date.self)
+            #expect(abs(storedAt.timeIntervalSince(precise)) < 0.000_002, "\(storedAt.timeIntervalSince1970)")
+        }
+    }
+
+    @Test("on PostgreSQL, a bulk column of values of more than one kind is refused before it is sent")
+    func mixedColumn() async throws {
+        try await Self.withTable(.postgres) { app, storage in
+            await #expect(throws: PostgresColumn.Mixed.self) {
+                try await storage.insert(
+                    into: "checks", columns: ["id", "number", "at", "flag"],
+                    rows: [
+                        [.id(UUID()), .integer(1), .date(Date()), .bool(true)],
+                        [.id(UUID()), .text("2"), .date(Date()), .bool(true)],
+                    ], rowsPerStatement: 2, on: app.db)
+            }
+            let rows = try await app.db.sql.select().column("id").from("checks").all()
+            #expect(rows.isEmpty, "nothing was written")
         }
     }
 
