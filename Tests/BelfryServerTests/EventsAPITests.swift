@@ -214,6 +214,27 @@ struct EventsAPITests {
         }
     }
 
+    @Test("the accepted answer is the bytes the JSON encoder writes, and its Location names the event")
+    func acceptedAnswer() async throws {
+        try await withBelfry(.sqlite) { app in
+            let response = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: ["ada"]))
+            #expect(response.status == .accepted)
+            let accepted = try response.decode(EventAccepted.self)
+            let encoded = try Response.jsonEncoder.encode(accepted)
+            #expect(Array(response.body.readableBytesView) == Array(encoded))
+            #expect(response.headers.contentType == .json)
+            #expect(response.headers.first(name: "Location") == "/v1/events/\(accepted.eventID)")
+            let status = try await app.send(
+                .GET, response.headers.first(name: "Location") ?? "", bearer: testAPIKey)
+            #expect(status.status == .ok)
+            // Any id, not only this one: upper-case hex, as the encoder writes a UUID.
+            let id = UUID()
+            #expect(
+                Array(EventsController.acceptedBody(id.upperCaseText).utf8)
+                    == Array(try Response.jsonEncoder.encode(EventAccepted(eventID: id))))
+        }
+    }
+
     @Test("the same idempotency key within 24 hours answers with the first event", arguments: TestDatabase.allCases)
     func idempotency(database: TestDatabase) async throws {
         let clock = TestClock()
