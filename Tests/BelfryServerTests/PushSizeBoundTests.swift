@@ -55,4 +55,25 @@ struct PushSizeBoundTests {
         #expect(skipped > 50, "small events skip the measurement")
         #expect(measured > 50, "large events are measured")
     }
+
+    @Test("a category redefined under the same id (another workspace, a reload) is measured anew")
+    func redefinedCategory() throws {
+        let workspace = WorkspaceConfig.demo
+        var category = workspace.categories[0]
+        category.actions = []
+        func content(_ category: CategoryDefinition) -> DeliveryContent {
+            DeliveryContent(
+                deliveryID: UUID(), notificationID: UUID(), category: category, tenant: workspace.defaultTenant,
+                title: "t", body: String(repeating: "b", count: 200), url: nil, imageURL: nil, data: nil,
+                createdAt: Date(), ttlSeconds: nil)
+        }
+        #expect(!PushSizeBound.mayExceed(content(category), kinds: [.webPush]))
+        // The same id, with actions whose titles fill most of a Web Push message.
+        var crowded = category
+        crowded.actions = (0..<3).map {
+            NotificationAction(id: "action\($0)", title: String(repeating: "x", count: 1_000))
+        }
+        #expect(PushSizeBound.mayExceed(content(crowded), kinds: [.webPush]))
+        #expect(!PushSizeBound.mayExceed(content(category), kinds: [.webPush]))
+    }
 }
