@@ -117,6 +117,22 @@ struct HostileInputTests {
         }
     }
 
+    @Test("the control-character check refuses exactly Unicode's Cc, over every scalar")
+    func controlCharactersAreCc() {
+        var refused = 0
+        for value in UInt32(0)...0x10FFFF {
+            guard let scalar = Unicode.Scalar(value) else { continue }
+            let isControl = scalar.properties.generalCategory == .control
+            let problem = TextCheck.controlCharacters(in: "a" + String(Character(scalar)), field: "f")
+            if (problem != nil) != isControl {
+                Issue.record(
+                    "U+\(String(value, radix: 16, uppercase: true)): Cc \(isControl), refused \(problem != nil)")
+            }
+            if problem != nil { refused += 1 }
+        }
+        #expect(refused == 65, "U+0000–U+001F and U+007F–U+009F")
+    }
+
     @Test("an undecodable query value is a 400, on the API and on the pages, never the default")
     func undecodableQuery() async throws {
         try await withBelfry(.sqlite) { app in
