@@ -1,3 +1,4 @@
+import BelfryJSON
 import BelfryTestSupport
 import FluentSQLiteDriver
 import Foundation

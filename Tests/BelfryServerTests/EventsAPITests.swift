@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import BelfryTestSupport
 import Foundation
 import SQLKit

@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import BelfryTestServers
 import BelfryTestSupport
 import Fluent

@@ -1,3 +1,4 @@
+import BelfryJSON
 import Fluent
 import FluentSQLiteDriver
 import Foundation

@@ -1,3 +1,4 @@
+import BelfryJSON
 import FluentSQLiteDriver
 import Foundation
 
@@ -47,33 +48,6 @@ struct IDRandomness: RandomNumberGenerator {
 
     private func rotate(_ value: UInt64, _ count: UInt64) -> UInt64 {
         value << count | value >> (64 - count)
-    }
-}
-
-extension UUID {
-    /// `uuidString` (upper-case hex with dashes), without the C formatting Foundation uses:
-    /// fan-out binds a few UUIDs per recipient, and formatting them was a tenth of its time.
-    var upperCaseText: String { text(digits: "0123456789ABCDEF") }
-
-    /// `uuidString.lowercased()`, as the API and status events write ids, the same way.
-    var lowerCaseText: String { text(digits: "0123456789abcdef") }
-
-    private func text(digits: StaticString) -> String {
-        withUnsafeBytes(of: uuid) { bytes in
-            String(unsafeUninitializedCapacity: 36) { buffer in
-                var position = 0
-                for (index, byte) in bytes.enumerated() {
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        buffer[position] = UInt8(ascii: "-")
-                        position += 1
-                    }
-                    buffer[position] = digits.utf8Start[Int(byte >> 4)]
-                    buffer[position + 1] = digits.utf8Start[Int(byte & 0x0F)]
-                    position += 2
-                }
-                return position
-            }
-        }
     }
 }
 

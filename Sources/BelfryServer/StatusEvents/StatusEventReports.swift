@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import Foundation
 import SQLKit
 

@@ -1,4 +1,5 @@
 import BelfryHTTP1
+import BelfryJSON
 import Crypto
 import Fluent
 import Foundation

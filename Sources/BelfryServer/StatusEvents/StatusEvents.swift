@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import Fluent
 import Foundation
 
