@@ -49,7 +49,7 @@ public enum APNsPayload {
 
         var headers: [(String, String)] = [
             ("apns-push-type", "alert"),
-            ("apns-id", notification.id.uuidString.lowercased()),
+            ("apns-id", notification.id.lowerCaseText),
             ("apns-topic", topic),
             // 10 sends at once; 5 lets the device save power. A badge-only update is never urgent.
             ("apns-priority", notification.urgent && device.showsAlerts ? "10" : "5"),
@@ -72,7 +72,7 @@ public enum APNsPayload {
         custom(notification, into: &json)
         var headers: [(String, String)] = [
             ("apns-push-type", "background"),
-            ("apns-id", notification.id.uuidString.lowercased()),
+            ("apns-id", notification.id.lowerCaseText),
             ("apns-topic", topic),
             ("apns-priority", "5"),
         ]

@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import BelfryMail
 import Foundation
 import Mustache
@@ -74,7 +75,7 @@ struct EmailComposer: Sendable {
             .init("Auto-Submitted", "auto-generated", structured: true),
             .init("X-Belfry-Category", category.id, structured: true),
             .init("X-Belfry-Tenant", content.tenant, structured: true),
-            .init("X-Belfry-Delivery", delivery.id.uuidString.lowercased(), structured: true),
+            .init("X-Belfry-Delivery", delivery.id.lowerCaseText, structured: true),
         ]
         if let unsubscribe = links.unsubscribe {
             headers.append(.init("List-Unsubscribe", "<\(unsubscribe)>", structured: true))
@@ -86,7 +87,7 @@ struct EmailComposer: Sendable {
             text: set.text.render(context), html: set.html.render(context),
             date: Int64(now().timeIntervalSince1970),
             // One per delivery: a retry sends the same Message-ID, so mail systems see a repeat.
-            messageID: "\(delivery.id.uuidString.lowercased())@\(from.domain)", headers: headers)
+            messageID: "\(delivery.id.lowerCaseText)@\(from.domain)", headers: headers)
     }
 
     struct Links {

@@ -79,8 +79,8 @@ struct WebhookChannel: DeliveryProvider {
             json.field("action", raw: String(decoding: try JSONCoding.encoder.encode(action), as: UTF8.self))
         }
         json.field("attempt", delivery.attempt)
-        json.field("delivery_id", delivery.id.uuidString)
-        json.field("event_id", delivery.eventID.uuidString)
+        json.field("delivery_id", delivery.id.upperCaseText)
+        json.field("event_id", delivery.eventID.upperCaseText)
         json.open("notification")
         if let batch = content.batch {
             json.field("batch", raw: String(decoding: try JSONCoding.encoder.encode(batch), as: UTF8.self))
@@ -91,7 +91,7 @@ struct WebhookChannel: DeliveryProvider {
         if let data = content.data, data.utf8.first == UInt8(ascii: "{"), JSONSyntax.problem(in: data.utf8) == nil {
             json.field("data", raw: data)
         }
-        json.field("id", content.notificationID.uuidString)
+        json.field("id", content.notificationID.upperCaseText)
         if let locale = content.locale { json.field("locale", locale) }
         json.field("tenant", content.tenant)
         json.field("title", content.title)
@@ -117,9 +117,9 @@ struct WebhookChannel: DeliveryProvider {
         let timestamp = Int(now().timeIntervalSince1970)
         // Standard Webhooks: the message id stays the same across a delivery's attempts.
         return await Self.post(
-            body, to: url, id: delivery.id.uuidString.lowercased(), key: standardKey, timestamp: timestamp,
+            body, to: url, id: delivery.id.lowerCaseText, key: standardKey, timestamp: timestamp,
             headers: [
-                ("Belfry-Delivery", delivery.id.uuidString),
+                ("Belfry-Delivery", delivery.id.upperCaseText),
                 ("Belfry-Signature", Self.signature(key: signingKey, timestamp: timestamp, body: body)),
             ], client: client, timeout: timeout, failure: "webhook request failed", now: now)
     }
