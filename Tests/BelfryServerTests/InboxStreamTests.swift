@@ -269,4 +269,27 @@ struct InboxStreamTests {
         }
         #expect(condition())
     }
+
+    @Test("a relayed message written by hand decodes as the encoder's does, and is known by its origin")
+    func relayedMessageText() throws {
+        let origin = UUID()
+        let signals: [InboxSignal] = [
+            .created(event: UUID(), users: []), .created(event: UUID(), users: [UUID()]),
+            .created(event: UUID(), users: (0..<InboxEvents.usersPerMessage).map { _ in UUID() }),
+            .updated(user: UUID(), notification: UUID()), .counts(user: UUID()),
+            .preferences(user: UUID(), tenant: "frwiki", etag: "\"3\""),
+        ]
+        let encoder = JSONEncoder()
+        for signal in signals {
+            let payload = try InboxEvents.Message(origin: origin, signal: signal).payload(encoder)
+            let decoded = try JSONDecoder().decode(InboxEvents.Message.self, from: Data(payload.utf8))
+            #expect(decoded.signal == signal && decoded.origin == origin)
+            let byEncoder = try JSONDecoder().decode(InboxSignal.self, from: encoder.encode(signal))
+            let byHand = try JSONDecoder().decode(
+                InboxSignal.self, from: Data(try InboxEvents.Message.text(of: signal, encoder).utf8))
+            #expect(byHand == byEncoder)
+            #expect(InboxEvents.Message.sentBy(origin, payload) && !InboxEvents.Message.sentBy(UUID(), payload))
+            #expect(payload.utf8.count < 8_000, "under NOTIFY's limit")
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryJSON
 import Fluent
 import Foundation
 import SQLKit
@@ -35,13 +36,28 @@ struct InboxEvents: Sendable {
         /// messages by their start (`sentBy(_:)`) without decoding them. Fan-out sends one for
         /// every event, and every instance hears its own as well as the others'.
         func payload(_ encoder: JSONEncoder) throws -> String {
-            Self.start(origin) + "\"signal\":" + String(decoding: try encoder.encode(signal), as: UTF8.self) + "}"
+            Self.start(origin) + "\"signal\":" + (try Self.text(of: signal, encoder)) + "}"
+        }
+
+        /// A signal as JSON, as `encoder` writes it. `created`, which fan-out sends for every
+        /// batch, is written by hand: the encoder was 1.3 % of the machine in the PostgreSQL
+        /// intake benchmark.
+        static func text(of signal: InboxSignal, _ encoder: JSONEncoder) throws -> String {
+            guard case .created(let event, let users) = signal else {
+                return String(decoding: try encoder.encode(signal), as: UTF8.self)
+            }
+            var text = #"{"created":{"event":""# + event.upperCaseText + #"","users":["#
+            text.reserveCapacity(text.utf8.count + users.count * 39 + 3)
+            for (index, user) in users.enumerated() {
+                text += (index == 0 ? "\"" : ",\"") + user.upperCaseText + "\""
+            }
+            return text + "]}}"
         }
 
         /// Whether `payload` is a message `instance` sent.
         static func sentBy(_ instance: UUID, _ payload: String) -> Bool { payload.hasPrefix(start(instance)) }
 
-        private static func start(_ origin: UUID) -> String { "{\"origin\":\"\(origin.uuidString)\"," }
+        private static func start(_ origin: UUID) -> String { "{\"origin\":\"" + origin.upperCaseText + "\"," }
     }
 
     /// This instance's open streams.
