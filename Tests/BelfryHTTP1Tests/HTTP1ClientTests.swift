@@ -212,6 +212,33 @@ struct HTTP1ClientTests {
         }
     }
 
+    @Test("a header with a line break or a name that is no token is refused and nothing is sent")
+    func invalidHeaders() async throws {
+        try await Self.withServer(connections: 1) { (server: ScriptedServer, client: HTTP1Client) async throws in
+            let refused: [(String, String)] = [
+                ("X-Injected", "a\r\nX-Evil: 1"), ("X-Newline", "a\nb"), ("X-Nul", "a\u{0}b"), ("X-Del", "a\u{7f}"),
+                ("Bad Name", "v"), ("Bad:Name", "v"), ("", "v"), ("Nämé", "v"),
+            ]
+            for (name, value) in refused {
+                await #expect(throws: HTTP1Client.Failure.invalidHeader(name)) {
+                    _ = try await Self.post(client, server.url(), headers: [("X-Fine", "yes"), (name, value)])
+                }
+            }
+            #expect(server.requests.isEmpty)
+            let sent = try await Self.post(
+                client, server.url(),
+                headers: [
+                    ("webhook-signature", "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="), ("X-Tab", "a\tb"),
+                    ("X-Utf8", "café"), ("!#$%&'*+-.^_`|~", "token characters"),
+                ])
+            #expect(sent.status == 200)
+            let head = try #require(server.requests.first)
+            #expect(head.header("X-Tab") == "a\tb" || head.header("X-Tab") == "a b")
+            #expect(head.header("X-Utf8") == "café")
+            #expect(head.header("webhook-signature") == "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=")
+        }
+    }
+
     @Test("chunked and long answer bodies are read past; a body over 64 KiB closes its connection")
     func answerBodies() async throws {
         let chunked =
