@@ -1,5 +1,6 @@
 import BelfryCore
 import BelfryTestSupport
+import Crypto
 import Foundation
 import SQLKit
 import Testing
@@ -155,6 +156,23 @@ struct DeliveryQueueTests {
         #expect(
             signature != WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_001, body: body)
         )
+        // A keyed HMAC used again and again signs as one keyed for each message.
+        for secret in ["one-secret-0123456789", "whsec_" + Data("raw key bytes".utf8).base64EncodedString()] {
+            let keyed = WebhookChannel.standardKey(secret)
+            let raw =
+                secret.hasPrefix("whsec_")
+                ? SymmetricKey(data: Data(base64Encoded: String(secret.dropFirst(6)))!)
+                : SymmetricKey(data: Data(secret.utf8))
+            for (id, timestamp) in [("msg_1", 1_800_000_000), ("msg_2", 1_800_000_001), ("msg_1", 1_800_000_000)] {
+                let expected = Data(
+                    HMAC<SHA256>.authenticationCode(for: Data("\(id).\(timestamp).".utf8) + body, using: raw))
+                #expect(
+                    WebhookChannel.standardSignature(key: keyed, id: id, timestamp: timestamp, body: body)
+                        == "v1," + expected.base64EncodedString())
+            }
+        }
+        let once = WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_000, body: body)
+        #expect(once == signature, "the same inputs sign alike")
     }
 
     @Test("a Retry-After shorter than the backoff's own wait waits the backoff's; the base is a setting")

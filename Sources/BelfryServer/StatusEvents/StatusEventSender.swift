@@ -22,7 +22,7 @@ final class StatusEventSender: Sendable {
     let database: @Sendable () -> any Database
     let storage: BelfryDatabase
     /// Each endpoint, its parsed URL and its Standard Webhooks key, by id.
-    let endpoints: [String: (endpoint: StatusEndpoint, target: HTTP1Client.Target?, key: SymmetricKey)]
+    let endpoints: [String: (endpoint: StatusEndpoint, target: HTTP1Client.Target?, key: HMAC<SHA256>)]
     let client: HTTP1Client
     let now: @Sendable () -> Date
     let jitter: @Sendable () -> Double

@@ -16,17 +16,17 @@ struct WebhookChannel: DeliveryProvider {
     let url: HTTP1Client.Target
     let client: HTTP1Client
     let now: @Sendable () -> Date
-    /// The key of the Standard Webhooks signature, derived once from the secret.
-    let standardKey: SymmetricKey
-    /// The key of `Belfry-Signature`: the secret's bytes.
-    let signingKey: SymmetricKey
+    /// The Standard Webhooks signature's HMAC, keyed once from the secret.
+    let standardKey: HMAC<SHA256>
+    /// `Belfry-Signature`'s HMAC, keyed once with the secret's bytes.
+    let signingKey: HMAC<SHA256>
 
     init(url: String, secret: String, client: HTTP1Client, now: @escaping @Sendable () -> Date) throws {
         self.url = try HTTP1Client.Target(url)
         self.client = client
         self.now = now
         standardKey = Self.standardKey(secret)
-        signingKey = SymmetricKey(data: Data(secret.utf8))
+        signingKey = HMAC(key: SymmetricKey(data: Data(secret.utf8)))
     }
 
     var maxAttempts: Int { 8 }
@@ -41,28 +41,31 @@ struct WebhookChannel: DeliveryProvider {
     var timeout: TimeAmount = .seconds(10)
 
     /// Standard Webhooks' `webhook-signature`: `v1,` and the base64 HMAC-SHA256 of
-    /// `<id>.<timestamp>.<body>`, keyed by ``standardKey(_:)``.
-    static func standardSignature(key: SymmetricKey, id: String, timestamp: Int, body: Data) -> String {
-        let message = Data("\(id).\(timestamp).".utf8) + body
-        return "v1," + Data(HMAC<SHA256>.authenticationCode(for: message, using: key)).base64EncodedString()
+    /// `<id>.<timestamp>.<body>`, keyed by ``standardKey(_:)``. The HMAC comes keyed: keying
+    /// one anew for each request (its pads, two hash blocks) was a third of the signatures' cost.
+    static func standardSignature(key: HMAC<SHA256>, id: String, timestamp: Int, body: Data) -> String {
+        var hmac = key
+        hmac.update(data: Data("\(id).\(timestamp).".utf8))
+        hmac.update(data: body)
+        return "v1," + Data(hmac.finalize()).base64EncodedString()
     }
 
     /// The Standard Webhooks key of a secret: a `whsec_` secret's base64 bytes, else the
     /// secret's own bytes (a receiver's library then takes `whsec_` and their base64).
-    static func standardKey(_ secret: String) -> SymmetricKey {
+    static func standardKey(_ secret: String) -> HMAC<SHA256> {
         if secret.hasPrefix("whsec_"), let bytes = Data(base64Encoded: String(secret.dropFirst(6))), !bytes.isEmpty {
-            return SymmetricKey(data: bytes)
+            return HMAC(key: SymmetricKey(data: bytes))
         }
-        return SymmetricKey(data: Data(secret.utf8))
+        return HMAC(key: SymmetricKey(data: Data(secret.utf8)))
     }
 
     static func signature(secret: String, timestamp: Int, body: Data) -> String {
-        signature(key: SymmetricKey(data: Data(secret.utf8)), timestamp: timestamp, body: body)
+        signature(key: HMAC(key: SymmetricKey(data: Data(secret.utf8))), timestamp: timestamp, body: body)
     }
 
     /// `Belfry-Signature` with the secret's key made once.
-    static func signature(key: SymmetricKey, timestamp: Int, body: Data) -> String {
-        var hmac = HMAC<SHA256>(key: key)
+    static func signature(key: HMAC<SHA256>, timestamp: Int, body: Data) -> String {
+        var hmac = key
         hmac.update(data: Data("\(timestamp).".utf8))
         hmac.update(data: body)
         return "t=\(timestamp),v1=" + hmac.finalize().hexEncoded
@@ -128,7 +131,7 @@ struct WebhookChannel: DeliveryProvider {
     /// `id` (the same on every attempt), with `headers` besides; says what the answer means
     /// (``result(status:headers:now:)``), or retries after `failure` when there is none.
     static func post(
-        _ body: Data, to url: HTTP1Client.Target, id: String, key: SymmetricKey, timestamp: Int,
+        _ body: Data, to url: HTTP1Client.Target, id: String, key: HMAC<SHA256>, timestamp: Int,
         headers: [(String, String)] = [], client: HTTP1Client, timeout: TimeAmount, failure: String,
         now: @Sendable () -> Date
     ) async -> DeliveryResult {
