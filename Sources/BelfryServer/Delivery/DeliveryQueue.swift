@@ -942,10 +942,13 @@ final class DeliveryQueue: Sendable {
                 existing.insert(try row.decode(column: "id", as: UUID.self))
             }
         }
+        // The rows' ids from one seeded generator: the system's, asked for each id, cost two
+        // system calls an attempt on the writer's thread.
+        var random = IDRandomness()
         let logged: [[BulkValue]] = resolved.filter { existing.contains($0.0.delivery.id) }.map {
             attempt, resolution in
             [
-                .id(UUID.timeOrdered(at: attempt.finished)), .id(attempt.delivery.id),
+                .id(UUID.timeOrdered(at: attempt.finished, using: &random)), .id(attempt.delivery.id),
                 .integer(attempt.delivery.attempt), .date(attempt.started),
                 .date(attempt.finished), .text(attempt.result.outcome), .integer(resolution.providerStatus),
                 .text(resolution.error),
