@@ -1,4 +1,5 @@
 import BelfryCore
+import BelfryHTTP1
 import BelfryTestSupport
 import Crypto
 import Foundation
@@ -173,6 +174,23 @@ struct DeliveryQueueTests {
         }
         let once = WebhookChannel.signature(secret: "one-secret-0123456789", timestamp: 1_800_000_000, body: body)
         #expect(once == signature, "the same inputs sign alike")
+    }
+
+    @Test("a header that cannot be sent fails the delivery for good instead of retrying it")
+    func unsendableHeader() async throws {
+        let client = try HTTP1Client(
+            group: MultiThreadedEventLoopGroup.singleton, tls: .makeClientConfiguration(), connectionsPerOrigin: 1)
+        let result = await WebhookChannel.post(
+            Data("{}".utf8), to: try HTTP1Client.Target("http://127.0.0.1:9/hook"), id: "msg_1",
+            key: WebhookChannel.standardKey("one-secret-0123456789"), timestamp: 1_800_000_000,
+            headers: [("X-Injected", "a\r\nX-Evil: 1")], client: client, timeout: .seconds(2),
+            failure: "webhook request failed", now: { Date() })
+        await client.shutdown()
+        guard case .failed(let reason, _) = result else {
+            Issue.record("expected a failure for good, got \(result)")
+            return
+        }
+        #expect(reason.contains("X-Injected"))
     }
 
     @Test("a Retry-After shorter than the backoff's own wait waits the backoff's; the base is a setting")

@@ -143,6 +143,10 @@ struct WebhookChannel: DeliveryProvider {
         do {
             let response = try await client.post(ByteBuffer(data: body), to: url, headers: fields, timeout: timeout)
             return result(status: response.status, headers: response.headers, now: now())
+        } catch let error as HTTP1Client.Failure {
+            // A header that cannot be sent will not be sendable on a later attempt either.
+            if case .invalidHeader = error { return .failed(reason: "\(failure): \(error)") }
+            return .retry(reason: "\(failure): \(error)")
         } catch {
             return .retry(reason: "\(failure): \(error)")
         }
