@@ -53,7 +53,7 @@ extension StatusEventReports {
     /// parsed `data.user`.
     static func erase(user externalID: String, on sql: any SQLDatabase) async throws {
         var quoted: [UInt8] = []
-        JSONText.appendString(externalID, to: &quoted)
+        JSONBytes.appendString(externalID, to: &quoted)
         let needle = "\"user\":" + String(decoding: quoted, as: UTF8.self)
         var pattern = "%"
         for character in needle {

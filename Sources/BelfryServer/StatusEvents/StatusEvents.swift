@@ -87,7 +87,7 @@ struct StatusEvents: Sendable {
                 body.reserveCapacity(512)
                 JSONText.write(event.data, into: &body)
                 body.append(contentsOf: ",\"id\":\"\(id.lowerCaseText)\",\"timestamp\":\"\(timestamp)\",\"type\":".utf8)
-                JSONText.appendString(event.type.rawValue, to: &body)
+                JSONBytes.appendString(event.type.rawValue, to: &body)
                 body.append(UInt8(ascii: "}"))
                 let user: String? = if case .string(let user)? = event.data["user"] { user } else { nil }
                 let key = endpoint.id + "\n" + event.type.rawValue
