@@ -95,12 +95,14 @@ struct GroupCommitTests {
 
     /// With a spare lane: callers behind a group that sticks wait until it has committed for
     /// `spareAfter`, then share the spare; once the lanes move again, a crowd of quick commits
-    /// shares one lane.
+    /// shares one lane. Time is the test's: the spare's moment does not race the callers queueing.
     @Test("spare lanes: one opens only behind a stuck lane, and a busy spell shares one", .timeLimit(.minutes(1)))
     func spareLanes() async throws {
-        // The spare's delay leaves the five callers behind time to queue on a busy machine: on a
-        // loaded runner they once took over a second, and came to the spare in two groups.
-        let commits = GroupCommit<Int>(maxGroup: 8, lanes: 2, spareAfter: .seconds(3))
+        let clock = TestClock()
+        let (start, origin) = (clock.now, ContinuousClock.now)
+        let commits = GroupCommit<Int>(
+            maxGroup: 8, lanes: 2, spareAfter: .seconds(3), clock: clock,
+            now: { origin + .seconds(clock.now.timeIntervalSince(start)) })
         let log = NIOLockedValueBox(Log())
         let stuck = NIOLockedValueBox(true)
         let commit: GroupCommit<Int>.Commit = { items, _ in
@@ -114,19 +116,19 @@ struct GroupCommitTests {
             }
             return items.map { _ in nil }
         }
-        // Timed from before the first group's lane opens: the spare may open 3 s after that.
-        let began = ContinuousClock.now
         let first = Task { try await commits.run(0, commit: commit) }
         while log.withLockedValue({ $0.groups.isEmpty }) { await Task.yield() }
         let behind = (1...5).map { item in Task { try await commits.run(item, commit: commit) } }
-        while commits.waiting < 5, ContinuousClock.now - began < .seconds(3) {
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        let queued = ContinuousClock.now - began
-        #expect(queued < .seconds(3), "the five callers queued before the spare could open: \(queued)")
+        while commits.waiting < 5 || clock.sleeping == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(clock.sleeping == 1, "one check of the spare is armed, for the five waiting")
+
+        clock.advance(by: 2.9)
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(commits.waiting == 5, "the spare opened before the first lane had stuck")
+        #expect(log.withLockedValue { $0.groups.count } == 1)
+
+        clock.advance(by: 0.1)
         for task in behind { try await task.value }
-        let waited = ContinuousClock.now - began
-        #expect(waited >= .seconds(3), "the spare opened before the first lane had stuck: \(waited)")
         let stuckSpell = log.withLockedValue { $0 }
         #expect(stuckSpell.groups.map { $0.sorted() } == [[0], [1, 2, 3, 4, 5]], "\(stuckSpell.groups)")
         #expect(stuckSpell.most == 2, "the spare committed beside the stuck lane")
@@ -145,6 +147,7 @@ struct GroupCommitTests {
         #expect(busySpell.most == 1, "quick commits share one lane: \(busySpell.most)")
         #expect(busySpell.groups.count < 40, "callers shared groups: \(busySpell.groups.map(\.count))")
         #expect(commits.waiting == 0)
+        clock.advance(by: 60)  // lets any check still armed see that nobody waits
     }
 
     /// A commit that calls `begun` hands its lane on at once: with one lane, the next group

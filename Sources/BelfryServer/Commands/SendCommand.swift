@@ -150,7 +150,7 @@ struct SendCommand: AsyncParsableCommand {
         func advance(by count: Int, events: Int) {
             done += count
             let elapsed = started.duration(to: .now)
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.inSeconds
             let line = Self.line(done: done, total: total, events: events, seconds: seconds)
             FileHandle.standardError.write(Data((interactive ? "\r" + line : line + "\n").utf8))
         }

@@ -72,11 +72,20 @@ final class GroupCommit<Item: Sendable>: Sendable {
     /// nil: every lane is open to the next group.
     let spareAfter: Duration?
 
-    init(maxGroup: Int, lanes: Int = 1, spareAfter: Duration? = nil) {
+    /// What times the spare lanes: the server's real clock; a test's, moved by hand.
+    private let clock: any ServiceClock
+    private let now: @Sendable () -> ContinuousClock.Instant
+
+    init(
+        maxGroup: Int, lanes: Int = 1, spareAfter: Duration? = nil,
+        clock: any ServiceClock = ServerClock(), now: @escaping @Sendable () -> ContinuousClock.Instant = { .now }
+    ) {
         precondition(lanes > 0, "a group commit needs a lane")
         self.maxGroup = maxGroup
         self.lanes = lanes
         self.spareAfter = spareAfter
+        self.clock = clock
+        self.now = now
     }
 
     /// Callers waiting for their group's turn.
@@ -85,7 +94,7 @@ final class GroupCommit<Item: Sendable>: Sendable {
     /// Commits `item` with those waiting beside it, through the `commit` of whoever leads its group.
     func run(_ item: Item, commit: Commit) async throws {
         let turn = await withCheckedContinuation { (continuation: CheckedContinuation<Turn, Never>) in
-            let now = ContinuousClock.now
+            let now = self.now()
             let (lane, check) = state.withLockedValue { state -> (Lane?, ContinuousClock.Instant?) in
                 if state.committing == 0
                     || (state.committing < lanes && spareAfter.map { state.allStuck(for: $0, at: now) } ?? true)
@@ -137,7 +146,7 @@ final class GroupCommit<Item: Sendable>: Sendable {
     /// when none waits, or when it is a spare no longer needed (another lane is moving and will
     /// take the callers waiting).
     private func handOn(_ lane: Lane) {
-        let now = ContinuousClock.now
+        let now = self.now()
         let (next, check) = state.withLockedValue { state -> (Waiter?, ContinuousClock.Instant?) in
             let spareNotNeeded =
                 state.committing > 1 && spareAfter.map { !state.allStuck(for: $0, at: now, except: lane) } ?? false
@@ -167,8 +176,11 @@ final class GroupCommit<Item: Sendable>: Sendable {
     /// committing the group it had then; else looks again when the youngest will have been.
     private func checkSpare(at moment: ContinuousClock.Instant) {
         Task {
-            try? await Task.sleep(until: moment, clock: .continuous)
-            let now = ContinuousClock.now
+            let wait = moment - self.now()
+            if wait > .zero {
+                try? await clock.sleep(for: wait.inSeconds)
+            }
+            let now = self.now()
             let (lead, again) = state.withLockedValue { state -> ((Waiter, Lane)?, ContinuousClock.Instant?) in
                 state.spareCheck = false
                 guard let spareAfter, !state.waiting.isEmpty, state.committing < lanes else { return (nil, nil) }

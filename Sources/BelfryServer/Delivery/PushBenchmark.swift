@@ -60,8 +60,7 @@ package enum PushBenchmark {
     }
 
     static func seconds(since start: ContinuousClock.Instant) -> Double {
-        let elapsed = start.duration(to: .now)
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        start.duration(to: .now).inSeconds
     }
 }
 
