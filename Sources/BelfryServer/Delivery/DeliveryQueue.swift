@@ -312,7 +312,7 @@ final class DeliveryQueue: Sendable {
                     busyOrigins.append(delivery.id)
                     continue
                 }
-                attempts.addTask {
+                attempts.addTask(runningOn: providers[kind]?.sendLoop) {
                     let result = await self.perform(delivery)
                     await results.add(result)
                     self.slots.release(kind, origin: origin)
@@ -373,7 +373,7 @@ final class DeliveryQueue: Sendable {
             let ready = zip(taken, badged).filter { $0.0.hasSlot }.map(\.1)
             group.addTask { await self.start(ready, results: results, clock: clock) }
             for (item, delivery) in zip(taken, badged) where !item.hasSlot {
-                group.addTask {
+                group.addTask(runningOn: providers[delivery.channel.kind]?.sendLoop) {
                     await self.startWhenFree(
                         delivery, claimedAt: item.claimedAt ?? self.now(), results: results, clock: clock)
                 }
