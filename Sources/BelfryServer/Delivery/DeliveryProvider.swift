@@ -59,28 +59,51 @@ struct Delivery: Sendable {
     }
 }
 
-/// What a notification says, as every provider needs it.
-struct DeliveryContent: Sendable {
-    var deliveryID: UUID
-    var notificationID: UUID
-    var category: CategoryDefinition
-    var tenant: String
-    var title: String
-    var body: String
-    var url: String? = nil
-    var imageURL: String? = nil
+/// What a notification says, as every provider needs it. A class: a delivery goes from the
+/// claim through its attempt to the recorder, copied at each step, and its content (with the
+/// whole category) was most of every copy's retains and releases.
+final class DeliveryContent: Sendable {
+    let deliveryID: UUID
+    let notificationID: UUID
+    let category: CategoryDefinition
+    let tenant: String
+    let title: String
+    let body: String
+    let url: String?
+    let imageURL: String?
     /// The event's `data`, as JSON text.
-    var data: String? = nil
-    var createdAt: Date
+    let data: String?
+    let createdAt: Date
     /// The event's own time to live, else the category's.
-    var ttlSeconds: Int? = nil
+    let ttlSeconds: Int?
     /// A background push (the event's `push.content_available`, else the category's): data for
     /// the app, nothing shown.
-    var background = false
+    let background: Bool
     /// For a digest: the events it gathered.
-    var batch: NotificationBatch? = nil
+    let batch: NotificationBatch?
     /// The language of the text, when a template variant gave it (`de`, `ar`).
-    var locale: String? = nil
+    let locale: String?
+
+    init(
+        deliveryID: UUID, notificationID: UUID, category: CategoryDefinition, tenant: String, title: String,
+        body: String, url: String? = nil, imageURL: String? = nil, data: String? = nil, createdAt: Date,
+        ttlSeconds: Int? = nil, background: Bool = false, batch: NotificationBatch? = nil, locale: String? = nil
+    ) {
+        self.deliveryID = deliveryID
+        self.notificationID = notificationID
+        self.category = category
+        self.tenant = tenant
+        self.title = title
+        self.body = body
+        self.url = url
+        self.imageURL = imageURL
+        self.data = data
+        self.createdAt = createdAt
+        self.ttlSeconds = ttlSeconds
+        self.background = background
+        self.batch = batch
+        self.locale = locale
+    }
 
     /// What groups pushes on a device (APNs' thread, FCM's tag): the category's thread, and a
     /// digest's summary with its kind, thread or not.
@@ -93,7 +116,7 @@ extension DeliveryContent {
     /// A stored notification's content as a channel of `kind` shows it: a push channel the
     /// shorter text of the category's `content.push` templates, when they gave one; the event's
     /// own time to live and background flag, else the category's.
-    init(
+    convenience init(
         deliveryID: UUID, notificationID: UUID, category: CategoryDefinition, tenant: String, on kind: ChannelKind,
         title: String, body: String, pushTitle: String?, pushBody: String?, url: String?, imageURL: String?,
         data: String?, createdAt: Date, eventTTL: Int?, contentAvailable: Bool?, batch: NotificationBatch?,

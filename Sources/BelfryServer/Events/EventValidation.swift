@@ -361,13 +361,12 @@ enum PushSizeBound {
         if let measured = empty.withLockedValue({ $0[key] }), measured.category == content.category {
             return measured.sizes
         }
-        var blank = content
-        blank.title = ""
-        blank.body = ""
-        blank.url = content.url.map { _ in "" }
-        blank.imageURL = content.imageURL.map { _ in "" }
-        blank.data = content.data.map { _ in "{}" }
-        blank.ttlSeconds = nil
+        let blank = DeliveryContent(
+            deliveryID: content.deliveryID, notificationID: content.notificationID, category: content.category,
+            tenant: content.tenant, title: "", body: "", url: content.url.map { _ in "" },
+            imageURL: content.imageURL.map { _ in "" }, data: content.data.map { _ in "{}" },
+            createdAt: content.createdAt, background: content.background, batch: content.batch,
+            locale: content.locale)
         var sizes: [ChannelKind: Int] = [:]
         if kinds.contains(.apns) { sizes[.apns] = APNsPayload.largestSize(APNsNotification(blank)) }
         if kinds.contains(.fcm) { sizes[.fcm] = FCMPayload.largestSize(FCMNotification(blank)) }

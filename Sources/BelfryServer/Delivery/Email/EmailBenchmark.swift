@@ -28,8 +28,7 @@ package enum EmailBenchmark {
             signer: WebSigner(secret: "benchmark-secret-0123456789"), workspace: .demo, now: { Date() })
         let channel = ChannelDefinition(id: "email", kind: .email, name: "Email")
         @Sendable func message() throws -> MailMessage {
-            var content = PushBenchmark.sampleContent()
-            content.deliveryID = UUID()
+            let content = PushBenchmark.sampleContent()
             let delivery = Delivery(
                 id: content.deliveryID, eventID: UUID(), channel: channel, attempt: 1, userID: UUID(),
                 externalUserID: "grace", content: content, payload: .email(address: "grace@example.org", locale: "en"))
