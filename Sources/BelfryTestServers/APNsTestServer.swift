@@ -57,9 +57,11 @@ public final class APNsTestServer: Sendable {
     /// - Parameters:
     ///   - now: the clock against which provider tokens' `iat` is checked (older than an hour: `ExpiredProviderToken`).
     ///   - group: where its connections run.
+    ///   - answered: called as each push is answered, with its status (a benchmark's count of arrivals).
     public init(
         records: Bool = true, now: @escaping @Sendable () -> Date = { Date() },
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        answered: (@Sendable (_ status: Int) -> Void)? = nil
     ) async throws {
         let key = P256.Signing.PrivateKey()
         let state = NIOLockedValueBox(State())
@@ -67,6 +69,7 @@ public final class APNsTestServer: Sendable {
             publicKey: key.publicKey, keyID: keyID, teamID: teamID, now: now, state: state, records: records)
         server = try await HTTP2TestServer(group: group) { request in
             let (status, reason) = checker.answer(request)
+            answered?(status)
             var headers = [("apns-id", request.headers["apns-id"] ?? UUID().uuidString)]
             guard let reason else { return .init(status: status, headers: headers) }
             headers.append(("content-type", "application/json"))

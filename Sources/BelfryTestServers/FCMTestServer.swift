@@ -63,17 +63,24 @@ public final class FCMTestServer: Sendable {
     }
 
     /// Starts a server on a free loopback port.
-    /// - Parameter now: the clock against which assertions and access tokens are checked.
+    /// - Parameters:
+    ///   - now: the clock against which assertions and access tokens are checked.
+    ///   - answered: called as each send is answered (not a token grant), with its status: a
+    ///     benchmark's count of arrivals.
     public init(
         records: Bool = true, now: @escaping @Sendable () -> Date = { Date() },
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        answered: (@Sendable (_ status: Int) -> Void)? = nil
     ) async throws {
         let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         let state = NIOLockedValueBox(State())
         let box = NIOLockedValueBox<Checker?>(nil)
         server = try await HTTP2TestServer(group: group) { request in
             guard let checker = box.withLockedValue({ $0 }) else { return .init(status: 503) }
-            return request.path == "/token" ? checker.grant(request) : checker.send(request)
+            if request.path == "/token" { return checker.grant(request) }
+            let response = checker.send(request)
+            answered?(response.status)
+            return response
         }
         let tokenURI = "\(server.url)/token"
         let checker = Checker(

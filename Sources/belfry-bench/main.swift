@@ -17,8 +17,9 @@ import NIOPosix
 //   belfry-bench webpush-encrypt [COUNT]       the encryption alone, as JSON (a round of scripts/benchmark_webpush.py)
 //   belfry-bench webpush-interop              encrypt for keys on stdin (Tests/interop/webpush_interop.py)
 //   belfry-bench sdk [TOGGLES] [CATEGORIES]    SDK preference writes per debounce window, and toggle latency
-//   belfry-bench apns-server                  the APNs test server alone, until stopped; its settings as JSON (scripts/benchmark_push_queue.py)
-//   belfry-bench fcm-server                   the same for FCM (scripts/benchmark_push_queue.py --platform fcm)
+//   belfry-bench apns-server [EXPECT]         the APNs test server alone, until stopped; its settings as JSON, then
+//                                             a line when the EXPECTth push is answered (scripts/benchmark_push_queue.py)
+//   belfry-bench fcm-server [EXPECT]          the same for FCM (scripts/benchmark_push_queue.py --platform fcm)
 //   belfry-bench webhook URL [COUNT] [CONCURRENCY]  the webhook channel alone, as JSON (scripts/benchmark_delivery.py)
 //   belfry-bench email PORT [COUNT] [CONNECTIONS] [prepared]  emails to a loopback relay (scripts/benchmark_email.py)
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -38,9 +39,9 @@ case "webpush-encrypt":
 case "webpush-interop":
     webPushInterop()
 case "apns-server":
-    try await runAPNsServer()
+    try await runAPNsServer(arrivals: ArrivalCount(expected: number(1, default: 0)))
 case "fcm-server":
-    try await runFCMServer()
+    try await runFCMServer(arrivals: ArrivalCount(expected: number(1, default: 0)))
 case "webhook" where arguments.count > 1:
     let result = try await WebhookBenchmark.run(
         url: arguments[1], count: number(2, default: 20_000), concurrency: number(3, default: 128),
@@ -66,11 +67,36 @@ default:
 /// This process's CPU time so far, user and system, in seconds.
 func processCPUSeconds() -> Double { ProcessFigures.cpuSeconds }
 
+/// Prints one line of JSON once the `expected`th push has been answered: how many, and when
+/// (Unix seconds). A benchmark then times the last arrival at the provider without polling the
+/// server it measures (a scrape of its metrics every 20 ms took PostgreSQL 3 ms each).
+final class ArrivalCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    /// Zero: nothing is printed.
+    let expected: Int
+
+    init(expected: Int) {
+        self.expected = expected
+    }
+
+    func answered(_ status: Int) {
+        let reached = lock.withLock {
+            count += 1
+            return count == expected
+        }
+        guard reached else { return }
+        let line = #"{"arrived": \#(expected), "at": \#(Date().timeIntervalSince1970)}"# + "\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+    }
+}
+
 /// Runs the APNs test server (its own event loop, as in `benchmarkAPNs`) until the process is
 /// stopped, and prints what `belfry serve` needs to reach it: its URL, and files with its key and
 /// its certificate authority.
-func runAPNsServer() async throws {
-    let server = try await APNsTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
+func runAPNsServer(arrivals: ArrivalCount) async throws {
+    let server = try await APNsTestServer(
+        records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1), answered: arrivals.answered)
     try await announceAndWait(
         "apns", settings: ["url": server.url, "key_id": server.keyID, "team_id": server.teamID],
         files: [
@@ -81,8 +107,9 @@ func runAPNsServer() async throws {
 /// Runs the FCM test server (its token endpoint included) until the process is stopped, and
 /// prints what `belfry serve` needs to reach it: its URL, and files with the service account
 /// and the certificate authority.
-func runFCMServer() async throws {
-    let server = try await FCMTestServer(records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1))
+func runFCMServer(arrivals: ArrivalCount) async throws {
+    let server = try await FCMTestServer(
+        records: false, group: MultiThreadedEventLoopGroup(numberOfThreads: 1), answered: arrivals.answered)
     try await announceAndWait(
         "fcm", settings: ["url": server.url],
         files: [
