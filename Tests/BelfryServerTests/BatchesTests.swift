@@ -538,6 +538,9 @@ struct BatchProcessTests {
             let closedBy = try await PostgresTestServer.shared.psql(
                 url, "SELECT COUNT(*) FROM batches WHERE open_key IS NULL AND notification_id IS NOT NULL")
             #expect(closedBy.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
+            // No second batch is open either, to close after the test has looked.
+            let batches = try await PostgresTestServer.shared.psql(url, "SELECT COUNT(*) FROM batches")
+            #expect(batches.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
         }
     }
 }
