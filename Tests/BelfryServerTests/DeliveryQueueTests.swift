@@ -16,14 +16,19 @@ final class WebhookReceiver: Sendable {
     let url: String
     let log: String
 
-    init(answers: String, secret: String = WebhookReceiver.secret, delayMilliseconds: Int = 0) async throws {
+    /// - Parameter hold: while a file is at this path, each request waits before it is logged and
+    ///   answered.
+    init(
+        answers: String, secret: String = WebhookReceiver.secret, delayMilliseconds: Int = 0, hold: String? = nil
+    ) async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("Support/webhook_receiver.py").path
         log =
             FileManager.default.temporaryDirectory.appendingPathComponent("belfry-webhook-\(UUID().uuidString).jsonl")
             .path
         process = try BackgroundProcess(
-            "/usr/bin/env", ["python3", script, secret, answers, log, String(delayMilliseconds)])
+            "/usr/bin/env",
+            ["python3", script, secret, answers, log, String(delayMilliseconds)] + (hold.map { [$0] } ?? []))
         let output = try await process.waitForOutput(containing: "listening ")
         let port = try #require(output.firstMatch(of: /listening (\d+)/)).output.1
         url = "http://127.0.0.1:\(port)/hooks/belfry"

@@ -1,6 +1,6 @@
 """A webhook receiver for Belfry's tests, written independently of Belfry's Swift code.
 
-Usage: webhook_receiver.py SECRET STATUSES LOG [DELAY_MS]
+Usage: webhook_receiver.py SECRET STATUSES LOG [DELAY_MS [HOLD]]
 Listens on 127.0.0.1 on a free port and prints "listening PORT". Answers the n-th POST with
 the n-th entry of STATUSES (comma-separated; the last one repeats; "503+120" adds
 "Retry-After: 120"). STATUSES "flaky:P:SEED" instead answers P % of requests, at random, with
@@ -9,12 +9,14 @@ four times in a row, so that its attempt limit is never what the test measures. 
 request's Belfry-Signature with Python's hmac, and its Standard Webhooks headers with the
 `standardwebhooks` package, and appends one JSON line per request to LOG:
 {"valid": bool, "standard": bool, "delivery": ..., "body": {...}}. Requests are served concurrently, each
-answered after DELAY_MS milliseconds (0 unless given).
+answered after DELAY_MS milliseconds (0 unless given). While the file HOLD exists, a request
+waits before it is logged and answered: a test holds deliveries in flight, whatever its pace.
 """
 import base64
 import hashlib
 import hmac
 import json
+import os
 import random
 import sys
 import threading
@@ -26,6 +28,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 secret, statuses, log_path = sys.argv[1].encode(), sys.argv[2].split(","), sys.argv[3]
 delay = int(sys.argv[4]) / 1000 if len(sys.argv) > 4 else 0
+hold = sys.argv[5] if len(sys.argv) > 5 else None
 count = 0
 lock = threading.Lock()
 flaky = statuses[0].startswith("flaky:")
@@ -89,6 +92,8 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         delivery = self.headers.get("Belfry-Delivery")
         time.sleep(delay)
+        while hold and os.path.exists(hold):
+            time.sleep(0.05)
         with lock:
             status, _, retry_after = answer_for(delivery).partition("+")
             with open(log_path, "a") as log:
