@@ -853,8 +853,10 @@ final class DeliveryQueue: Sendable {
                 return .failed(reason: "the \(noun) was retired: \(device.retiredReason ?? "no reason given")")
             }
         }
-        // Only the send runs where the provider asks: the attempt's statements stay on any
-        // loop's connections, not all on the one loop (and its one SQLite connection) of APNs.
+        // The send runs where the provider asks; the queue's attempts start there already
+        // (`start`), and so pay no hop. The queue's statements (claims, badges, the recorder)
+        // run in tasks of their own, not all on the one loop (and its one SQLite connection) of
+        // APNs; only a rare requeue of an offer that waited too long runs on the send loop.
         return await runningOn(provider.sendLoop) { await provider.deliver(delivery) }
     }
 
