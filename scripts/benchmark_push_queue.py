@@ -6,7 +6,7 @@ OAuth grants from a service account), answering 200 for every push, then `belfry
 fresh database with a workspace of one category on that push channel, pointed at the server.
 N users, each with one authorized device, are subscribed to a topic (not timed); one event to
 the topic is posted, and the clock runs from its 202 until the test server has answered the Nth
-push (it prints the moment itself, so that nothing polls the server being measured while it
+push with 200 (it prints the moment itself, so that nothing polls the server being measured while it
 works): fan-out, the claims, the payloads, the tokens and the HTTP/2 streams. Then until the N
 results are recorded as sent (`belfry_deliveries_total`, read every 50 ms from then on; the
 event's status confirms it). Then `belfry-bench apns N 100` (or `fcm`) sends as many pushes
@@ -129,9 +129,12 @@ def main():
         })
         channel = PLATFORMS[args.platform]["channel"]
         try:
-            last = json.loads(arrived.get(timeout=600))
+            line = arrived.get(timeout=600)
         except queue.Empty:
             sys.exit(f"the {args.platform} test server did not answer {args.devices} pushes in 600 s")
+        if not line:
+            sys.exit(f"belfry-bench {args.platform}-server stopped before the last push (exit {service.poll()})")
+        last = json.loads(line)
         elapsed = last["at"] - started
         deadline = time.monotonic() + 60
         while sent_count(base, channel) < args.devices:

@@ -67,7 +67,7 @@ default:
 /// This process's CPU time so far, user and system, in seconds.
 func processCPUSeconds() -> Double { ProcessFigures.cpuSeconds }
 
-/// Prints one line of JSON once the `expected`th push has been answered: how many, and when
+/// Prints one line of JSON once the `expected`th push has been answered 200: how many, and when
 /// (Unix seconds). A benchmark then times the last arrival at the provider without polling the
 /// server it measures (a scrape of its metrics every 20 ms took PostgreSQL 3 ms each).
 final class ArrivalCount: @unchecked Sendable {
@@ -81,6 +81,8 @@ final class ArrivalCount: @unchecked Sendable {
     }
 
     func answered(_ status: Int) {
+        // An error answer is not an arrival: the push is tried again, and counted then.
+        guard status == 200 else { return }
         let reached = lock.withLock {
             count += 1
             return count == expected
