@@ -143,11 +143,9 @@ struct WebhookChannel: DeliveryProvider {
         do {
             let response = try await client.post(ByteBuffer(data: body), to: url, headers: fields, timeout: timeout)
             return result(status: response.status, headers: response.headers, now: now())
-        } catch let error as HTTP1Client.Failure {
-            // A header that cannot be sent will not be sendable on a later attempt either.
-            if case .invalidHeader = error { return .failed(reason: "\(failure): \(error)") }
-            return .retry(reason: "\(failure): \(error)")
         } catch {
+            // A header that cannot be sent will not be sendable on a later attempt either.
+            if case .invalidHeader? = error as? HTTP1Client.Failure { return .failed(reason: "\(failure): \(error)") }
             return .retry(reason: "\(failure): \(error)")
         }
     }
