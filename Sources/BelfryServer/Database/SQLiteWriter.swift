@@ -47,5 +47,11 @@ final class SQLiteWriter: Sendable {
         // statement on a constraint failure): in memory, not in a temporary file written
         // through the kernel page by page. Fan-out spent a tenth of its time there.
         try await sql.raw("PRAGMA temp_store = MEMORY").run()
+        // The writer's page cache holds up to 64 MiB (SQLite's default is 2 MiB). The queue's
+        // hot pages (deliveries, their indexes, the attempt log) outgrew 2 MiB within 20 000
+        // deliveries, and the writer read 0.9 pages a push back from the file, a system call
+        // each. Other connections' caches are dropped whenever the writer commits, so only the
+        // writer's is worth growing.
+        try await sql.raw("PRAGMA cache_size = -65536").run()
     }
 }
