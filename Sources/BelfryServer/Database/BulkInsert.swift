@@ -67,17 +67,17 @@ extension BelfryDatabase {
                 precondition(row.count == columns.count, "a bulk row has a value for each column")
                 for value in row { binds.append(value.sqliteData) }
             }
-            let rows = NIOLockedValueBox<[any SQLRow]>([])
             if let sqlite = db as? any SQLiteDatabase {
                 // The driver's own values straight to the driver: SQLKit's encoder would cast
                 // each one to find that it already is one (3 % of the push benchmark's CPU).
-                try await sqlite.query(sql, binds) { row in rows.withLockedValue { $0.append(row.sql()) } }
+                inserted += try await sqlite.rowsInPlace(sql, binds).map { $0.sql() }
             } else {
+                let rows = NIOLockedValueBox<[any SQLRow]>([])
                 try await db.sql.execute(sql: PreparedSQL(sql: sql, binds: binds)) { row in
                     rows.withLockedValue { $0.append(row) }
                 }
+                inserted += rows.withLockedValue { $0 }
             }
-            inserted += rows.withLockedValue { $0 }
         }
         return inserted
     }

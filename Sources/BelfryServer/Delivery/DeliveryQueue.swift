@@ -430,7 +430,7 @@ final class DeliveryQueue: Sendable {
         return try await storage.write(database()) { db in
             var claimed: Set<UUID> = []
             for chunk in ids.chunked(500) {
-                let rows = try await db.sql.update(Tables.deliveries)
+                let update = db.sql.update(Tables.deliveries)
                     .set("status", to: DeliveryStatus.running.rawValue)
                     .set("attempts", to: 1)
                     .set("lease_expires_at", to: now.addingTimeInterval(self.lease))
@@ -440,7 +440,7 @@ final class DeliveryQueue: Sendable {
                     .where("status", .equal, DeliveryStatus.queued.rawValue)
                     .where("attempts", .equal, 0)
                     .returning("id")
-                    .all()
+                let rows = try await self.storage.rows(update.query, on: db.sql)
                 for row in rows { claimed.insert(try row.decode(column: "id", as: UUID.self)) }
             }
             return claimed
@@ -910,7 +910,7 @@ final class DeliveryQueue: Sendable {
         var recorded: Set<UUID> = []
         for (resolution, ids) in groups {
             for chunk in ids.chunked(500) {
-                let rows = try await db.sql.update(Tables.deliveries)
+                let update = db.sql.update(Tables.deliveries)
                     .set("status", to: resolution.status.rawValue)
                     .set("next_attempt_at", to: resolution.next)
                     .set("lease_expires_at", to: Date?.none)
@@ -921,7 +921,7 @@ final class DeliveryQueue: Sendable {
                     .where("worker", .equal, self.name)
                     .where("status", .equal, DeliveryStatus.running.rawValue)
                     .returning("id")
-                    .all()
+                let rows = try await storage.rows(update.query, on: db.sql)
                 for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
             }
         }
