@@ -3,6 +3,7 @@ import BelfryAPNs
 import BelfryCore
 import BelfryTestSupport
 import BelfryWebPush
+import FluentSQLiteDriver
 import Foundation
 import NIOCore
 import SQLKit
@@ -413,6 +414,26 @@ struct BatchProcessTests {
         return items
     }
 
+    /// One number the servers' database holds: through `psql` on PostgreSQL, through a
+    /// connection of the test's own on SQLite (the write-ahead log lets it read beside them).
+    static func count(_ statement: String, in location: DatabaseLocation) async throws -> Int? {
+        switch location {
+        case .postgres(let url):
+            let answer = try await PostgresTestServer.shared.psql(url, statement)
+            return Int(answer.trimmingCharacters(in: .whitespacesAndNewlines))
+        case .sqlite(let path):
+            let connection = try await SQLiteConnection.open(storage: .file(path: path))
+            do {
+                let rows = try await connection.query(statement)
+                try await connection.close()
+                return rows.first?.columns.first?.data.integer
+            } catch {
+                try? await connection.close()
+                throw error
+            }
+        }
+    }
+
     static func configFile() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("belfry-batches-\(UUID()).json").path
         try config.write(toFile: path, atomically: true, encoding: .utf8)
@@ -462,6 +483,8 @@ struct BatchProcessTests {
             while try receiver.entries().count < 2, Date() < deadline2 { try await Task.sleep(for: .milliseconds(100)) }
             let entries = try receiver.entries()
             #expect(entries.count == 2, "one per user: \(entries.map(\.body))")
+            // No second batch is open either, to close after the test has looked.
+            #expect(try await Self.count("SELECT COUNT(*) FROM batches", in: location) == 2)
         }
     }
 
