@@ -89,6 +89,27 @@ struct BulkInsertTests {
         }
     }
 
+    @Test("on SQLite, a column with one value in every row is bound once and named by number")
+    func sharedBinds() {
+        let event = UUID()
+        let rows: [[BulkValue]] = [
+            [.text("a"), .id(event), .integer(nil), .integer(1)],
+            [.text("b"), .id(event), .integer(nil), .integer(1)],
+            [.text("c"), .id(event), .integer(nil), .integer(2)],
+        ]
+        let (values, binds) = BelfryDatabase.sqliteValues(rows[...], columnCount: 4)
+        #expect(values == "(?3, ?1, ?2, ?4), (?5, ?1, ?2, ?6), (?7, ?1, ?2, ?8)")
+        #expect(
+            binds == [
+                .text(event.uuidString), .null, .text("a"), .integer(1), .text("b"), .integer(1), .text("c"),
+                .integer(2),
+            ])
+        // One row: every value is its own, once.
+        let (single, singleBinds) = BelfryDatabase.sqliteValues(rows[2...], columnCount: 4)
+        #expect(single == "(?1, ?2, ?3, ?4)")
+        #expect(singleBinds == [.text("c"), .text(event.uuidString), .null, .integer(2)])
+    }
+
     @Test(
         "a bulk insert reads back as the drivers' own writes do: nulls, escapes, dates",
         arguments: TestDatabase.allCases)
