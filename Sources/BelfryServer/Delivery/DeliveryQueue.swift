@@ -437,7 +437,7 @@ final class DeliveryQueue: Sendable {
                     .set("worker", to: self.name)
                     .set("updated_at", to: now)
                     .where("id", .in, Array(chunk))
-                    .where("status", .equal, DeliveryStatus.queued.rawValue)
+                    .whereStatus(is: DeliveryStatus.queued.rawValue)
                     .where("attempts", .equal, 0)
                     .returning("id")
                 let rows = try await self.storage.rows(update.query, on: db.sql)
@@ -919,7 +919,7 @@ final class DeliveryQueue: Sendable {
                     .set("updated_at", to: now)
                     .where("id", .in, Array(chunk))
                     .where("worker", .equal, self.name)
-                    .where("status", .equal, DeliveryStatus.running.rawValue)
+                    .whereStatus(is: DeliveryStatus.running.rawValue)
                     .returning("id")
                 let rows = try await storage.rows(update.query, on: db.sql)
                 for row in rows { recorded.insert(try row.decode(column: "id", as: UUID.self)) }
@@ -1156,5 +1156,18 @@ extension DeliveryQueue: DeliveryOffers {
             }
         }
         return taken.isEmpty ? nil : taken
+    }
+}
+
+extension SQLPredicateBuilder {
+    /// `status = value`, checked on the rows the statement's ids find rather than used to find
+    /// them. Given `status = ?`, both planners read every row of that status through a status
+    /// index and tested each against the ids: a status looks rare without fresh statistics,
+    /// and SQLite has none. Recording 250 results then read all the deliveries under way, each
+    /// time (19 µs a row on SQLite, against 6 µs through the primary key). An expression of the
+    /// column is in no index, so the ids lead.
+    @discardableResult
+    func whereStatus(is value: String) -> Self {
+        self.where(SQLFunction("COALESCE", args: SQLColumn("status"), SQLLiteral.string("")), .equal, SQLBind(value))
     }
 }
