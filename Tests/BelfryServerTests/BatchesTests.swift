@@ -555,15 +555,14 @@ struct BatchProcessTests {
                 throttled += status.skipped["webhook"]?["throttled"] ?? 0
             }
             #expect(webhook == 3 && throttled == 9, "\(webhook) sent, \(throttled) throttled")
-            let notifications = try await PostgresTestServer.shared.psql(
-                url, "SELECT COUNT(*) FROM notifications WHERE batch IS NOT NULL")
-            #expect(notifications.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
-            let closedBy = try await PostgresTestServer.shared.psql(
-                url, "SELECT COUNT(*) FROM batches WHERE open_key IS NULL AND notification_id IS NOT NULL")
-            #expect(closedBy.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
+            let notifications = try await Self.count(
+                "SELECT COUNT(*) FROM notifications WHERE batch IS NOT NULL", in: location)
+            #expect(notifications == users.count)
+            let closedBy = try await Self.count(
+                "SELECT COUNT(*) FROM batches WHERE open_key IS NULL AND notification_id IS NOT NULL", in: location)
+            #expect(closedBy == users.count)
             // No second batch is open either, to close after the test has looked.
-            let batches = try await PostgresTestServer.shared.psql(url, "SELECT COUNT(*) FROM batches")
-            #expect(batches.trimmingCharacters(in: .whitespacesAndNewlines) == "\(users.count)")
+            #expect(try await Self.count("SELECT COUNT(*) FROM batches", in: location) == users.count)
         }
     }
 }
