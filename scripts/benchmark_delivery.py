@@ -6,10 +6,11 @@ of one category on the inbox and the webhook, its webhook pointed at that nginx.
 subscribed to a topic (not timed); one event to the topic is posted, and the clock runs from its
 202 until nginx has logged N webhook requests: fan-out, the queue, the signed POST and the
 recorded result, all of it. Then h2load (Debian's nghttp2-client) sends the same number of POSTs
-of the same body size to the same nginx over HTTP/1.1, and the script prints both rates and
-their ratio. When `belfry-bench` is built beside `belfry`, it also sends as many deliveries
-through the webhook channel alone (the outbound client, signing and body, no queue or database)
-and prints that rate, its CPU per request, and how much of it the queue reached.
+of the same body size to the same nginx over HTTP/1.1, and the script prints both rates, their
+ratio, and when the first request arrived. When `belfry-bench` is built beside `belfry`, it also
+sends as many deliveries through the webhook channel alone (the outbound client, signing and
+body, no queue or database) and prints that rate, its CPU per request, and how much of it the
+queue reached.
 
 With `--status-events 1` it measures twice, on fresh SQLite files (`PATH` and `PATH-status`):
 first as above, then with a status endpoint (the workspace file's `webhooks`) taking
@@ -218,6 +219,7 @@ def measure(args, database, port, work, status_events):
         if len(seen) < args.recipients:
             sys.exit(f"only {len(seen)} of {args.recipients} webhook requests arrived in 600 s")
         elapsed = max(at for at, _ in seen) - started
+        first = min(at for at, _ in seen) - started
         # Every result is recorded, not only sent: the event's status counts them.
         while True:
             status = call(base, "GET", f"/v1/events/{accepted['event_id']}")
@@ -242,7 +244,7 @@ def measure(args, database, port, work, status_events):
         if server:
             server.terminate()
             server.wait(timeout=30)
-    return elapsed, recorded, sent, body_size, peak, status_last, cpu
+    return elapsed, recorded, sent, body_size, peak, status_last, cpu, first
 
 
 def main():
@@ -257,7 +259,7 @@ def main():
     os.environ["BELFRY_WEBHOOK_SECRET"] = "benchmark-webhook-secret-0123456789"
     rounds = []
     try:
-        elapsed, recorded, sent, body_size, peak, _, cpu = measure(args, args.database, port, work, False)
+        elapsed, recorded, sent, body_size, peak, _, cpu, first = measure(args, args.database, port, work, False)
         with_status = None
         if args.status_events:
             with_status = measure(args, args.database + "-status", port, work, True)
@@ -283,6 +285,7 @@ def main():
     print(f"deliveries:      {args.recipients} webhook requests of ~{body_size} bytes (and as many inbox items)")
     print(f"202 to last arrival: {elapsed:.2f} s  ->  {rate:,.0f} deliveries/s "
           f"(all {sent} recorded as sent after {recorded:.2f} s)")
+    print(f"first arrival:   {first * 1000:.0f} ms after the 202")
     print(f"server CPU:      {cpu[0] * 1e6 / args.recipients:.0f} µs a delivery (user and system, 202 to every result "
           "recorded; steadier than the rate on a busy machine)"
           + (f"; PostgreSQL {cpu[1] * 1e6 / args.recipients:.0f} µs" if args.database.startswith("postgres") else ""))
@@ -293,7 +296,7 @@ def main():
               f"{channel[1] * 1e6:.0f} µs of CPU each; the queue reached {rate / channel[0]:.2f} of it")
     print(f"server memory:   {peak:.0f} MiB peak")
     if with_status:
-        status_elapsed, status_recorded, _, _, status_peak, status_last, _ = with_status
+        status_elapsed, status_recorded, _, _, status_peak, status_last, _, _ = with_status
         print(f"with {2 * args.recipients} message.sent status events (webhook and inbox) to a second endpoint: last webhook arrival {status_elapsed:.2f} s, "
               f"all recorded {status_recorded:.2f} s, last status event {status_last:.2f} s, "
               f"{status_peak:.0f} MiB peak")

@@ -280,18 +280,26 @@ struct EventsAPITests {
     }
 
     @Test(
-        "a large event fans out in batches to exactly one notification per recipient", arguments: TestDatabase.allCases)
+        "a large event fans out in batches that grow to a whole page, to exactly one notification per recipient",
+        arguments: TestDatabase.allCases)
     func batches(database: TestDatabase) async throws {
         try await withBelfry(database) { app in
-            // Two whole pages and part of a third: 500 recipients a page on SQLite, 2 000 on PostgreSQL.
+            // Two whole pages and part of a third: 500 recipients a page on SQLite, 2 000 on
+            // PostgreSQL, the first an eighth of that and each next one as many as are done.
             let page = database == .postgres ? Fanout.postgresPageSize : Fanout.batchSize
             let count = 2 * page + 234
+            let first = page / 8
+            let pages =
+                [first, first, 2 * first, 4 * first, min(page, 8 * first)]
+                + [count - (8 * first + min(page, 8 * first))]
             let recipients = (0..<count).map { "reader-\($0)" }
             let id = try await app.send(.POST, "/v1/events", bearer: testAPIKey, json: Self.event(to: recipients))
                 .decode(EventAccepted.self).eventID
-            var batches = 0
-            while try await app.belfryServices.fanout.processBatch(on: app.db) { batches += 1 }
-            #expect(batches == 3)
+            var written: [Int] = []
+            while try await app.belfryServices.fanout.processBatch(on: app.db) {
+                written.append(try await Self.status(app, id).notifications - written.reduce(0, +))
+            }
+            #expect(written == pages)
             let status = try await Self.status(app, id)
             #expect(status.notifications == count)
             #expect(status.deliveries == ["inbox": ["sent": count]])
@@ -300,6 +308,15 @@ struct EventsAPITests {
                 .first()?.decode(column: "n", as: Int.self)
             #expect(distinct == count)
         }
+    }
+
+    @Test("an event that fits in one page takes it at once; a bigger one's pages grow from the first")
+    func pageLimits() {
+        #expect(Fanout.pageLimit(processed: 0, total: 2000, first: 250, whole: 2000) == 2000)
+        #expect(Fanout.pageLimit(processed: 0, total: 2001, first: 250, whole: 2000) == 250)
+        #expect(Fanout.pageLimit(processed: 250, total: 20_000, first: 250, whole: 2000) == 250)
+        #expect(Fanout.pageLimit(processed: 1000, total: 20_000, first: 250, whole: 2000) == 1000)
+        #expect(Fanout.pageLimit(processed: 6000, total: 20_000, first: 250, whole: 2000) == 2000)
     }
 
     @Test("send_at takes an ISO 8601 time and refuses anything else")

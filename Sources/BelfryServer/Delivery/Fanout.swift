@@ -42,6 +42,19 @@ struct Fanout: Sendable {
     static let postgresEventsPerBatch = 128
     /// Recipients a batch takes on this database: a big event's page, or small events' together.
     private var pageSize: Int { storage.kind == .postgres ? Self.postgresPageSize : Self.batchSize }
+    /// A big event's first page on this database: an eighth of a whole one.
+    private var firstPageSize: Int { pageSize / 8 }
+
+    /// Recipients the next page of an event to `total` takes once `processed` are done. An event
+    /// that fits in one `whole` page takes it at once. A bigger one's pages take as many as are
+    /// done already, from `first` up: nothing of an event is sent before its first page
+    /// commits, and the queue sends each page while the next is written, so the pages grow from
+    /// one the queue waits little for (an event to 20 000 recipients on PostgreSQL starts with
+    /// 250, not 2 000: BENCHMARKS.md).
+    static func pageLimit(processed: Int, total: Int, first: Int, whole: Int) -> Int {
+        total <= whole ? whole : min(whole, max(first, processed))
+    }
+
     /// Small events a batch takes together on this database.
     private var eventsPerGroup: Int {
         storage.kind == .postgres ? Self.postgresEventsPerBatch : Self.eventsPerBatch
@@ -388,6 +401,8 @@ struct Fanout: Sendable {
         _ event: DueEvent, now: Date, reserved: NIOLockedValueBox<[OfferReservation]>, on db: any Database
     ) async throws -> Outcome {
         let sql = db.sql
+        let limit = Self.pageLimit(
+            processed: event.processed, total: event.total, first: firstPageSize, whole: pageSize)
         // The audience, a page at a time: the event's own list by position, or a topic's
         // subscribers (with the users they are) by user id.
         var recipients: [String]
@@ -402,7 +417,7 @@ struct Fanout: Sendable {
             // subscribers for every page.)
             let ids = try await sql.select().column("user_id").from(Tables.topicSubscriptions)
                 .where("topic", .equal, topic).where("user_id", .greaterThan, after)
-                .orderBy("user_id").limit(pageSize).all()
+                .orderBy("user_id").limit(limit).all()
                 .map { try $0.decode(column: "user_id", as: UUID.self) }
             let page =
                 ids.isEmpty
@@ -411,11 +426,11 @@ struct Fanout: Sendable {
             topicUsers = Dictionary(page.map { ($0.externalID, $0.recipient) }) { first, _ in first }
             topicCursor = ids.last ?? after
             cursor = event.processed + page.count
-            done = ids.count < pageSize
+            done = ids.count < limit
         } else {
             let page = sql.select().columns("position", "external_id").from(Tables.eventRecipients)
                 .where("event_id", .equal, event.id).where("position", .greaterThanOrEqual, event.processed)
-                .orderBy("position").limit(pageSize)
+                .orderBy("position").limit(limit)
             let rows = try await storage.rows(page.query, on: sql)
             recipients = try rows.map { try $0.decode(column: "external_id", as: String.self) }
             // Positions below the cursor are done. They are dense unless a user was erased since
