@@ -225,6 +225,46 @@ struct UsersAndAuthTests {
         }
     }
 
+    @Test("an erasure racing a fan-out's write leaves none of its notifications; a later write finds the user gone")
+    func erasureRacingAFanout() async throws {
+        try await withBelfry(.postgres) { app in
+            #expect(try await app.putUser("ada").status == .created)
+            let ada = try #require(try await UserModel.find(externalID: "ada", on: app.db).id)
+            let storage = BelfryDatabase(location: app.belfry.settings.database)
+            let writing = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
+            // As fan-out writes: the users held, then their notifications, committed half a
+            // second after the erasure began.
+            let writer = Task {
+                try await app.db.transaction { tx in
+                    try await NotificationRows.holdUsers([ada], storage: storage, on: tx)
+                    try await tx.sql.raw(
+                        """
+                        INSERT INTO notifications (id, event_id, user_id, category, tenant, title, body, in_inbox, \
+                        created_at, available_at) VALUES (\(bind: UUID()), \(bind: UUID()), \(bind: ada), 'mention', \
+                        'main', 't', 'b', true, \(bind: Date()), \(bind: Date()))
+                        """
+                    ).run()
+                    writing.withLockedValue { $0.holding = true }
+                    while !writing.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
+                }
+            }
+            while !writing.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
+            let deletion = Task { try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status }
+            try await Task.sleep(for: .milliseconds(500))
+            writing.withLockedValue { $0.release = true }
+            try await writer.value
+            #expect(try await deletion.value == .noContent)
+            let left = try await app.db.sql.raw("SELECT COUNT(*) AS n FROM notifications WHERE user_id = \(bind: ada)")
+                .first()?.decode(column: "n", as: Int.self)
+            #expect(left == 0, "the notification committed meanwhile went too")
+            await #expect(throws: NotificationRows.UsersGone.self) {
+                try await app.db.transaction { tx in
+                    try await NotificationRows.holdUsers([ada], storage: storage, on: tx)
+                }
+            }
+        }
+    }
+
     /// Runs `deleting` while a result is being recorded for `delivery`, as the queue records one:
     /// the delivery updated and its attempt logged in a transaction that commits half a second
     /// after `deleting` began (which waits for it, if it holds the delivery first).

@@ -35,6 +35,7 @@ enum BelfryMigrations {
         DropHotForeignKeys(),
         PartialDeliveriesDueIndex(),
         DropEventRecipientsForeignKey(),
+        DropNotificationUserForeignKey(),
     ]
 }
 

@@ -41,6 +41,8 @@ struct NotificationRows: Sendable {
     }
 
     private var notifications: [[BulkValue]] = []
+    /// The user of each of `notifications`.
+    private var users: [UUID] = []
     private var deliveries: [QueuedDelivery] = []
     private var randomness = IDRandomness()
     /// Deliveries queued: the queue is woken when there are any.
@@ -88,6 +90,7 @@ struct NotificationRows: Sendable {
             .date(now), .date(due), .text(content.batch.map(NotificationBatch.stored)), .text(content.locale),
             .text(content.pushTitle), .text(content.pushBody), .date(announceAt),
         ])
+        users.append(user.id)
         if inInbox, due <= now {
             noteInInbox(notificationID, content, user: user.id, at: due, isFollowed: isFollowed(user.id))
         }
@@ -200,6 +203,7 @@ struct NotificationRows: Sendable {
 
     /// Inserts the rows of several, in as few statements as if they were one.
     static func insert(_ all: [NotificationRows], storage: BelfryDatabase, on db: any Database) async throws {
+        try await holdUsers(Set(all.flatMap(\.users)), storage: storage, on: db)
         // No conflict is expected: a batch is one transaction, so it never runs twice. At most
         // 32 766 bound values per statement on SQLite: 150 notifications, 300 deliveries.
         try await storage.insert(
@@ -209,6 +213,27 @@ struct NotificationRows: Sendable {
                 "created_at", "available_at", "batch", "locale", "push_title", "push_body", "announce_at",
             ], rows: all.flatMap(\.notifications), rowsPerStatement: 150, on: db)
         try await QueuedDelivery.insert(all.flatMap(\.deliveries).map(\.values), storage: storage, on: db)
+    }
+
+    /// On PostgreSQL, holds `users` until the caller's transaction ends, as a foreign key on each
+    /// notification's user did (`FOR KEY SHARE`: they cannot be deleted meanwhile), in one
+    /// statement; throws ``UsersGone`` when one of them is gone, erased since the rows were
+    /// planned. An erasure that deletes one of them meanwhile waits for this transaction, then
+    /// deletes what it wrote (`UserErasure`). SQLite checks its foreign keys itself, with one
+    /// writer at a time.
+    static func holdUsers(_ users: Set<UUID>, storage: BelfryDatabase, on db: any Database) async throws {
+        guard storage.kind == .postgres, !users.isEmpty else { return }
+        let hold: SQLQueryString =
+            "SELECT COUNT(*) AS n FROM (SELECT id FROM users WHERE id IN (\(binds: Array(users))) FOR KEY SHARE) AS held"
+        let held = try await storage.rows(hold, on: db.sql).first?.decode(column: "n", as: Int.self)
+        guard held == users.count else { throw UsersGone(missing: users.count - (held ?? 0)) }
+    }
+
+    /// Users of the rows to write were erased after the rows were planned: nothing is written,
+    /// and the fan-out goes again without them.
+    struct UsersGone: Error, CustomStringConvertible {
+        let missing: Int
+        var description: String { "\(missing) of the recipients were erased meanwhile; the batch goes again" }
     }
 
     /// Counts the inbox notifications written as delivered, after the commit.

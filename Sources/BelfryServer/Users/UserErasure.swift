@@ -59,6 +59,12 @@ enum UserErasure {
             try await sql.delete(from: Tables.eventRecipients).where("external_id", .equal, externalID).run()
             try await sql.delete(from: Tables.eventExclusions).where("external_id", .equal, externalID).run()
             try await user.delete(on: db)
+            // A fan-out writing for the user holds them (`NotificationRows.holdUsers`): the
+            // delete above waited for it to commit, and this sees what it wrote. (SQLite has one
+            // writer at a time; on PostgreSQL no foreign key takes those notifications along.)
+            if storage.kind == .postgres {
+                try await sql.delete(from: Tables.notifications).where("user_id", .equal, userID).run()
+            }
         }
     }
 }
