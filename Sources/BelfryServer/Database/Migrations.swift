@@ -36,6 +36,7 @@ enum BelfryMigrations {
         PartialDeliveriesDueIndex(),
         DropEventRecipientsForeignKey(),
         DropNotificationUserForeignKey(),
+        IndexChildKeys(),
     ]
 }
 
