@@ -161,7 +161,7 @@ final class StatusEventSender: Sendable {
                         .set("updated_at", to: now)
                         .where("id", .in, Array(chunk))
                         .where("worker", .equal, self.name)
-                        .where("status", .equal, Status.running.rawValue)
+                        .whereStatus(is: Status.running.rawValue)
                         .run()
                 }
             }
@@ -179,7 +179,7 @@ final class StatusEventSender: Sendable {
                 }
                 let updated = try await update.where("id", .equal, ending.row.id)
                     .where("worker", .equal, self.name)
-                    .where("status", .equal, Status.running.rawValue)
+                    .whereStatus(is: Status.running.rawValue)
                     .returning("id").all()
                 // A row another worker took over (its lease ran out) is theirs to split.
                 guard !updated.isEmpty, ending.groups.count > 1 else { continue }
