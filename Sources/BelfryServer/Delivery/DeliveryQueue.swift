@@ -506,7 +506,8 @@ final class DeliveryQueue: Sendable {
         do {
             let returned = try await withDeadline(Self.storageDeadline, "returning lost claims", clock: clock) {
                 try await self.storage.write(self.database()) { db in
-                    let update = self.requeueing(on: db).where("updated_at", .lessThan, before)
+                    let update = self.requeueing(on: db).where("status", .equal, DeliveryStatus.running.rawValue)
+                        .where("updated_at", .lessThan, before)
                     if !kept.isEmpty { update.where("id", .notIn, kept) }
                     return try await update.returning("id").all().count
                 }
@@ -602,12 +603,14 @@ final class DeliveryQueue: Sendable {
     func release(_ ids: [UUID], postponedBy delay: TimeInterval = 0) async throws {
         let due = now().addingTimeInterval(delay)
         try await storage.write(database()) { db in
-            try await self.requeueing(on: db).set("next_attempt_at", to: due).where("id", .in, ids).run()
+            try await self.requeueing(on: db).set("next_attempt_at", to: due).where("id", .in, ids)
+                .whereStatus(is: DeliveryStatus.running.rawValue).run()
         }
     }
 
-    /// An update that puts this worker's running deliveries back in the queue as if never
-    /// claimed; the caller narrows it to the ones it means.
+    /// An update that puts this worker's deliveries back in the queue as if never claimed; the
+    /// caller narrows it to the running ones it means: by id with ``SQLPredicateBuilder/
+    /// whereStatus(is:)``, else with the status itself, which leads to them.
     private func requeueing(on db: any Database) -> SQLUpdateBuilder {
         db.sql.update(Tables.deliveries)
             .set("status", to: DeliveryStatus.queued.rawValue)
@@ -615,7 +618,6 @@ final class DeliveryQueue: Sendable {
             .set("lease_expires_at", to: Date?.none)
             .set("worker", to: String?.none)
             .where("worker", .equal, name)
-            .where("status", .equal, DeliveryStatus.running.rawValue)
     }
 
     /// Claims up to `limit` due deliveries of any channel and returns them read whole.
