@@ -347,20 +347,12 @@ struct AddEventSkipsColumn: AsyncMigration {
 /// fan-out racing an erasure from writing for a user already gone (until
 /// `DropNotificationUserForeignKey` held the users another way). SQLite keeps all of them
 /// (its checks cost little, and dropping one means rebuilding the table).
-struct DropHotForeignKeys: AsyncMigration {
+struct DropHotForeignKeys: DroppingForeignKeys {
     static let dropped: [Key] = [
         ("delivery_attempts", "delivery_attempts_delivery_id_fkey", "delivery_id", "deliveries"),
         ("deliveries", "deliveries_notification_id_fkey", "notification_id", "notifications"),
         ("notifications", "notifications_event_id_fkey", "event_id", "events"),
     ]
-
-    func prepare(on database: any Database) async throws {
-        try await Self.drop(Self.dropped, on: database)
-    }
-
-    func revert(on database: any Database) async throws {
-        try await Self.restore(Self.dropped, on: database)
-    }
 
     /// A table's foreign key: its constraint's name, its column, the table it refers to.
     typealias Key = (table: String, constraint: String, column: String, parent: String)
@@ -385,16 +377,12 @@ struct DropHotForeignKeys: AsyncMigration {
     }
 }
 
-/// On PostgreSQL, an event's recipients no longer check their event's key. Intake writes them in
-/// the statement that writes the event, and events are never deleted, so the check found the
-/// event every time, at the cost of a trigger, a lookup and a lock on the event's row for each
-/// recipient (`SELECT … FROM ONLY events … FOR KEY SHARE`: 2.5–3.5 µs of execution alone, once
-/// an event in the intake benchmark). Erasure deletes a user's recipient rows itself.
-struct DropEventRecipientsForeignKey: AsyncMigration {
-    static let dropped: [DropHotForeignKeys.Key] = [
-        ("event_recipients", "event_recipients_event_id_fkey", "event_id", "events")
-    ]
+/// A migration that drops foreign keys on PostgreSQL, and adds them back when reverted.
+protocol DroppingForeignKeys: AsyncMigration {
+    static var dropped: [DropHotForeignKeys.Key] { get }
+}
 
+extension DroppingForeignKeys {
     func prepare(on database: any Database) async throws {
         try await DropHotForeignKeys.drop(Self.dropped, on: database)
     }
@@ -402,33 +390,37 @@ struct DropEventRecipientsForeignKey: AsyncMigration {
     func revert(on database: any Database) async throws {
         try await DropHotForeignKeys.restore(Self.dropped, on: database)
     }
+}
+
+/// On PostgreSQL, an event's recipients no longer check their event's key. Intake writes them in
+/// the statement that writes the event, and events are never deleted, so the check found the
+/// event every time, at the cost of a trigger, a lookup and a lock on the event's row for each
+/// recipient (`SELECT … FROM ONLY events … FOR KEY SHARE`: 2.5–3.5 µs of execution alone, once
+/// an event in the intake benchmark). Erasure deletes a user's recipient rows itself.
+struct DropEventRecipientsForeignKey: DroppingForeignKeys {
+    static let dropped: [DropHotForeignKeys.Key] = [
+        ("event_recipients", "event_recipients_event_id_fkey", "event_id", "events")
+    ]
 }
 
 /// On PostgreSQL, a notification's user is held by the statement that writes the notifications
 /// (`NotificationRows.holdUsers`), not by a foreign key. The key checked each row on its own: a
 /// trigger, a lookup and a lock for every notification. Copying 20 000 notifications of 20 000
 /// users in psql cost 9.3 µs a row with the key, 6.3 µs with the users held in one statement
-/// before. The hold takes the same lock the key took, so an erasure still waits for a fan-out
-/// writing for its user, and a fan-out after it finds the user gone.
-struct DropNotificationUserForeignKey: AsyncMigration {
+/// before. The hold takes the same lock the key took: an erasure's delete of the user waits for
+/// a fan-out writing for them (and then deletes what it wrote), and a fan-out after the
+/// erasure finds the user gone.
+struct DropNotificationUserForeignKey: DroppingForeignKeys {
     static let dropped: [DropHotForeignKeys.Key] = [
         ("notifications", "notifications_user_id_fkey", "user_id", "users")
     ]
-
-    func prepare(on database: any Database) async throws {
-        try await DropHotForeignKeys.drop(Self.dropped, on: database)
-    }
-
-    func revert(on database: any Database) async throws {
-        try await DropHotForeignKeys.restore(Self.dropped, on: database)
-    }
 }
 
 /// Indexes on the keys that lead from a notification to its deliveries and answers, and from a
 /// delivery to its attempts: what inbox retention and erasure delete by. Without them each
 /// such delete read the whole child table, and on SQLite once for every parent row, as its
 /// foreign keys' cascade looks for children: purging 1 000 notifications of a database holding
-/// 20 000 deliveries took 7.9 s of the one writer (3.3 s their deliveries, 4.6 s the
+/// 20 000 deliveries took 8.1 s of the one writer (3.2 s their deliveries, 4.8 s the
 /// notifications), growing with the square of the tables (BENCHMARKS.md).
 struct IndexChildKeys: AsyncMigration {
     static let indexes: [(name: String, table: String, column: String)] = [
