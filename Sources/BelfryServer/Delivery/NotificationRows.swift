@@ -41,7 +41,7 @@ struct NotificationRows: Sendable {
     }
 
     private var notifications: [[BulkValue]] = []
-    /// The user of each of `notifications`.
+    /// The user of each of `notifications`, held while they are written (PostgreSQL).
     private var users: [UUID] = []
     private var deliveries: [QueuedDelivery] = []
     private var randomness = IDRandomness()
@@ -203,7 +203,7 @@ struct NotificationRows: Sendable {
 
     /// Inserts the rows of several, in as few statements as if they were one.
     static func insert(_ all: [NotificationRows], storage: BelfryDatabase, on db: any Database) async throws {
-        try await holdUsers(Set(all.flatMap(\.users)), storage: storage, on: db)
+        if storage.kind == .postgres { try await holdUsers(Set(all.flatMap(\.users)), storage: storage, on: db) }
         // No conflict is expected: a batch is one transaction, so it never runs twice. At most
         // 32 766 bound values per statement on SQLite: 150 notifications, 300 deliveries.
         try await storage.insert(
