@@ -1,5 +1,6 @@
 import BelfryCore
 import BelfryTestSupport
+import Fluent
 import Foundation
 import NIOConcurrencyHelpers
 import SQLKit
@@ -231,11 +232,10 @@ struct UsersAndAuthTests {
             #expect(try await app.putUser("ada").status == .created)
             let ada = try #require(try await UserModel.find(externalID: "ada", on: app.db).id)
             let storage = BelfryDatabase(location: app.belfry.settings.database)
-            let writing = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
-            // As fan-out writes: the users held, then their notifications, committed half a
-            // second after the erasure began.
-            let writer = Task {
-                try await app.db.transaction { tx in
+            // As fan-out writes: the users held, then their notifications.
+            let status = try await Self.racing(
+                app,
+                writing: { tx in
                     try await NotificationRows.holdUsers([ada], storage: storage, on: tx)
                     try await tx.sql.raw(
                         """
@@ -244,16 +244,9 @@ struct UsersAndAuthTests {
                         'main', 't', 'b', true, \(bind: Date()), \(bind: Date()))
                         """
                     ).run()
-                    writing.withLockedValue { $0.holding = true }
-                    while !writing.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
-                }
-            }
-            while !writing.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
-            let deletion = Task { try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status }
-            try await Task.sleep(for: .milliseconds(500))
-            writing.withLockedValue { $0.release = true }
-            try await writer.value
-            #expect(try await deletion.value == .noContent)
+                },
+                { try await app.send(.DELETE, "/v1/users/ada", bearer: testAPIKey).status })
+            #expect(status == .noContent)
             let left = try await app.db.sql.raw("SELECT COUNT(*) AS n FROM notifications WHERE user_id = \(bind: ada)")
                 .first()?.decode(column: "n", as: Int.self)
             #expect(left == 0, "the notification committed meanwhile went too")
@@ -271,9 +264,9 @@ struct UsersAndAuthTests {
     static func racingAResult<T: Sendable>(
         _ app: Application, on delivery: UUID, _ deleting: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        let recording = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
-        let recorder = Task {
-            try await app.db.transaction { tx in
+        try await racing(
+            app,
+            writing: { tx in
                 _ = try await tx.sql.raw(
                     "UPDATE deliveries SET updated_at = updated_at WHERE id = \(bind: delivery) RETURNING id"
                 ).all()
@@ -283,15 +276,28 @@ struct UsersAndAuthTests {
                     VALUES (\(bind: UUID()), \(bind: delivery), 1, \(bind: Date()), \(bind: Date()), 'sent')
                     """
                 ).run()
-                recording.withLockedValue { $0.holding = true }
-                while !recording.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
+            }, deleting)
+    }
+
+    /// Runs `deleting` while a transaction that did `writing` is open; it commits half a second
+    /// after `deleting` began (which waits for it, if it needs rows the transaction holds).
+    static func racing<T: Sendable>(
+        _ app: Application, writing: @escaping @Sendable (any Database) async throws -> Void,
+        _ deleting: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let state = NIOLockedValueBox<(holding: Bool, release: Bool)>((false, false))
+        let writer = Task {
+            try await app.db.transaction { tx in
+                try await writing(tx)
+                state.withLockedValue { $0.holding = true }
+                while !state.withLockedValue({ $0.release }) { try await Task.sleep(for: .milliseconds(20)) }
             }
         }
-        while !recording.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
+        while !state.withLockedValue({ $0.holding }) { try await Task.sleep(for: .milliseconds(20)) }
         let deletion = Task { try await deleting() }
         try await Task.sleep(for: .milliseconds(500))
-        recording.withLockedValue { $0.release = true }
-        try await recorder.value
+        state.withLockedValue { $0.release = true }
+        try await writer.value
         return try await deletion.value
     }
 
