@@ -186,13 +186,17 @@ extension BelfryDatabase {
     /// being recorded meanwhile commits its attempt rows before the next statement, which then
     /// sees and deletes them.
     func deleteDeliveries(where condition: SQLQueryString, on sql: any SQLDatabase) async throws {
-        if kind == .postgres {
-            try await sql.raw("SELECT id FROM deliveries WHERE " + condition + " FOR UPDATE").run()
-        }
-        try await sql.raw(
-            "DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE " + condition + ")"
-        ).run()
-        try await sql.raw("DELETE FROM deliveries WHERE " + condition).run()
+        for statement in deliveryDeletes(where: condition) { try await sql.raw(statement).run() }
+    }
+
+    /// The statements of ``deleteDeliveries(where:on:)``, in order.
+    func deliveryDeletes(where condition: SQLQueryString) -> [SQLQueryString] {
+        let held: [SQLQueryString] =
+            kind == .postgres ? ["SELECT id FROM deliveries WHERE " + condition + " FOR UPDATE"] : []
+        return held + [
+            "DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE " + condition + ")",
+            "DELETE FROM deliveries WHERE " + condition,
+        ]
     }
 }
 
