@@ -274,6 +274,11 @@ public final class HTTP2Client: Sendable {
 /// so does a close begun here (a request's timeout) at once: the TLS goodbye keeps it active a
 /// while, and a request given it then failed with "I/O on closed channel". The handler returns
 /// the flow-control credit of the answers it reads, which the multiplexer did before.
+///
+/// Requests beyond the streams the server allows at once (its SETTINGS_MAX_CONCURRENT_STREAMS)
+/// wait here, in order, and are written as answers end. NIOHTTP2 would hold them too, but it
+/// walks every stream it holds on every flush: with 300 held, that walk was a tenth of the APNs
+/// loop's time (`scripts/benchmark_push_queue.py`).
 private final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundIn = HTTP2Frame
@@ -291,6 +296,12 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     /// Streams whose answers used half their window, owed credit at the end of this read.
     private var streamsOwedCredit: [HTTP2StreamID] = []
     private var exchanges: [HTTP2StreamID: Exchange] = [:]
+    /// Requests not yet written, in the order sent: their stream ids, which rise in that order.
+    private var waiting = CircularBuffer<HTTP2StreamID>()
+    /// Streams written and not yet ended.
+    private var openStreams = 0
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS; NIOHTTP2 assumes 100 until it says.
+    private var maxStreams = 100
     /// Answer bytes read and not yet given back to the server as connection window.
     private var unreturnedCredit = 0
 
@@ -298,6 +309,8 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     private struct Exchange {
         var answer: EventLoopPromise<HTTP2Client.Response>
         var deadline: Scheduled<Void>?
+        /// The request's frames while it waits for a stream.
+        var request: (headers: HPACKHeaders, body: ByteBuffer)?
         var status: Int?
         var headers = HPACKHeaders()
         var body: ByteBuffer?
@@ -317,7 +330,8 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         self.context = context
     }
 
-    /// Writes a request on a new stream; `answer` gets its response or why there is none.
+    /// Sends a request on a new stream, at once if the server allows one more, else when one
+    /// ends; `answer` gets its response or why there is none. The timeout counts from now.
     func send(
         _ headers: HPACKHeaders, body: ByteBuffer, timeout: TimeAmount, answer: EventLoopPromise<HTTP2Client.Response>
     ) {
@@ -338,27 +352,44 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         let deadline = context.eventLoop.scheduleTask(in: timeout) {
             loopBound.value.handler.timedOut(id, context: loopBound.value.context)
         }
-        exchanges[id] = Exchange(answer: answer, deadline: deadline)
-        let hasBody = body.readableBytes > 0
-        let written = context.eventLoop.makePromise(of: Void.self)
-        written.futureResult.assumeIsolated().whenFailure { error in self.finish(id, .failure(error)) }
-        context.write(
-            wrapOutboundOut(HTTP2Frame(streamID: id, payload: .headers(.init(headers: headers, endStream: !hasBody)))),
-            promise: hasBody ? nil : written)
-        if hasBody {
+        exchanges[id] = Exchange(answer: answer, deadline: deadline, request: (headers, body))
+        waiting.append(id)
+        writeWaiting(context: context)
+    }
+
+    /// Writes the waiting requests the server has streams for, and flushes them once.
+    private func writeWaiting(context: ChannelHandlerContext) {
+        var wrote = false
+        while openStreams < maxStreams, let id = waiting.popFirst() {
+            // A request that timed out while waiting is gone.
+            guard let request = exchanges[id]?.request else { continue }
+            exchanges[id]?.request = nil
+            openStreams += 1
+            wrote = true
+            let hasBody = request.body.readableBytes > 0
+            let written = context.eventLoop.makePromise(of: Void.self)
+            written.futureResult.assumeIsolated().whenFailure { error in self.finish(id, .failure(error)) }
             context.write(
                 wrapOutboundOut(
-                    HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(body), endStream: true)))),
-                promise: written)
+                    HTTP2Frame(streamID: id, payload: .headers(.init(headers: request.headers, endStream: !hasBody)))),
+                promise: hasBody ? nil : written)
+            if hasBody {
+                context.write(
+                    wrapOutboundOut(
+                        HTTP2Frame(
+                            streamID: id, payload: .data(.init(data: .byteBuffer(request.body), endStream: true)))
+                    ),
+                    promise: written)
+            }
         }
-        context.flush()
+        if wrote { context.flush() }
     }
 
     /// No answer in that long means the connection is likely dead (a firewall dropped it, the
     /// server hangs): it is closed before the request fails, so the next request opens a new
     /// one. Its other requests fail and are retried.
     private func timedOut(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
-        guard let exchange = exchanges.removeValue(forKey: id) else { return }
+        guard let exchange = remove(id) else { return }
         // Out of use before the close begins: `context.close` starts below this handler.
         retire()
         context.close(promise: nil)
@@ -368,7 +399,10 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         switch frame.payload {
-        case .settings(.settings):
+        case .settings(.settings(let settings)):
+            for setting in settings where setting.parameter == .maxConcurrentStreams {
+                maxStreams = setting.value
+            }
             if !isReady {
                 isReady = true
                 ready.succeed()
@@ -436,6 +470,9 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         }
         streamsOwedCredit.removeAll(keepingCapacity: true)
         if wrote { context.flush() }
+        // Requests waiting take the streams the answers just read ended (here, not as each
+        // ends, for the reason above).
+        if context.channel.isActive { writeWaiting(context: context) }
         context.fireChannelReadComplete()
     }
 
@@ -454,9 +491,16 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func finish(_ id: HTTP2StreamID, _ result: Result<HTTP2Client.Response, any Error>) {
-        guard let exchange = exchanges.removeValue(forKey: id) else { return }
+        guard let exchange = remove(id) else { return }
         exchange.deadline?.cancel()
         exchange.answer.completeWith(result)
+    }
+
+    /// A request taken out, its stream no longer counted if it was written.
+    private func remove(_ id: HTTP2StreamID) -> Exchange? {
+        guard let exchange = exchanges.removeValue(forKey: id) else { return nil }
+        if exchange.request == nil { openStreams -= 1 }
+        return exchange
     }
 
     /// Fails every request under way.

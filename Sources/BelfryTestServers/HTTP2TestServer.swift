@@ -37,12 +37,18 @@ public final class HTTP2TestServer: Sendable {
     private let channel: any Channel
     private let connections: NIOLockedValueBox<[ObjectIdentifier: any Channel]>
 
-    /// - Parameter endsStreamOnLastData: end a stream on the DATA frame with an answer's body, as
-    ///   APNs does, rather than on an empty DATA frame after it.
+    /// - Parameters:
+    ///   - endsStreamOnLastData: end a stream on the DATA frame with an answer's body, as APNs
+    ///     does, rather than on an empty DATA frame after it.
+    ///   - maxConcurrentStreams: the streams a client may have open at once (SETTINGS); a client
+    ///     opening more fails its connection.
     public init(
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, endsStreamOnLastData: Bool = false,
-        respond: @escaping @Sendable (Request) -> Response
+        maxConcurrentStreams: Int = 100, respond: @escaping @Sendable (Request) -> Response
     ) async throws {
+        let settings =
+            nioDefaultSettings.filter { $0.parameter != .maxConcurrentStreams }
+            + [HTTP2Setting(parameter: .maxConcurrentStreams, value: maxConcurrentStreams)]
         let authority = try TestCertificateAuthority()
         let sslContext = try NIOSSLContext(configuration: authority.serverConfiguration(protocols: ["h2"]))
         let connections = NIOLockedValueBox<[ObjectIdentifier: any Channel]>([:])
@@ -57,7 +63,7 @@ public final class HTTP2TestServer: Sendable {
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                 }.flatMap {
                     channel.configureHTTP2Pipeline(
-                        mode: .server,
+                        mode: .server, initialLocalSettings: settings,
                         inboundStreamInitializer: { stream in
                             stream.eventLoop.makeCompletedFuture {
                                 if endsStreamOnLastData {

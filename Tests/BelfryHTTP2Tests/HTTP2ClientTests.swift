@@ -18,10 +18,12 @@ struct HTTP2ClientTests {
 
     /// A server that answers each request with its path and body echoed, and the client for it.
     private static func withServer(
+        maxConcurrentStreams: Int = 100,
         respond: (@Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response)? = nil,
         _ body: (HTTP2TestServer, HTTP2Client) async throws -> Void
     ) async throws {
         let server = try await HTTP2TestServer(
+            maxConcurrentStreams: maxConcurrentStreams,
             respond: respond ?? { request in
                 HTTP2TestServer.Response(
                     status: 200, headers: [("x-path", request.path), ("x-method", request.method)], body: request.body)
@@ -58,6 +60,65 @@ struct HTTP2ClientTests {
                 try await group.waitForAll()
             }
             #expect(server.connectionCount == 1)
+        }
+    }
+
+    @Test("requests past the streams the server allows wait for one, and each gets its own answer")
+    func waitsForStreams() async throws {
+        // Two streams at once, each answered after 20 ms: 40 requests take twenty turns.
+        try await Self.withServer(
+            maxConcurrentStreams: 2,
+            respond: { request in
+                HTTP2TestServer.Response(status: 200, body: request.body, delay: .milliseconds(20))
+            }
+        ) { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            let answers = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+                for index in 0..<40 {
+                    group.addTask {
+                        let response = try await client.post(
+                            "/\(index)", at: origin, headers: [], body: ByteBuffer(string: "push \(index)"),
+                            timeout: .seconds(10))
+                        return (response.status, String(buffer: response.body))
+                    }
+                }
+                return try await group.reduce(into: [:]) { answers, answer in answers[answer.1] = answer.0 }
+            }
+            #expect(answers == Dictionary(uniqueKeysWithValues: (0..<40).map { ("push \($0)", 200) }))
+            #expect(server.connectionCount == 1, "the server's limit was kept: exceeding it fails the connection")
+        }
+    }
+
+    @Test("requests waiting for a stream fail when their time is up, and when the connection closes")
+    func waitingRequestsFail() async throws {
+        try await Self.withServer(
+            maxConcurrentStreams: 2, respond: { _ in HTTP2TestServer.Response(status: 200, delay: .seconds(5)) }
+        ) { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            func failures(timeout: TimeAmount, then: @Sendable () async -> Void = {}) async throws -> Int {
+                try await withThrowingTaskGroup(of: Bool.self) { group in
+                    for index in 0..<6 {
+                        group.addTask {
+                            do {
+                                _ = try await client.post(
+                                    "/\(index)", at: origin, headers: [], body: ByteBuffer(), timeout: timeout)
+                                return false
+                            } catch is HTTP2Client.Failure {
+                                return true
+                            }
+                        }
+                    }
+                    try await Task.sleep(for: .milliseconds(200))
+                    await then()
+                    return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+                }
+            }
+            let started = ContinuousClock.now
+            #expect(try await failures(timeout: .milliseconds(500)) == 6)
+            #expect(ContinuousClock.now - started < .seconds(4), "before any answer, the four waiting too")
+            let closing = ContinuousClock.now
+            #expect(try await failures(timeout: .seconds(30), then: { await server.dropConnections() }) == 6)
+            #expect(ContinuousClock.now - closing < .seconds(4), "before any answer, the four waiting too")
         }
     }
 

@@ -11,10 +11,10 @@ struct APNsChannel: DeliveryProvider {
 
     var maxAttempts: Int { 8 }
     /// Pushes under way on the one HTTP/2 connection. Beyond the streams the server allows at
-    /// once (its SETTINGS_MAX_CONCURRENT_STREAMS; 100 for most servers), NIOHTTP2 holds a new
-    /// stream until one ends: the queue then claims 400 at a time rather than 100, and claims
-    /// less often (`scripts/benchmark_push_queue.py`: 4 773-4 812 pushes/s with 100, 6 427-6 714
-    /// with 400).
+    /// once (its SETTINGS_MAX_CONCURRENT_STREAMS; 100 for most servers), the HTTP/2 client
+    /// holds a new request until a stream ends: the queue then claims 400 at a time rather than
+    /// 100, and claims less often (`scripts/benchmark_push_queue.py`: 4 773-4 812 pushes/s with
+    /// 100, 6 427-6 714 with 400).
     var concurrency: Int { 400 }
 
     var sendLoop: (any EventLoop)? { providers.any?.eventLoop }
