@@ -9,6 +9,20 @@ import Vapor
 /// The message log: `GET /v1/messages` and `GET /v1/messages/{id}`.
 @Suite("Message log API", .serialized)
 struct MessagesAPITests {
+    /// The console's user page and `?user=` read a user's messages: through the user's
+    /// notifications, with no table read whole (no index leads with the deliveries' `user_id`).
+    @Test("a user's page, first or later, reads no table whole", arguments: TestDatabase.allCases)
+    func userPageByIndex(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            for cursor in [nil, UUID()] {
+                let page = MessageLog.page(.init(user: UUID()), after: cursor, limit: 50, on: app.db.sql)
+                let plan = try await MetricsTests.plan("\(page.query)", on: app.db)
+                #expect(plan.contains("notifications_inbox"), "\(plan)")
+                #expect(!plan.contains("SCAN ") && !plan.contains("Seq Scan"), "\(plan)")
+            }
+        }
+    }
+
     @Test(
         "a user's messages page newest first without repeats or gaps, each with its attempts; filters; a user token gets 403",
         arguments: [(TestDatabase.sqlite, 500), (TestDatabase.postgres, 40)])

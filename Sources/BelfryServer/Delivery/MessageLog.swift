@@ -18,9 +18,20 @@ struct MessageLog: Sendable {
 
     /// Up to `limit` messages, newest first, older than the message `after`.
     func page(_ filter: Filter, after cursor: UUID?, limit: Int, on db: any Database) async throws -> [MessageRecord] {
-        let select = Self.select(on: db.sql)
+        let rows = try await Self.page(filter, after: cursor, limit: limit, on: db.sql).all()
+        return try await Self.records(rows, on: db)
+    }
+
+    /// The statement of a page. A user's messages are found through their notifications
+    /// (`notifications_inbox`, then `deliveries_notification`): no index leads with the
+    /// deliveries' `user_id`, and one would cost every delivery a write (two on PostgreSQL, where
+    /// each change of status writes every index). Read by that column, a user's page read the
+    /// whole table: 2.6 ms at 20 000 deliveries on SQLite, 0.01 ms through the notifications.
+    static func page(_ filter: Filter, after cursor: UUID?, limit: Int, on sql: any SQLDatabase) -> SQLSelectBuilder {
+        let select = Self.select(on: sql)
         if let user = filter.user {
             select.where(SQLColumn("user_id", table: Tables.deliveries), .equal, SQLBind(user))
+            select.where(SQLColumn("user_id", table: Tables.notifications), .equal, SQLBind(user))
         }
         if let event = filter.event {
             select.where(SQLColumn("event_id", table: Tables.deliveries), .equal, SQLBind(event))
@@ -44,8 +55,8 @@ struct MessageLog: Sendable {
                          AND deliveries.id < \(bind: cursor)))
                     """))
         }
-        let rows =
-            try await select
+        return
+            select
             .orderBy(
                 SQLOrderBy(
                     expression: SQLColumn("created_at", table: Tables.deliveries), direction: SQLDirection.descending)
@@ -53,8 +64,7 @@ struct MessageLog: Sendable {
             .orderBy(
                 SQLOrderBy(expression: SQLColumn("id", table: Tables.deliveries), direction: SQLDirection.descending)
             )
-            .limit(limit).all()
-        return try await Self.records(rows, on: db)
+            .limit(limit)
     }
 
     func message(_ id: UUID, on db: any Database) async throws -> MessageRecord? {
