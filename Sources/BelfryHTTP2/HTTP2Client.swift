@@ -78,6 +78,7 @@ public final class HTTP2Client: Sendable {
     public let eventLoop: any EventLoop
     private let sslContext: NIOSSLContext
     private let connectTimeout: TimeAmount
+    private let unindexed: [String]
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -93,12 +94,21 @@ public final class HTTP2Client: Sendable {
     }
 
     /// `tls` says whom to trust; the client offers only `h2`.
-    public init(group: any EventLoopGroup, tls: TLSConfiguration, connectTimeout: TimeAmount = .seconds(5)) throws {
+    ///
+    /// `unindexed` names the headers (`:path` among them) whose values are new in nearly every
+    /// request, as an APNs device token and push id are. They are written as literals, outside
+    /// HPACK's dynamic table: entered there, each pushed out the entries that do repeat (the
+    /// provider token), and every lookup walked a table of entries never used again.
+    public init(
+        group: any EventLoopGroup, tls: TLSConfiguration, connectTimeout: TimeAmount = .seconds(5),
+        unindexed: [String] = []
+    ) throws {
         var tls = tls
         tls.applicationProtocols = ["h2"]
         eventLoop = group.next()
         sslContext = try NIOSSLContext(configuration: tls)
         self.connectTimeout = connectTimeout
+        self.unindexed = unindexed
     }
 
     /// POSTs `body` to `path` (with its query, if any) at `origin`, with `headers` (lower-case
@@ -111,12 +121,16 @@ public final class HTTP2Client: Sendable {
         fields.add(name: ":method", value: "POST")
         fields.add(name: ":scheme", value: "https")
         fields.add(name: ":authority", value: origin.authority)
-        fields.add(name: ":path", value: origin.pathPrefix + path)
-        for (name, value) in headers { fields.add(name: name, value: value) }
+        fields.add(name: ":path", value: origin.pathPrefix + path, indexing: indexing(":path"))
+        for (name, value) in headers { fields.add(name: name, value: value, indexing: indexing(name)) }
         fields.add(name: "content-length", value: String(body.readableBytes))
 
         let connection = try await connection(to: origin.server)
         return try await connection.send(fields, body: body, timeout: timeout)
+    }
+
+    private func indexing(_ name: String) -> HPACKIndexing {
+        unindexed.contains(name) ? .nonIndexable : .indexable
     }
 
     /// The connections open and in use.

@@ -410,18 +410,18 @@ private func deliveryProviders(
             url: webhook.url, secret: webhook.secret, client: try webhookClient(app, settings), now: context.now)
     }
     // Each app its own HTTP/2 client (its connections, its token), all of a platform on one loop.
-    func http2Clients() -> () throws -> HTTP2Client {
+    func http2Clients(unindexed: [String] = []) -> () throws -> HTTP2Client {
         var loop: (any EventLoop)?
         return {
             let http2 = try HTTP2Client(
                 group: loop ?? app.eventLoopGroup,
-                tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM))
+                tls: try .outbound(extraCertificatesPEM: settings.extraCertificatesPEM), unindexed: unindexed)
             loop = http2.eventLoop
             app.lifecycle.use(HTTP2ClientShutdown(client: http2))
             return http2
         }
     }
-    let apnsClient = http2Clients()
+    let apnsClient = http2Clients(unindexed: APNsProvider.unindexed)
     let apns = try settings.byApp(settings.apns) { (credentials: PushApp.Credentials) in
         guard case .apns(let apns, _) = credentials else { return nil }
         return apns

@@ -18,7 +18,7 @@ struct HTTP2ClientTests {
 
     /// A server that answers each request with its path and body echoed, and the client for it.
     private static func withServer(
-        maxConcurrentStreams: Int = 100,
+        maxConcurrentStreams: Int = 100, unindexed: [String] = [],
         respond: (@Sendable (HTTP2TestServer.Request) -> HTTP2TestServer.Response)? = nil,
         _ body: (HTTP2TestServer, HTTP2Client) async throws -> Void
     ) async throws {
@@ -29,7 +29,8 @@ struct HTTP2ClientTests {
                     status: 200, headers: [("x-path", request.path), ("x-method", request.method)], body: request.body)
             })
         let client = try HTTP2Client(
-            group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(server.authority.certificatePEM))
+            group: MultiThreadedEventLoopGroup.singleton, tls: try Self.trusting(server.authority.certificatePEM),
+            unindexed: unindexed)
         do {
             try await body(server, client)
         } catch {
@@ -192,6 +193,41 @@ struct HTTP2ClientTests {
             #expect(headers["authorization"] == "bearer t0k3n")
             #expect(headers["apns-push-type"] == "alert")
             #expect(headers["content-length"] == "2")
+        }
+    }
+
+    @Test(
+        "headers new in every request arrive as sent beside those that repeat, indexed or not",
+        arguments: [[], [":path", "apns-id"]])
+    func unindexedHeaders(unindexed: [String]) async throws {
+        try await Self.withServer(
+            unindexed: unindexed,
+            respond: { request in
+                HTTP2TestServer.Response(
+                    status: 200,
+                    body: Data(
+                        [request.path, request.headers["apns-id"] ?? "", request.headers["authorization"] ?? ""]
+                            .joined(separator: " ").utf8))
+            }
+        ) { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            // Long enough that the unique headers of a few dozen requests fill HPACK's 4 KiB table.
+            let token = "bearer " + String(repeating: "t0k3n", count: 60)
+            for round in 0..<3 {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for index in 0..<100 {
+                        group.addTask {
+                            let id = UUID().uuidString.lowercased()
+                            let path = "/3/device/\(round)-\(index)-" + String(repeating: "ab12", count: 16)
+                            let response = try await client.post(
+                                path, at: origin, headers: [("authorization", token), ("apns-id", id)],
+                                body: ByteBuffer(string: "{}"), timeout: .seconds(10))
+                            #expect(String(buffer: response.body) == "\(path) \(id) \(token)")
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
         }
     }
 

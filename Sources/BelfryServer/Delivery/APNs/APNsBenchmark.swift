@@ -13,7 +13,8 @@ package enum APNsBenchmark {
         eventLoopGroup: any EventLoopGroup
     ) async throws -> PushBenchmark.Result {
         let client = try HTTP2Client(
-            group: eventLoopGroup, tls: try .outbound(extraCertificatesPEM: extraCertificatesPEM))
+            group: eventLoopGroup, tls: try .outbound(extraCertificatesPEM: extraCertificatesPEM),
+            unindexed: APNsProvider.unindexed)
         defer { Task { await client.shutdown() } }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
         let device = APNsDevice(

@@ -43,6 +43,9 @@ final class APNsProvider: Sendable {
         try tokens.current()
     }
 
+    /// The headers new in every push: the path names the device, and `apns-id` the push.
+    static let unindexed = [":path", "apns-id"]
+
     /// Sends one notification. A refused provider token is replaced and the request sent once more.
     func send(_ request: APNsRequest) async throws -> Answer {
         let token = try tokens.current()
