@@ -92,12 +92,18 @@ struct HTTP2ClientTests {
 
     @Test("requests waiting for a stream fail when their time is up, and when the connection closes")
     func waitingRequestsFail() async throws {
+        let received = NIOLockedValueBox(0)
         try await Self.withServer(
-            maxConcurrentStreams: 2, respond: { _ in HTTP2TestServer.Response(status: 200, delay: .seconds(5)) }
+            maxConcurrentStreams: 2,
+            respond: { _ in
+                received.withLockedValue { $0 += 1 }
+                return HTTP2TestServer.Response(status: 200, delay: .seconds(5))
+            }
         ) { server, client in
             let origin = try HTTP2Client.Origin(server.url)
             func failures(timeout: TimeAmount, then: @Sendable () async -> Void = {}) async throws -> Int {
-                try await withThrowingTaskGroup(of: Bool.self) { group in
+                let before = received.withLockedValue { $0 }
+                return try await withThrowingTaskGroup(of: Bool.self) { group in
                     for index in 0..<6 {
                         group.addTask {
                             do {
@@ -109,7 +115,9 @@ struct HTTP2ClientTests {
                             }
                         }
                     }
-                    try await Task.sleep(for: .milliseconds(200))
+                    // Two on the connection's streams, so the other four wait behind them.
+                    while received.withLockedValue({ $0 }) < before + 2 { try await Task.sleep(for: .milliseconds(10)) }
+                    try await Task.sleep(for: .milliseconds(100))
                     await then()
                     return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
                 }
