@@ -2,6 +2,7 @@ import BelfryAPNs
 import BelfryCore
 import BelfryHTTP2
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// Sends many notifications through the real APNs provider (payload shaping, provider token,
@@ -17,15 +18,28 @@ package enum APNsBenchmark {
             unindexed: APNsProvider.unindexed)
         defer { Task { await client.shutdown() } }
         let provider = try APNsProvider(configuration: apns, client: client, now: { Date() })
-        let device = APNsDevice(
-            token: String(repeating: "ab12", count: 16), environment: .production, authorization: .authorized)
         let topic = apns.topic ?? "org.example"
-        // The content is read once, as a delivery's is read from the database before its attempt;
-        // each push shapes its own payload from it.
-        let content = PushBenchmark.sampleContent()
+        // Each push goes to a device of its own under an id of its own, as an event's pushes do:
+        // one request sent again and again had HPACK shrink its path and `apns-id` to an index
+        // byte each, which no real send gets. The devices and contents are made before timing,
+        // as the queue reads them from the database; each push shapes its own payload.
+        let pushes = (0...count).map { index in
+            (
+                APNsDevice(
+                    token: String(repeating: "ab12", count: 14) + String(index, radix: 16).leftPadded(to: 8),
+                    environment: .production, authorization: .authorized),
+                PushBenchmark.sampleContent()
+            )
+        }
+        let next = NIOLockedValueBox(0)
         @Sendable func request() -> APNsRequest {
+            let index = next.withLockedValue { next in
+                defer { next = min(next + 1, count) }
+                return next
+            }
+            let (device, content) = pushes[index]
             // An authorized device with every setting enabled always gets a request.
-            APNsPayload.request(APNsNotification(content), device: device, unread: 7, topic: topic)!
+            return APNsPayload.request(APNsNotification(content), device: device, unread: 7, topic: topic)!
         }
         // One request first, so the connection is open before timing starts.
         _ = try await provider.send(request())
@@ -39,5 +53,12 @@ package enum APNsBenchmark {
             sent: sent, failed: count - sent, seconds: seconds, path: sample.path,
             headers: sample.headers + [("authorization", "bearer \(try provider.providerToken())")],
             payload: sample.payload)
+    }
+}
+
+extension String {
+    /// This string after as many zeros as bring it to `length` characters.
+    fileprivate func leftPadded(to length: Int) -> String {
+        String(repeating: "0", count: max(0, length - count)) + self
     }
 }
