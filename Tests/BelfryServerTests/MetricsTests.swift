@@ -187,10 +187,13 @@ struct MetricsTests {
         )
         #expect(accepted.status == 202, "\(accepted.body)")
         #expect(try await stream.next(within: 30)?.name == "notification.created")
-        // The webhook deliveries are counted once recorded, just after the receiver answers.
+        // The webhook deliveries are counted once recorded, just after the receiver answers. A
+        // scrape reads the outbox before it writes the counters out: one that read it just
+        // before the results committed shows them sent and still pending.
         let deadline = Date().addingTimeInterval(30)
         var exposition = try await scrape()
-        while Self.sample(exposition, #"belfry_deliveries_total{channel="webhook",outcome="sent"}"#) != 3,
+        while Self.sample(exposition, #"belfry_deliveries_total{channel="webhook",outcome="sent"}"#) != 3
+            || Self.sample(exposition, #"belfry_outbox_pending{channel="webhook"}"#) != 0,
             Date() < deadline
         {
             try await Task.sleep(for: .milliseconds(100))
