@@ -368,11 +368,12 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         }
         exchanges[id] = Exchange(answer: answer, deadline: deadline, request: (headers, body))
         waiting.append(id)
-        writeWaiting(context: context)
+        if writeWaiting(context: context) { context.flush() }
     }
 
-    /// Writes the waiting requests the server has streams for, and flushes them once.
-    private func writeWaiting(context: ChannelHandlerContext) {
+    /// Writes the waiting requests the server has streams for; the caller flushes them.
+    /// - Returns: whether it wrote any.
+    private func writeWaiting(context: ChannelHandlerContext) -> Bool {
         var wrote = false
         while openStreams < maxStreams, let id = waiting.popFirst() {
             // A request that timed out while waiting is gone.
@@ -396,7 +397,7 @@ private final class ConnectionHandler: ChannelDuplexHandler {
                     promise: written)
             }
         }
-        if wrote { context.flush() }
+        return wrote
     }
 
     /// No answer in that long means the connection is likely dead (a firewall dropped it, the
@@ -483,10 +484,10 @@ private final class ConnectionHandler: ChannelDuplexHandler {
             exchanges[id]?.unreturnedCredit = 0
         }
         streamsOwedCredit.removeAll(keepingCapacity: true)
-        if wrote { context.flush() }
         // Requests waiting take the streams the answers just read ended (here, not as each
-        // ends, for the reason above).
-        if context.channel.isActive { writeWaiting(context: context) }
+        // ends, for the reason above), flushed with the credit.
+        if context.channel.isActive, writeWaiting(context: context) { wrote = true }
+        if wrote { context.flush() }
         context.fireChannelReadComplete()
     }
 
