@@ -26,8 +26,7 @@ package enum APNsBenchmark {
         let pushes = (0...count).map { index in
             (
                 APNsDevice(
-                    token: String(repeating: "ab12", count: 14) + String(index, radix: 16).leftPadded(to: 8),
-                    environment: .production, authorization: .authorized),
+                    token: String(format: "%064x", index + 1), environment: .production, authorization: .authorized),
                 PushBenchmark.sampleContent()
             )
         }
@@ -53,12 +52,5 @@ package enum APNsBenchmark {
             sent: sent, failed: count - sent, seconds: seconds, path: sample.path,
             headers: sample.headers + [("authorization", "bearer \(try provider.providerToken())")],
             payload: sample.payload)
-    }
-}
-
-extension String {
-    /// This string after as many zeros as bring it to `length` characters.
-    fileprivate func leftPadded(to length: Int) -> String {
-        String(repeating: "0", count: max(0, length - count)) + self
     }
 }
