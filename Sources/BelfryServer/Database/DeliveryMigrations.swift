@@ -348,26 +348,32 @@ struct AddEventSkipsColumn: AsyncMigration {
 /// `DropNotificationUserForeignKey` held the users another way). SQLite keeps all of them
 /// (its checks cost little, and dropping one means rebuilding the table).
 struct DropHotForeignKeys: DroppingForeignKeys {
-    static let dropped: [Key] = [
+    static let dropped: [ForeignKey] = [
         ("delivery_attempts", "delivery_attempts_delivery_id_fkey", "delivery_id", "deliveries"),
         ("deliveries", "deliveries_notification_id_fkey", "notification_id", "notifications"),
         ("notifications", "notifications_event_id_fkey", "event_id", "events"),
     ]
+}
 
-    /// A table's foreign key: its constraint's name, its column, the table it refers to.
-    typealias Key = (table: String, constraint: String, column: String, parent: String)
+/// A table's foreign key: its constraint's name, its column, the table it refers to.
+typealias ForeignKey = (table: String, constraint: String, column: String, parent: String)
 
-    /// Drops `keys` on PostgreSQL.
-    static func drop(_ keys: [Key], on database: any Database) async throws {
-        for key in keys {
+/// A migration that drops foreign keys on PostgreSQL, and adds them back when reverted,
+/// deleting along with the rows they refer to.
+protocol DroppingForeignKeys: AsyncMigration {
+    static var dropped: [ForeignKey] { get }
+}
+
+extension DroppingForeignKeys {
+    func prepare(on database: any Database) async throws {
+        for key in Self.dropped {
             try await database.onPostgres(
                 "ALTER TABLE \(unsafeRaw: key.table) DROP CONSTRAINT IF EXISTS \(unsafeRaw: key.constraint)")
         }
     }
 
-    /// Adds `keys` back on PostgreSQL, deleting along with the rows they refer to.
-    static func restore(_ keys: [Key], on database: any Database) async throws {
-        for key in keys {
+    func revert(on database: any Database) async throws {
+        for key in Self.dropped {
             try await database.onPostgres(
                 """
                 ALTER TABLE \(unsafeRaw: key.table) ADD CONSTRAINT \(unsafeRaw: key.constraint) \
@@ -377,28 +383,13 @@ struct DropHotForeignKeys: DroppingForeignKeys {
     }
 }
 
-/// A migration that drops foreign keys on PostgreSQL, and adds them back when reverted.
-protocol DroppingForeignKeys: AsyncMigration {
-    static var dropped: [DropHotForeignKeys.Key] { get }
-}
-
-extension DroppingForeignKeys {
-    func prepare(on database: any Database) async throws {
-        try await DropHotForeignKeys.drop(Self.dropped, on: database)
-    }
-
-    func revert(on database: any Database) async throws {
-        try await DropHotForeignKeys.restore(Self.dropped, on: database)
-    }
-}
-
 /// On PostgreSQL, an event's recipients no longer check their event's key. Intake writes them in
 /// the statement that writes the event, and events are never deleted, so the check found the
 /// event every time, at the cost of a trigger, a lookup and a lock on the event's row for each
 /// recipient (`SELECT … FROM ONLY events … FOR KEY SHARE`: 2.5–3.5 µs of execution alone, once
 /// an event in the intake benchmark). Erasure deletes a user's recipient rows itself.
 struct DropEventRecipientsForeignKey: DroppingForeignKeys {
-    static let dropped: [DropHotForeignKeys.Key] = [
+    static let dropped: [ForeignKey] = [
         ("event_recipients", "event_recipients_event_id_fkey", "event_id", "events")
     ]
 }
@@ -411,7 +402,7 @@ struct DropEventRecipientsForeignKey: DroppingForeignKeys {
 /// a fan-out writing for them (and then deletes what it wrote), and a fan-out after the
 /// erasure finds the user gone.
 struct DropNotificationUserForeignKey: DroppingForeignKeys {
-    static let dropped: [DropHotForeignKeys.Key] = [
+    static let dropped: [ForeignKey] = [
         ("notifications", "notifications_user_id_fkey", "user_id", "users")
     ]
 }
