@@ -373,7 +373,14 @@ struct EmailChannelTests {
         } _: { app in
             _ = try await app.putUser("ada", UserUpsert(email: "ada@example.org"))
             let id = try await Self.send(app, to: ["ada"])
-            let status = try await APNsChannelTests.status(app, id)
+            // On a machine loaded enough that the claimed delivery waited half its lease before it
+            // started, the queue put it back unattempted and without an error: claim it again.
+            let queue = try #require(app.deliveryQueue)
+            var status = try await APNsChannelTests.status(app, id)
+            for _ in 0..<3 where status.lastErrors["email"] == nil {
+                _ = try await queue.runOnce()
+                status = try await APNsChannelTests.status(app, id)
+            }
             #expect(status.deliveries["email"] == ["queued": 1])
             // Ended within half the lease (4 s): by the attempt's deadline or the greeting's, both
             // capped there, never by RFC 5321's five minutes.
