@@ -1,6 +1,8 @@
 import BelfryCore
 import BelfryTestSupport
+import Fluent
 import Foundation
+import SQLKit
 import Testing
 import Vapor
 import VaporTesting
@@ -110,6 +112,28 @@ struct InboxAPITests {
             #expect(try await Self.page(app, ada, "?status=read").notifications.count == 2)
             _ = try await app.send(.POST, "/v1/me/notifications/read-all", bearer: ada)
             #expect(try await Self.counts(app, ada) == InboxCounts(unread: 0, unseen: 0))
+        }
+    }
+
+    @Test(
+        "the bell's counts and a push's badge read the index of unread notifications, not the user's history",
+        arguments: TestDatabase.allCases)
+    func countsByIndex(database: TestDatabase) async throws {
+        try await withBelfry(database) { app in
+            let store = app.belfryServices.inboxStore
+            let queue = try #require(app.deliveryQueue)
+            let statements: [SQLQueryString] = [
+                "\(store.countsQuery(of: [UUID(), UUID()], tenant: nil, on: app.db).query)",
+                "\(store.countsQuery(of: [UUID()], tenant: "dewiki", on: app.db).query)",
+                store.countsIfUserExistsQuery(userID: UUID(), epoch: 2, on: app.db),
+                queue.claimed([UUID(), UUID()], now: Date()),
+            ]
+            for statement in statements {
+                let plan = try await MetricsTests.plan(statement, on: app.db)
+                #expect(plan.contains("notifications_unread"), "\(plan)")
+                #expect(!plan.contains("notifications_inbox"), "\(plan)")
+                #expect(!plan.contains("SCAN notifications") && !plan.contains("Seq Scan"), "\(plan)")
+            }
         }
     }
 

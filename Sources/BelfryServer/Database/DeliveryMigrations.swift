@@ -454,6 +454,29 @@ struct PartialDeliveriesDueIndex: AsyncMigration {
     }
 }
 
+/// `notifications_unread`: the notifications the bell's counts read (in the inbox, not archived,
+/// unread or unseen), with the columns those counts sum. A push's badge is counted for every
+/// push, and read each of the user's notifications and its table row: 0.48 ms for a user with
+/// 5 000 read ones, paid by each push to that user. The counts now read only this index, and
+/// only what the user has not read or seen. The predicate's text is the one the counts' query
+/// writes (`InboxStore.counted(on:)`): SQLite's planner uses a partial index only for a query whose
+/// terms include the index's own.
+struct IndexUnreadNotifications: AsyncMigration {
+    func prepare(on database: any Database) async throws {
+        let inInbox = database.sql.dialect.name == "postgresql" ? "in_inbox" : "in_inbox = 1"
+        try await database.sql.raw(
+            """
+            CREATE INDEX notifications_unread ON notifications (user_id, available_at, read_at, seen_at)
+            WHERE \(unsafeRaw: inInbox) AND archived_at IS NULL AND (read_at IS NULL OR seen_at IS NULL)
+            """
+        ).run()
+    }
+
+    func revert(on database: any Database) async throws {
+        try await database.sql.raw("DROP INDEX notifications_unread").run()
+    }
+}
+
 extension Database {
     /// Runs `statements` in turn on PostgreSQL, and nothing on SQLite: a migration for what only
     /// PostgreSQL's planner or storage needs.

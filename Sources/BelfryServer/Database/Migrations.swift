@@ -37,6 +37,7 @@ enum BelfryMigrations {
         DropEventRecipientsForeignKey(),
         DropNotificationUserForeignKey(),
         IndexChildKeys(),
+        IndexUnreadNotifications(),
     ]
 }
 

@@ -784,7 +784,7 @@ final class DeliveryQueue: Sendable {
 
     /// Claimed deliveries with everything their providers need: the notification's content,
     /// the event's image and time to live, the device, and for push the user's unread count.
-    private func claimed(_ ids: [UUID], now: Date) -> SQLQueryString {
+    func claimed(_ ids: [UUID], now: Date) -> SQLQueryString {
         """
         SELECT deliveries.id AS delivery_id, deliveries.event_id, deliveries.notification_id, deliveries.channel,
           deliveries.attempts, deliveries.kind, deliveries.action_id, deliveries.user_id, users.external_id,
@@ -798,8 +798,9 @@ final class DeliveryQueue: Sendable {
           devices.id AS device_row_id, \(unsafeRaw: devices.prefixedColumns(of: "devices", prefix: "device_")),
           CASE WHEN deliveries.device_id IS NULL THEN 0 ELSE (
             SELECT COUNT(*) FROM notifications AS inbox
-            WHERE inbox.user_id = deliveries.user_id AND inbox.in_inbox = \(true) AND inbox.read_at IS NULL
-              AND inbox.archived_at IS NULL AND inbox.available_at <= \(bind: now)
+            WHERE inbox.user_id = deliveries.user_id
+              AND \(unsafeRaw: InboxStore.counted(postgres: storage.kind == .postgres, table: "inbox"))
+              AND inbox.read_at IS NULL AND inbox.available_at <= \(bind: now)
           ) END AS unread
         FROM deliveries
         \(unsafeRaw: storage.keyJoin("notifications", on: "notifications.id = deliveries.notification_id"))

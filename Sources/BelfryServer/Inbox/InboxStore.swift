@@ -98,19 +98,37 @@ struct InboxStore: Sendable {
     /// sends first. Written as SQL: Fluent's model reading (reflection) and SQLKit's query
     /// builder were half of the CPU time of opening a stream.
     func countsIfUserExists(userID: UUID, epoch: Int? = nil, on db: any Database) async throws -> InboxCounts? {
+        let row = try await db.sql.raw(countsIfUserExistsQuery(userID: userID, epoch: epoch, on: db)).first()
+        guard let row, try row.decode(column: "users", as: Int.self) > 0 else { return nil }
+        return try Self.counts(in: row)
+    }
+
+    /// The statement of ``countsIfUserExists(userID:epoch:on:)``.
+    func countsIfUserExistsQuery(userID: UUID, epoch: Int?, on db: any Database) -> SQLQueryString {
         // A page token's stream also needs the session it came from to be current.
         let current = epoch.map { SQLQueryString("AND session_epoch = \(bind: $0)") } ?? ""
-        let row = try await db.sql.raw(
-            """
+        return """
             SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID) \(current)) AS users,
             \(unsafeRaw: Self.unreadSum) AS unread, \(unsafeRaw: Self.unseenSum) AS unseen
             FROM notifications
-            WHERE user_id = \(bind: userID) AND in_inbox = \(bind: true) AND available_at <= \(bind: now())
-            AND archived_at IS NULL
+            WHERE user_id = \(bind: userID) AND \(unsafeRaw: Self.counted(on: db)) AND available_at <= \(bind: now())
             """
-        ).first()
-        guard let row, try row.decode(column: "users", as: Int.self) > 0 else { return nil }
-        return try Self.counts(in: row)
+    }
+
+    /// The notifications the counts read: in the inbox, not archived, and unread or unseen (those
+    /// read and seen add nothing to either count). The index `notifications_unread` holds just
+    /// these, with the columns the counts sum, under this predicate's text: SQLite's planner
+    /// uses a partial index only for a query that has the index's terms among its own.
+    static func counted(on db: any Database) -> String {
+        counted(postgres: db.sql.dialect.name == "postgresql")
+    }
+
+    /// ``counted(on:)`` for one database kind, its columns named by `table` if given.
+    static func counted(postgres: Bool, table: String? = nil) -> String {
+        let column = { (name: String) in table.map { "\($0).\(name)" } ?? name }
+        let inInbox = postgres ? column("in_inbox") : "\(column("in_inbox")) = 1"
+        return "\(inInbox) AND \(column("archived_at")) IS NULL"
+            + " AND (\(column("read_at")) IS NULL OR \(column("seen_at")) IS NULL)"
     }
 
     /// How many of a user's notifications are unread and unseen, summed over those selected.
@@ -129,17 +147,24 @@ struct InboxStore: Sendable {
     func counts(of users: [UUID], tenant: String? = nil, on db: any Database) async throws -> [UUID: InboxCounts] {
         guard !users.isEmpty else { return [:] }
         var result = Dictionary(uniqueKeysWithValues: users.map { ($0, InboxCounts(unread: 0, unseen: 0)) })
+        for row in try await countsQuery(of: users, tenant: tenant, on: db).all() {
+            result[try row.decode(column: "user_id", as: UUID.self)] = try Self.counts(in: row)
+        }
+        return result
+    }
+
+    /// The query of ``counts(of:tenant:on:)``: a row for each of `users` with a notification
+    /// counted.
+    func countsQuery(of users: [UUID], tenant: String?, on db: any Database) -> SQLSelectBuilder {
         let select = db.sql.select()
             .column("user_id")
             .column(SQLRaw(Self.unreadSum), as: "unread")
             .column(SQLRaw(Self.unseenSum), as: "unseen")
             .from(Tables.notifications)
-            .where("user_id", .in, users).inInboxAndDue(by: now()).where("archived_at", .is, SQLLiteral.null)
+            .where("user_id", .in, users).where(SQLRaw(Self.counted(on: db)))
+            .where("available_at", .lessThanOrEqual, now())
         if let tenant { select.where("tenant", .equal, tenant) }
-        for row in try await select.groupBy("user_id").all() {
-            result[try row.decode(column: "user_id", as: UUID.self)] = try Self.counts(in: row)
-        }
-        return result
+        return select.groupBy("user_id")
     }
 
     /// The visible notifications an event gave `users`, with whose they are.
