@@ -108,6 +108,11 @@ struct BulkInsertTests {
         let (single, singleBinds) = BelfryDatabase.sqliteValues(rows[2...], columnCount: 4)
         #expect(single == "(?1, ?2, ?3, ?4)")
         #expect(singleBinds == [.text("c"), .text(event.uuidString), .null, .integer(2)])
+        // Numbers of one, two and three digits.
+        let many = (1...120).map { [BulkValue.integer($0)] }
+        let (numbered, numberedBinds) = BelfryDatabase.sqliteValues(many[...], columnCount: 1)
+        #expect(numbered == (1...120).map { "(?\($0))" }.joined(separator: ", "))
+        #expect(numberedBinds == (1...120).map { .integer($0) })
     }
 
     @Test(
