@@ -13,14 +13,18 @@ event's status confirms it). Then `belfry-bench apns N 100` (or `fcm`) sends as 
 through the client alone to its own test server, and the script prints both rates and the
 ratio of the first to the client's (the target for APNs: at least 0.5).
 
+With --history K, each user first gets K notifications in their inbox, read and seen, as months
+of use leave them (not timed): each push's badge is the user's unread count among them.
+
 Usage: python3 scripts/benchmark_push_queue.py --binary .build/release/belfry --database PATH_OR_URL
-       [--platform apns|fcm] [--devices N]
+       [--platform apns|fcm] [--devices N] [--history K]
 """
 import concurrent.futures
 import json
 import os
 import queue
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,7 +32,7 @@ import threading
 import time
 import urllib.request
 
-from benchmark_support import KEY, CPUMeter, arguments, call, memory_mib, start_server
+from benchmark_support import KEY, CPUMeter, arguments, call, memory_mib, start_server, wait_for_fan_out
 
 PLATFORMS = {
     "apns": {"channel": "ios_push", "name": "iOS push"},
@@ -76,6 +80,32 @@ def register_device(base, platform, user, index):
             sys.exit(f"registering a device answered {response.status}")
 
 
+def add_history(base, database, count):
+    """Gives every reader `count` notifications in their inbox, read and seen: `count` events to
+    another user through the API, then a row for each reader and event, written in SQL straight
+    to the database (a million rows through fan-out would take longer than the benchmark)."""
+    events = [call(base, "POST", "/v1/events", {
+        "category": "announcement", "recipients": ["history"],
+        "content": {"title": f"Earlier news {index}", "body": "Read before"},
+    })["event_id"] for index in range(count)]
+    wait_for_fan_out(base, events)
+    postgres = database.startswith("postgres")
+    identifier = ("gen_random_uuid()" if postgres else
+                  "upper(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2)"
+                  " || '-a' || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6)))")
+    statement = (
+        "INSERT INTO notifications (id, event_id, user_id, category, tenant, title, body, in_inbox,"
+        " created_at, available_at, seen_at, read_at)"
+        f" SELECT {identifier}, events.id, users.id, 'announcement', 'main', 'Earlier news', 'Read before',"
+        f" {'true' if postgres else '1'}, events.created_at, events.created_at, events.created_at, events.created_at"
+        " FROM users CROSS JOIN events WHERE users.external_id LIKE 'reader-%'")
+    if postgres:
+        subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", database, "-c", statement], check=True)
+    else:
+        with sqlite3.connect(database, timeout=60) as connection:
+            connection.execute(statement)
+
+
 def sent_count(base, channel):
     """Pushes this server has recorded as sent, from `/metrics`."""
     request = urllib.request.Request(base + "/metrics")
@@ -96,7 +126,7 @@ def client_rate(bench, platform, count):
 
 
 def main():
-    args = arguments(("--devices", int, 20_000), ("--platform", str, "apns"))
+    args = arguments(("--devices", int, 20_000), ("--platform", str, "apns"), ("--history", int, 0))
     if args.platform not in PLATFORMS:
         sys.exit("--platform takes apns or fcm")
     bench = os.path.join(os.path.dirname(os.path.abspath(args.binary)), "belfry-bench")
@@ -120,6 +150,8 @@ def main():
             call(base, "PUT", "/v1/topics/everyone/subscribers", {"users": users[offset:offset + 10_000]})
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda pair: register_device(base, args.platform, pair[1], pair[0]), enumerate(users)))
+        if args.history:
+            add_history(base, args.database, args.history)
 
         meter = CPUMeter(server.pid, postgres=False)
         started = time.time()
@@ -162,6 +194,8 @@ def main():
     print(f"server CPU:      {cpu * 1e6 / args.devices:.0f} µs a push (user and system, 202 to the last recorded;"
           " steadier than the rate on a busy machine)")
     print(f"platform:        {args.platform}")
+    if args.history:
+        print(f"history:         {args.history} read notifications in each user's inbox")
     print(f"the client alone (belfry-bench {args.platform} {args.devices} 100): {reference:,.0f} pushes/s")
     print(f"ratio:           {rate / reference:.3f} of the client alone"
           + (" (target: at least 0.5)" if args.platform == "apns" else ""))
