@@ -318,11 +318,15 @@ private final class ConnectionHandler: ChannelDuplexHandler {
     private var maxStreams = 100
     /// Answer bytes read and not yet given back to the server as connection window.
     private var unreturnedCredit = 0
+    /// One timer for every request's timeout, set for the earliest deadline among them. A
+    /// scheduled task for each request, cancelled as its answer came, was 1.5 % of the APNs
+    /// benchmark's samples: the cancel searches the loop's queue of scheduled tasks.
+    private var timer: (at: NIODeadline, task: Scheduled<Void>)?
 
     /// One request under way.
     private struct Exchange {
         var answer: EventLoopPromise<HTTP2Client.Response>
-        var deadline: Scheduled<Void>?
+        var deadline: NIODeadline
         /// The request's frames while it waits for a stream.
         var request: (headers: HPACKHeaders, body: ByteBuffer)?
         var status: Int?
@@ -362,11 +366,9 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         } else {
             nextStreamID = HTTP2StreamID(Int(id) + 2)
         }
-        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
-        let deadline = context.eventLoop.scheduleTask(in: timeout) {
-            loopBound.value.handler.timedOut(id, context: loopBound.value.context)
-        }
+        let deadline = NIODeadline.now() + timeout
         exchanges[id] = Exchange(answer: answer, deadline: deadline, request: (headers, body))
+        setTimer(for: deadline, context: context)
         waiting.append(id)
         if writeWaiting(context: context) { context.flush() }
     }
@@ -398,6 +400,30 @@ private final class ConnectionHandler: ChannelDuplexHandler {
             }
         }
         return wrote
+    }
+
+    /// Sets the timer for `deadline` unless it is set for one as early already.
+    private func setTimer(for deadline: NIODeadline, context: ChannelHandlerContext) {
+        if let timer {
+            guard deadline < timer.at else { return }
+            timer.task.cancel()
+        }
+        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        let task = context.eventLoop.scheduleTask(deadline: deadline) {
+            loopBound.value.handler.timerFired(context: loopBound.value.context)
+        }
+        timer = (deadline, task)
+    }
+
+    /// Times out the requests whose deadline has passed, and sets the timer for the earliest
+    /// of the others. Answered requests leave the timer as it is: it may fire for none.
+    private func timerFired(context: ChannelHandlerContext) {
+        timer = nil
+        let now = NIODeadline.now()
+        for id in exchanges.keys.sorted() where exchanges[id].map({ $0.deadline <= now }) == true {
+            timedOut(id, context: context)
+        }
+        if let next = exchanges.values.lazy.map(\.deadline).min() { setTimer(for: next, context: context) }
     }
 
     /// No answer in that long means the connection is likely dead (a firewall dropped it, the
@@ -507,7 +533,6 @@ private final class ConnectionHandler: ChannelDuplexHandler {
 
     private func finish(_ id: HTTP2StreamID, _ result: Result<HTTP2Client.Response, any Error>) {
         guard let exchange = remove(id) else { return }
-        exchange.deadline?.cancel()
         exchange.answer.completeWith(result)
     }
 
@@ -552,6 +577,8 @@ private final class ConnectionHandler: ChannelDuplexHandler {
         // The connect timeout closes a connection that never got ready.
         if !isReady { ready.fail(HTTP2Client.Failure.connectTimedOut) }
         failAll(HTTP2Client.Failure.streamClosed)
+        timer?.task.cancel()
+        timer = nil
         self.context = nil
     }
 

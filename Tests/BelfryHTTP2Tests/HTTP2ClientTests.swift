@@ -309,6 +309,32 @@ struct HTTP2ClientTests {
         }
     }
 
+    @Test("a request whose timeout is shorter than those of requests before it fails at its own time")
+    func shorterTimeoutLater() async throws {
+        let received = NIOLockedValueBox(0)
+        try await Self.withServer(respond: { _ in
+            received.withLockedValue { $0 += 1 }
+            return HTTP2TestServer.Response(status: 200, delay: .seconds(8))
+        }) { server, client in
+            let origin = try HTTP2Client.Origin(server.url)
+            let long = Task {
+                try await client.post("/long", at: origin, headers: [], body: ByteBuffer(), timeout: .seconds(30))
+            }
+            while received.withLockedValue({ $0 }) < 1 { try await Task.sleep(for: .milliseconds(10)) }
+            let started = ContinuousClock.now
+            do {
+                _ = try await client.post(
+                    "/short", at: origin, headers: [], body: ByteBuffer(), timeout: .milliseconds(300))
+                Issue.record("answered before the server's delay")
+            } catch let failure as HTTP2Client.Failure {
+                #expect(failure.description == HTTP2Client.Failure.timedOut.description)
+            }
+            #expect(ContinuousClock.now - started < .seconds(4), "at its own deadline, not the first request's")
+            // Its timeout closed the connection, and the request before it with it.
+            await #expect(throws: HTTP2Client.Failure.self) { _ = try await long.value }
+        }
+    }
+
     @available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
     @Test("a refused connection fails its request at once, also from the client's loop; the next one tries again")
     func refused() async throws {
