@@ -412,13 +412,18 @@ final class Exchange: ChannelInboundHandler {
     private let closed: (Exchange) -> Void
     private var context: ChannelHandlerContext?
     private var current: Current?
-    private var idleClose: Scheduled<Void>?
+    /// When the connection, idle since its last answer, closes.
+    private var idleUntil: NIODeadline?
+    /// One timer for the request's deadline and the idle close, set for the earlier. A task
+    /// scheduled for each and cancelled as the answer came (or the next request) cost two
+    /// searches of the loop's queue of scheduled tasks a request.
+    private var timer: (at: NIODeadline, task: Scheduled<Void>)?
     /// Requests answered on this connection.
     private var answered = 0
 
     private struct Current {
         var answer: EventLoopPromise<HTTP1Client.Response>?
-        var deadline: Scheduled<Void>
+        var deadline: NIODeadline
         var keepAlive = true
         var drained = 0
     }
@@ -443,11 +448,9 @@ final class Exchange: ChannelInboundHandler {
         guard let context, context.channel.isActive else {
             return answer.fail(answered > 0 ? Stale.stale : HTTP1Client.Failure.connectionClosed)
         }
-        idleClose?.cancel()
-        idleClose = nil
-        let bound = NIOLoopBound(self, eventLoop: eventLoop)
-        current = Current(
-            answer: answer, deadline: eventLoop.scheduleTask(deadline: request.deadline) { bound.value.timedOut() })
+        idleUntil = nil
+        current = Current(answer: answer, deadline: request.deadline)
+        setTimer(for: request.deadline)
         // Head and body go out together, in one `write` call.
         context.write(wrapOutboundOut(.head(request.head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(request.body))), promise: nil)
@@ -456,8 +459,36 @@ final class Exchange: ChannelInboundHandler {
 
     /// Waits for the next request; closed if none comes within the idle timeout.
     func becameIdle() {
+        let until = NIODeadline.now() + idleTimeout
+        idleUntil = until
+        setTimer(for: until)
+    }
+
+    /// Sets the timer for `deadline` unless it is set for one as early already.
+    private func setTimer(for deadline: NIODeadline) {
+        if let timer {
+            guard deadline < timer.at else { return }
+            timer.task.cancel()
+        }
         let bound = NIOLoopBound(self, eventLoop: eventLoop)
-        idleClose = eventLoop.scheduleTask(in: idleTimeout) { bound.value.close() }
+        timer = (deadline, eventLoop.scheduleTask(deadline: deadline) { bound.value.timerFired() })
+    }
+
+    /// Fails the request whose deadline passed, or closes the connection idle for too long;
+    /// else sets the timer again for what is due next.
+    private func timerFired() {
+        timer = nil
+        let now = NIODeadline.now()
+        if let current {
+            if current.deadline <= now { return timedOut() }
+            setTimer(for: current.deadline)
+        } else if let idleUntil {
+            if idleUntil <= now {
+                close()
+                return
+            }
+            setTimer(for: idleUntil)
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -473,7 +504,6 @@ final class Exchange: ChannelInboundHandler {
             self.current = current
             if current.drained > Self.drainLimit { context.close(promise: nil) }
         case .end:
-            current.deadline.cancel()
             self.current = nil
             answered += 1
             if current.keepAlive { done(self) } else { context.close(promise: nil) }
@@ -502,7 +532,9 @@ final class Exchange: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         fail(HTTP1Client.Failure.connectionClosed, mayBeStale: true)
-        idleClose?.cancel()
+        timer?.task.cancel()
+        timer = nil
+        idleUntil = nil
         closed(self)
         context.fireChannelInactive()
     }
@@ -512,7 +544,6 @@ final class Exchange: ChannelInboundHandler {
     private func fail(_ error: any Error, mayBeStale: Bool) {
         guard let current else { return }
         self.current = nil
-        current.deadline.cancel()
         guard let answer = current.answer else { return }
         answer.fail(mayBeStale && answered > 0 ? Stale.stale : error)
     }

@@ -148,6 +148,7 @@ struct HTTP1ClientTests {
 
     private static func withServer(
         tls: Bool = false, connections: Int = 8, timeout: TimeAmount = .seconds(10),
+        idleTimeout: TimeAmount = .seconds(60),
         respond: @escaping @Sendable (Received) -> Action = { _ in answer() },
         _ body: (ScriptedServer, HTTP1Client) async throws -> Void
     ) async throws {
@@ -157,7 +158,8 @@ struct HTTP1ClientTests {
             trust.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(pem.utf8)))]
         }
         let client = try HTTP1Client(
-            group: MultiThreadedEventLoopGroup.singleton, tls: trust, connectionsPerOrigin: connections)
+            group: MultiThreadedEventLoopGroup.singleton, tls: trust, connectionsPerOrigin: connections,
+            idleTimeout: idleTimeout)
         do {
             try await body(server, client)
         } catch {
@@ -325,6 +327,33 @@ struct HTTP1ClientTests {
             #expect(ContinuousClock.now - started < .seconds(5))
             #expect(try await Self.post(client, server.url(), "now").status == 200)
             #expect(try await server.connectionCount(awaiting: 2) == 2)
+        }
+    }
+
+    @Test("an idle connection closes after the idle timeout; one used again is kept to its request's deadline")
+    func idleClose() async throws {
+        try await Self.withServer(
+            connections: 1, idleTimeout: .milliseconds(300),
+            respond: { request in
+                request.body == "wait" ? .silence : Self.answer()
+            }
+        ) { (server: ScriptedServer, client: HTTP1Client) async throws in
+            #expect(try await Self.post(client, server.url()).status == 200)
+            // Used again before its idle close, and silent past it.
+            try await Task.sleep(for: .milliseconds(100))
+            let started = ContinuousClock.now
+            await #expect(throws: HTTP1Client.Failure.timedOut) {
+                _ = try await Self.post(client, server.url(), "wait", timeout: .milliseconds(900))
+            }
+            #expect(ContinuousClock.now - started >= .milliseconds(850), "not ended by the idle close")
+            #expect(server.requests.count == 2, "not sent again as if the receiver had closed it")
+            // The timeout closed that connection: the next request opens another, which closes
+            // once idle for longer than the timeout, so the one after opens a third.
+            #expect(try await Self.post(client, server.url()).status == 200)
+            #expect(try await server.connectionCount(awaiting: 2) == 2)
+            try await Task.sleep(for: .milliseconds(900))
+            #expect(try await Self.post(client, server.url()).status == 200)
+            #expect(try await server.connectionCount(awaiting: 3) == 3)
         }
     }
 
