@@ -459,8 +459,8 @@ struct PartialDeliveriesDueIndex: AsyncMigration {
 /// push, and read each of the user's notifications and its table row: 0.48 ms for a user with
 /// 5 000 read ones, paid by each push to that user. The counts now read only this index, and
 /// only what the user has not read or seen. The predicate's text is the one the counts' query
-/// writes (`InboxStore.counted(on:)`): SQLite's planner uses a partial index only for a query whose
-/// terms include the index's own.
+/// writes (`InboxStore.counted(postgres:table:)`): SQLite's planner uses a partial index only
+/// for a query whose terms include the index's own.
 struct IndexUnreadNotifications: AsyncMigration {
     func prepare(on database: any Database) async throws {
         let inInbox = database.sql.dialect.name == "postgresql" ? "in_inbox" : "in_inbox = 1"

@@ -111,25 +111,24 @@ struct InboxStore: Sendable {
             SELECT (SELECT COUNT(*) FROM users WHERE id = \(bind: userID) \(current)) AS users,
             \(unsafeRaw: Self.unreadSum) AS unread, \(unsafeRaw: Self.unseenSum) AS unseen
             FROM notifications
-            WHERE user_id = \(bind: userID) AND \(unsafeRaw: Self.counted(on: db)) AND available_at <= \(bind: now())
+            WHERE user_id = \(bind: userID) AND \(unsafeRaw: counted) AND available_at <= \(bind: now())
             """
     }
 
     /// The notifications the counts read: in the inbox, not archived, and unread or unseen (those
-    /// read and seen add nothing to either count). The index `notifications_unread` holds just
-    /// these, with the columns the counts sum, under this predicate's text: SQLite's planner
-    /// uses a partial index only for a query that has the index's terms among its own.
-    static func counted(on db: any Database) -> String {
-        counted(postgres: db.sql.dialect.name == "postgresql")
-    }
-
-    /// ``counted(on:)`` for one database kind, its columns named by `table` if given.
+    /// read and seen add nothing to either count), as SQL for one database kind, the columns
+    /// named by `table` if given. The index `notifications_unread` holds just these, with the
+    /// columns the counts sum, under this predicate's text: SQLite's planner uses a partial
+    /// index only for a query that has the index's terms among its own.
     static func counted(postgres: Bool, table: String? = nil) -> String {
         let column = { (name: String) in table.map { "\($0).\(name)" } ?? name }
         let inInbox = postgres ? column("in_inbox") : "\(column("in_inbox")) = 1"
         return "\(inInbox) AND \(column("archived_at")) IS NULL"
             + " AND (\(column("read_at")) IS NULL OR \(column("seen_at")) IS NULL)"
     }
+
+    /// ``counted(postgres:table:)`` for this store's database.
+    private var counted: String { Self.counted(postgres: storage.kind == .postgres) }
 
     /// How many of a user's notifications are unread and unseen, summed over those selected.
     private static let unreadSum = "SUM(CASE WHEN read_at IS NULL THEN 1 ELSE 0 END)"
@@ -161,7 +160,7 @@ struct InboxStore: Sendable {
             .column(SQLRaw(Self.unreadSum), as: "unread")
             .column(SQLRaw(Self.unseenSum), as: "unseen")
             .from(Tables.notifications)
-            .where("user_id", .in, users).where(SQLRaw(Self.counted(on: db)))
+            .where("user_id", .in, users).where(SQLRaw(counted))
             .where("available_at", .lessThanOrEqual, now())
         if let tenant { select.where("tenant", .equal, tenant) }
         return select.groupBy("user_id")
